@@ -1,0 +1,201 @@
+// The one place where options are declared. Precedence: command line > config file >
+// environment (LCT_<OPTION>) > default, as CLI11 applies them.
+#include "app/cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <type_traits>
+
+#include "model/config.hpp"
+
+namespace lct {
+
+namespace {
+
+// TOML keys may use snake_case (seq_len) as well as the option's own dashed name.
+class TomlConfig : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
+    auto items = CLI::ConfigTOML::from_config(in);
+    for (auto& item : items) std::replace(item.name.begin(), item.name.end(), '_', '-');
+    return items;
+  }
+};
+
+template <class T>
+Value to_value(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return v;
+  else if constexpr (std::is_integral_v<T>) return int64_t(v);
+  else if constexpr (std::is_floating_point_v<T>) return double(v);
+  else if constexpr (std::is_same_v<T, std::string>) return v;
+  else {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+    return s;
+  }
+}
+
+// Records every declared option so its resolved value can be listed after parsing.
+class Registry {
+ public:
+  // `name` is the long option ("--seq-len") or a positional ("inputs").
+  template <class T>
+  CLI::Option* add(CLI::App* app, const std::string& name, T& var, T def, const std::string& help,
+                   const std::string& short_name = "") {
+    var = std::move(def);
+    const std::string key = key_of(name);
+    std::string names = name;
+    if (!short_name.empty()) names += "," + short_name;
+    CLI::Option* opt;
+    if constexpr (std::is_same_v<T, bool>) {
+      opt = app->add_flag(names + ",!--no-" + name.substr(2), var, help);
+    } else {
+      opt = app->add_option(names, var, help)->capture_default_str();
+    }
+    if (name.rfind("--", 0) == 0) opt->envname(env_of(key));
+    items_.push_back({app, [app, key, help, &var] {
+                        return Setting{app->get_parent() ? app->get_name() : "", key,
+                                       to_value(var), help};
+                      }});
+    return opt;
+  }
+  std::vector<Setting> resolved(const std::vector<const CLI::App*>& apps) const {
+    std::vector<Setting> out;
+    for (const CLI::App* a : apps)
+      for (const auto& [app, get] : items_)
+        if (app == a) out.push_back(get());
+    return out;
+  }
+
+ private:
+  static std::string key_of(const std::string& name) {
+    std::string k = name.substr(name.find_first_not_of('-'));
+    std::replace(k.begin(), k.end(), '-', '_');
+    return k;
+  }
+  static std::string env_of(const std::string& key) {
+    std::string e = "LCT_" + key;
+    std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::toupper(c); });
+    return e;
+  }
+  std::vector<std::pair<const CLI::App*, std::function<Setting()>>> items_;
+};
+
+void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
+  r.add(&app, "--threads", o.threads, 0,
+        "OpenMP threads per rank; 0 = the CPUs this rank owns (cpuset / ranks on the host)");
+  r.add(&app, "--oversubscribe", o.oversubscribe, false,
+        "allow more threads x ranks than CPUs (functional tests only: it ruins speed)");
+  r.add(&app, "--bind-threads", o.bind_threads, true,
+        "pin OpenMP thread i to the i-th CPU of the rank's cpuset (unless OMP_PROC_BIND is set)");
+}
+
+void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
+  std::string presets;
+  for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
+  r.add(c, "--out", o.out, std::string(), "model file to write (HDF5)", "-o")->required();
+  r.add(c, "--preset", o.preset, std::string("tiny"), "model size preset: " + presets);
+  const char* from = " (0 = the preset's)";
+  r.add(c, "--vocab-size", o.vocab_size, int64_t(0), std::string("vocabulary size") + from);
+  r.add(c, "--hidden-size", o.hidden_size, int64_t(0), std::string("model width C") + from);
+  r.add(c, "--intermediate-size", o.intermediate_size, int64_t(0),
+        std::string("SwiGLU width I") + from);
+  r.add(c, "--num-hidden-layers", o.num_hidden_layers, int64_t(0), std::string("layers L") + from);
+  r.add(c, "--num-attention-heads", o.num_attention_heads, int64_t(0),
+        std::string("query heads H") + from);
+  r.add(c, "--num-key-value-heads", o.num_key_value_heads, int64_t(0),
+        std::string("key/value heads KV, H % KV == 0") + from);
+  r.add(c, "--max-position-embeddings", o.max_position_embeddings, int64_t(0),
+        std::string("longest context the model is meant for") + from);
+  r.add(c, "--rope-theta", o.rope_theta, 0.0, std::string("RoPE base") + from);
+  r.add(c, "--rms-norm-eps", o.rms_norm_eps, 0.0, std::string("RMSNorm epsilon") + from);
+  r.add(c, "--initializer-range", o.initializer_range, 0.0,
+        std::string("std of the normal init of every matrix") + from);
+  r.add(c, "--tie-word-embeddings", o.tie_word_embeddings, std::string("preset"),
+        "share the embedding and LM-head matrix: true, false or preset")
+      ->check(CLI::IsMember({"preset", "true", "false"}));
+  r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation");
+  r.add(c, "--force", o.force, false, "replace the output file if it exists");
+}
+
+void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
+  r.add(c, "--out", o.out, std::string(), "dataset file to write (HDF5)", "-o")->required();
+  r.add(c, "inputs", o.inputs, std::vector<std::string>(), "UTF-8 text files, one document each");
+  r.add(c, "--separator", o.separator, std::string(),
+        "split each file into documents at this string (\"\" = one document per file; "
+        "\\n is a newline)");
+  r.add(c, "--synthetic", o.synthetic, std::string(),
+        "generate data instead of reading files: passkey")
+      ->check(CLI::IsMember({"", "passkey"}));
+  r.add(c, "--num-docs", o.num_docs, int64_t(256), "synthetic: number of documents");
+  r.add(c, "--doc-length", o.doc_length, int64_t(1024),
+        "synthetic: tokens per document, BOS and EOS included");
+  r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey: digits of the key");
+  r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed");
+  r.add(c, "--seq-len", o.seq_len, int64_t(4096),
+        "report packing efficiency for sequences of this many tokens");
+  r.add(c, "--force", o.force, false, "replace the output file if it exists");
+}
+
+void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
+  r.add(c, "file", o.file, std::string(), "an HDF5 file (model, dataset, ...)")->required();
+  r.add(c, "--seq-len", o.seq_len, int64_t(0), "datasets: report packing at this length (0 = no)");
+  r.add(c, "--tensors", o.tensors, true, "models: list every tensor with its norm");
+}
+
+std::string joined_command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    const bool quote = a.empty() || a.find_first_of(" \t\"'$") != std::string::npos;
+    s += (i ? " " : "") + (quote ? "'" + a + "'" : a);
+  }
+  return s;
+}
+
+}  // namespace
+
+Invocation parse_command_line(int argc, char** argv) {
+  Invocation inv;
+  inv.command_line = joined_command_line(argc, argv);
+  CLI::App app("lctrain: long-context transformer training on CPU clusters (OpenMP + MPI)",
+               "lctrain");
+  app.config_formatter(std::make_shared<TomlConfig>());
+  app.set_config("--config", "",
+                 "TOML file: global keys at the top, a [init]/[prepare]/... section per subcommand")
+      ->check(CLI::ExistingFile);
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
+  app.fallthrough();  // global options may follow the subcommand
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 success, 1 error, 2 bad command line, 85 stopped for requeue.");
+
+  Registry reg;
+  declare_global(reg, app, inv.global);
+  CLI::App* init = app.add_subcommand("init", "write a new model file from a preset or sizes");
+  declare_init(reg, init, inv.init);
+  CLI::App* prepare = app.add_subcommand("prepare", "tokenize text files or generate passkey data");
+  declare_prepare(reg, prepare, inv.prepare);
+  CLI::App* inspect = app.add_subcommand("inspect", "show what an lctrain HDF5 file holds");
+  declare_inspect(reg, inspect, inv.inspect);
+
+  std::ostringstream out, err;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    inv.exit_code = code == 0 ? 0 : 2;
+    inv.output = out.str();
+    inv.error = err.str();
+    return inv;
+  }
+  const CLI::App* chosen = app.get_subcommands().at(0);
+  inv.command = chosen->get_name();
+  inv.settings = reg.resolved({&app, chosen});
+  return inv;
+}
+
+}  // namespace lct

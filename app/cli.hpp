@@ -1,0 +1,67 @@
+// Command-line options of every subcommand as plain structs. Declared (name, default, help)
+// once each in cli.cpp, the only file that includes CLI11; that declaration also drives the
+// start-up table and the provenance attributes of every file written.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/provenance.hpp"
+
+namespace lct {
+
+struct GlobalOptions {
+  std::string config;       // TOML file
+  int threads;              // OpenMP threads per rank, 0 = automatic
+  bool oversubscribe;       // allow more threads x ranks than CPUs
+  bool bind_threads;
+};
+
+struct InitOptions {
+  std::string out;
+  std::string preset;
+  // 0 (or "preset") takes the preset's value.
+  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+      num_key_value_heads, max_position_embeddings;
+  double rope_theta, rms_norm_eps, initializer_range;
+  std::string tie_word_embeddings;  // "preset", "true" or "false"
+  int64_t seed;
+  bool force;
+};
+
+struct PrepareOptions {
+  std::string out;
+  std::vector<std::string> inputs;  // UTF-8 text files
+  std::string separator;            // split files into documents on this string ("" = per file)
+  std::string synthetic;            // "passkey" or "" (text files)
+  int64_t num_docs, doc_length, key_digits, seed;
+  int64_t seq_len;                  // report packing efficiency at this length
+  bool force;
+};
+
+struct InspectOptions {
+  std::string file;
+  int64_t seq_len;
+  bool tensors;
+};
+
+struct Invocation {
+  std::string command;  // the subcommand chosen
+  GlobalOptions global;
+  InitOptions init;
+  PrepareOptions prepare;
+  InspectOptions inspect;
+  std::vector<Setting> settings;  // resolved global options, then the subcommand's
+  std::string command_line;
+  // Parsing alone ended the run (help, --version, a usage error): exit with `exit_code`
+  // after printing `output` (stdout) or `error` (stderr).
+  int exit_code = -1;
+  std::string output, error;
+};
+
+Invocation parse_command_line(int argc, char** argv);
+
+// Version, git revision and the versions of every library lctrain links.
+std::string version_text();
+
+}  // namespace lct

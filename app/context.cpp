@@ -1,0 +1,56 @@
+#include "app/context.hpp"
+
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+
+#include "common/error.hpp"
+#include "lct_build_info.hpp"
+
+namespace lct {
+
+namespace {
+struct NullBuffer : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+}  // namespace
+
+std::ostream& Context::out() const {
+  static NullBuffer null_buffer;
+  static std::ostream null_stream(&null_buffer);
+  return world.root() ? std::cout : null_stream;
+}
+
+Provenance Context::provenance() const {
+  Provenance p;
+  p.version = LCT_VERSION;
+  p.git_revision = LCT_GIT_REVISION;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p.date = date;
+  p.host = topo.host;
+  p.command_line = inv.command_line;
+  p.config = inv.settings;
+  return p;
+}
+
+void Context::print_startup(const std::string& title, bool with_topology) const {
+  std::ostream& o = out();
+  o << "lctrain " << LCT_VERSION << " (git " << LCT_GIT_REVISION << ") " << title << "\n";
+  for (const Setting& s : inv.settings)
+    o << "  " << std::left << std::setw(26) << (s.section.empty() ? s.key : s.section + "." + s.key)
+      << " " << std::setw(18) << to_string(s.value) << "\n";
+  if (with_topology) {
+    o << "topology (rank 0; " << world.size << " rank" << (world.size == 1 ? "" : "s") << " in all)\n";
+    std::string text = topo.describe();
+    for (size_t start = 0; start < text.size();) {
+      const size_t end = text.find('\n', start);
+      o << "  " << text.substr(start, end - start) << "\n";
+      start = end == std::string::npos ? text.size() : end + 1;
+    }
+  }
+  o << std::flush;
+}
+
+}  // namespace lct

@@ -1,0 +1,28 @@
+// What every subcommand receives: the parsed invocation, the MPI world, the topology built
+// once at start-up, and where rank 0 prints.
+#pragma once
+#include <iosfwd>
+#include <string>
+
+#include "app/cli.hpp"
+#include "common/provenance.hpp"
+#include "parallel/world.hpp"
+#include "sys/topology.hpp"
+
+namespace lct {
+
+struct Context {
+  const Invocation& inv;
+  const World& world;
+  Topology topo;
+
+  std::ostream& out() const;            // std::cout on rank 0, a null stream elsewhere
+  Provenance provenance() const;        // for every file written now
+  void print_startup(const std::string& title, bool with_topology) const;
+};
+
+int cmd_init(Context& ctx);
+int cmd_prepare(Context& ctx);
+int cmd_inspect(Context& ctx);
+
+}  // namespace lct

@@ -1,0 +1,59 @@
+// lctrain: parse, start MPI, build the topology once, run one subcommand with every rank
+// agreeing on the outcome, exit with the same code everywhere.
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include "app/cli.hpp"
+#include "app/context.hpp"
+#include "common/error.hpp"
+#include "parallel/world.hpp"
+#include "sys/threads.hpp"
+
+namespace {
+
+// The launcher's rank, known before MPI_Init, so that help and usage errors print once.
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+int dispatch(lct::Context& ctx) {
+  const std::string& c = ctx.inv.command;
+  if (c == "init") return lct::cmd_init(ctx);
+  if (c == "prepare") return lct::cmd_prepare(ctx);
+  if (c == "inspect") return lct::cmd_inspect(ctx);
+  lct::fail("unknown subcommand '", c, "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const lct::Invocation inv = lct::parse_command_line(argc, argv);
+  if (inv.exit_code >= 0) {  // help, --version or a usage error: no MPI needed
+    if (launcher_rank() == 0) {
+      std::cout << inv.output << std::flush;
+      if (!inv.error.empty()) std::cerr << "lctrain: " << inv.error << std::flush;
+    }
+    return inv.exit_code;
+  }
+
+  lct::World world = lct::world_init(&argc, &argv);
+  int code = lct::kExitOk;
+  // Two agreed phases: every rank has its threads set up before any subcommand starts
+  // collectives, so a set-up error on one rank cannot leave the others waiting.
+  std::optional<lct::Context> ctx;
+  std::string error = lct::run_agreed(world, [&] {
+    ctx.emplace(lct::Context{inv, world, lct::Topology::detect(lct::node_share(world))});
+    lct::apply_thread_plan(ctx->topo, {inv.global.threads, inv.global.oversubscribe,
+                                       inv.global.bind_threads});
+  });
+  if (error.empty()) error = lct::run_agreed(world, [&] { code = dispatch(*ctx); });
+  if (!error.empty()) {
+    if (world.root()) std::cerr << "lctrain: error: " << error << std::endl;
+    code = lct::kExitError;
+  }
+  lct::world_finalize(world);
+  return code;
+}

@@ -1,0 +1,36 @@
+#include "data/dataset.hpp"
+
+#include "common/error.hpp"
+
+namespace lct {
+
+void validate(const TokenDataset& ds, const std::string& where) {
+  const auto& off = ds.doc_offsets;
+  if (off.empty() || off.front() != 0 || off.back() != int64_t(ds.tokens.size()))
+    fail(where, ": doc_offsets must start at 0 and end at the token count ", ds.tokens.size(),
+         "; the file is damaged or was not written by lctrain prepare");
+  for (size_t d = 1; d < off.size(); ++d)
+    if (off[d] < off[d - 1])
+      fail(where, ": doc_offsets decrease at document ", d - 1, " (", off[d - 1], " > ", off[d],
+           "); offsets must be non-decreasing");
+  if (ds.vocab_size <= 0) fail(where, ": vocab_size is ", ds.vocab_size, ", must be positive");
+  for (size_t i = 0; i < ds.tokens.size(); ++i) {
+    const int32_t t = ds.tokens[i];
+    if (t < 0 || t >= ds.vocab_size)
+      fail(where, ": token id ", t, " at position ", i, " is outside the vocabulary [0, ",
+           ds.vocab_size, "); re-create the dataset with the tokenizer it declares");
+  }
+  const auto& pk = ds.passkey;
+  if (!pk.empty()) {
+    const size_t n = size_t(ds.num_docs());
+    if (pk.answer_offset.size() != n || pk.answer_length.size() != n || pk.depth.size() != n)
+      fail(where, ": passkey arrays have ", pk.answer_offset.size(), "/", pk.answer_length.size(),
+           "/", pk.depth.size(), " entries for ", n, " documents");
+    for (size_t d = 0; d < n; ++d)
+      if (pk.answer_offset[d] < 1 || pk.answer_length[d] < 1 ||
+          pk.answer_offset[d] + pk.answer_length[d] > ds.doc_length(int64_t(d)))
+        fail(where, ": passkey answer of document ", d, " lies outside the document");
+  }
+}
+
+}  // namespace lct

@@ -1,0 +1,59 @@
+#include "data/packing.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+double Packing::efficiency() const {
+  const double slots = double(sequences.size()) * double(seq_len);
+  return slots > 0 ? double(real_tokens) / slots : 0.0;
+}
+
+Packing pack_documents(const std::vector<int64_t>& doc_offsets, int64_t seq_len) {
+  if (seq_len < 2) fail("sequence length ", seq_len, " is too short: it must be at least 2");
+  Packing p;
+  p.seq_len = seq_len;
+  PackedSequence cur;
+  auto close = [&]() {
+    if (cur.used > 0) p.sequences.push_back(std::move(cur));
+    cur = PackedSequence{};
+  };
+  for (size_t d = 0; d + 1 < doc_offsets.size(); ++d) {
+    const int64_t begin = doc_offsets[d], len = doc_offsets[d + 1] - begin;
+    if (len == 0) continue;
+    if (len > seq_len) ++p.split_docs;
+    for (int64_t start = 0; start < len; start += seq_len) {
+      const int64_t piece = std::min(seq_len, len - start);
+      if (cur.used + piece > seq_len) close();
+      cur.spans.push_back({int64_t(d), begin + start, piece, start});
+      cur.used += piece;
+      p.real_tokens += piece;
+    }
+  }
+  close();
+  return p;
+}
+
+void fill_sequence(const TokenDataset& ds, const PackedSequence& seq, int64_t seq_len,
+                   int32_t* tokens, int32_t* targets, int32_t* doc_ids, int32_t* pos) {
+  int64_t t = 0;
+  for (size_t s = 0; s < seq.spans.size(); ++s) {
+    const Span& sp = seq.spans[s];
+    for (int64_t i = 0; i < sp.length; ++i, ++t) {
+      tokens[t] = ds.tokens[size_t(sp.begin + i)];
+      targets[t] = i + 1 < sp.length ? ds.tokens[size_t(sp.begin + i + 1)] : -1;
+      doc_ids[t] = int32_t(s);
+      pos[t] = int32_t(i);
+    }
+  }
+  for (; t < seq_len; ++t) {
+    tokens[t] = ds.pad_id;
+    targets[t] = -1;
+    doc_ids[t] = -1;
+    pos[t] = 0;
+  }
+}
+
+}  // namespace lct

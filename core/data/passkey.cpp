@@ -1,0 +1,81 @@
+#include "data/passkey.hpp"
+
+#include <string>
+
+#include "common/error.hpp"
+#include "common/rng.hpp"
+#include "data/tokenizer.hpp"
+
+namespace lct {
+
+namespace {
+
+const std::string kIntro =
+    "There is an important pass key hidden inside a lot of irrelevant text. "
+    "Find it and memorize it. I will quiz you about it at the end. ";
+const std::string kFiller =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+
+std::string needle(const std::string& key) {
+  return "The pass key is " + key + ". Remember it. " + key + " is the pass key. ";
+}
+std::string question() { return "What is the pass key? The pass key is "; }
+
+// `n` characters of the filler cycle starting at `phase`: the exact length makes every
+// document exactly doc_length tokens; the random phase varies the text around the key.
+std::string filler(size_t phase, size_t n) {
+  std::string s;
+  s.reserve(n);
+  for (size_t i = 0; i < n; ++i) s.push_back(kFiller[(phase + i) % kFiller.size()]);
+  return s;
+}
+
+}  // namespace
+
+int64_t passkey_min_doc_length(int32_t key_digits) {
+  const std::string key(size_t(key_digits), '0');
+  return int64_t(2 + kIntro.size() + needle(key).size() + question().size() + key.size());
+}
+
+TokenDataset make_passkey_dataset(const PasskeySpec& spec) {
+  if (spec.key_digits < 1 || spec.key_digits > 18)
+    fail("passkey: key digits ", spec.key_digits, " must be between 1 and 18");
+  if (spec.num_docs < 1) fail("passkey: the number of documents must be at least 1");
+  const int64_t min_len = passkey_min_doc_length(spec.key_digits);
+  if (spec.doc_length < min_len)
+    fail("passkey: documents of ", spec.doc_length, " tokens cannot hold the task; with ",
+         spec.key_digits, "-digit keys they need at least ", min_len, " tokens");
+
+  TokenDataset ds;
+  ds.vocab_size = ByteTokenizer::kVocabSize;
+  ds.tokenizer = ByteTokenizer::kName;
+  ds.bos_id = ByteTokenizer::kBos;
+  ds.eos_id = ByteTokenizer::kEos;
+  ds.pad_id = ByteTokenizer::kPad;
+  ds.source = cat("synthetic passkey: ", spec.num_docs, " documents of ", spec.doc_length,
+                  " tokens, ", spec.key_digits, "-digit keys, seed ", spec.seed);
+  ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
+  ds.doc_offsets.push_back(0);
+
+  const size_t filler_total = size_t(spec.doc_length - min_len);
+  for (int64_t d = 0; d < spec.num_docs; ++d) {
+    Rng rng(spec.seed, uint64_t(d));
+    std::string key;
+    key.push_back(char('1' + rng.below(9)));  // no leading zero
+    for (int32_t i = 1; i < spec.key_digits; ++i) key.push_back(char('0' + rng.below(10)));
+    const size_t before = size_t(rng.below(filler_total + 1));
+    const size_t phase = size_t(rng.below(kFiller.size()));
+
+    const std::string text = kIntro + filler(phase, before) + needle(key) +
+                             filler(phase + before, filler_total - before) + question() + key;
+    std::vector<int32_t> ids = ByteTokenizer::encode_document(text);
+    ds.passkey.answer_offset.push_back(int64_t(ids.size()) - 1 - spec.key_digits);
+    ds.passkey.answer_length.push_back(spec.key_digits);
+    ds.passkey.depth.push_back(filler_total ? double(before) / double(filler_total) : 0.0);
+    ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
+    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+  }
+  return ds;
+}
+
+}  // namespace lct

@@ -1,0 +1,24 @@
+// Synthetic long-context retrieval ("passkey"): a random key hidden at a random depth inside
+// filler text and asked for at the end. The filler is predictable, the key is not: only a
+// model that attends back across the whole document can produce it.
+#pragma once
+#include <cstdint>
+
+#include "data/dataset.hpp"
+
+namespace lct {
+
+struct PasskeySpec {
+  int64_t num_docs = 0;
+  int64_t doc_length = 0;  // tokens per document, BOS and EOS included
+  int32_t key_digits = 5;
+  uint64_t seed = 0;
+};
+
+// The shortest document that holds the instructions, the key and the question.
+int64_t passkey_min_doc_length(int32_t key_digits);
+
+// Deterministic in the spec: document d draws from stream (seed, d) only.
+TokenDataset make_passkey_dataset(const PasskeySpec& spec);
+
+}  // namespace lct

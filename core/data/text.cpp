@@ -1,0 +1,87 @@
+#include "data/text.hpp"
+
+#include "common/error.hpp"
+#include "data/tokenizer.hpp"
+
+namespace lct {
+
+size_t first_invalid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return i;
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      const char e = s[++i];
+      out.push_back(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e);
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator) {
+  TokenDataset ds;
+  ds.vocab_size = ByteTokenizer::kVocabSize;
+  ds.tokenizer = ByteTokenizer::kName;
+  ds.bos_id = ByteTokenizer::kBos;
+  ds.eos_id = ByteTokenizer::kEos;
+  ds.pad_id = ByteTokenizer::kPad;
+  ds.doc_offsets.push_back(0);
+  auto add = [&](std::string_view doc) {
+    if (doc.empty()) return;
+    ds.tokens.push_back(ByteTokenizer::kBos);
+    ByteTokenizer::append_bytes(doc, ds.tokens);
+    ds.tokens.push_back(ByteTokenizer::kEos);
+    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+  };
+  for (const TextSource& src : sources) {
+    const size_t bad = first_invalid_utf8(src.text);
+    if (bad != std::string_view::npos)
+      fail("'", src.name, "' is not UTF-8 text: invalid byte 0x", std::hex,
+           unsigned(static_cast<unsigned char>(src.text[bad])), std::dec, " at offset ", bad,
+           "; convert it first (e.g. iconv -f LATIN1 -t UTF-8)");
+    const std::string_view text = src.text;
+    if (separator.empty()) {
+      add(text);
+      continue;
+    }
+    for (size_t start = 0; start <= text.size();) {
+      const size_t at = text.find(separator, start);
+      const size_t end = at == std::string_view::npos ? text.size() : at;
+      add(text.substr(start, end - start));
+      start = end + separator.size();
+      if (at == std::string_view::npos) break;
+    }
+  }
+  if (ds.num_docs() == 0) fail("the input holds no text: every file (or piece) is empty");
+  std::string names;
+  for (size_t i = 0; i < sources.size() && i < 3; ++i) names += (i ? ", " : "") + sources[i].name;
+  if (sources.size() > 3) names += cat(" and ", sources.size() - 3, " more");
+  ds.source = cat("text: ", names);
+  return ds;
+}
+
+}  // namespace lct

@@ -1,0 +1,75 @@
+#include "model/params.hpp"
+
+#include "common/error.hpp"
+
+namespace lct {
+
+namespace {
+constexpr size_t kAlignFloats = 16;  // 64 bytes: one cache line, one AVX-512 vector
+
+std::string layer_name(int64_t l, const char* rest) { return cat("model.layers.", l, ".", rest); }
+}  // namespace
+
+ParamLayout ParamLayout::llama(const ModelConfig& c) {
+  ParamLayout p;
+  auto add = [&](std::string name, std::vector<int64_t> shape, TensorKind kind) {
+    size_t n = 1;
+    for (auto s : shape) n *= size_t(s);
+    p.tensors.push_back({std::move(name), std::move(shape), kind, p.total, n});
+    p.total += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  };
+  const int64_t C = c.hidden_size, D = c.head_dim(), I = c.intermediate_size;
+  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, V = c.vocab_size;
+  add("model.embed_tokens.weight", {V, C}, TensorKind::Embedding);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add(layer_name(l, "input_layernorm.weight"), {C}, TensorKind::Norm);
+    add(layer_name(l, "self_attn.q_proj.weight"), {H * D, C}, TensorKind::Linear);
+    add(layer_name(l, "self_attn.k_proj.weight"), {KV * D, C}, TensorKind::Linear);
+    add(layer_name(l, "self_attn.v_proj.weight"), {KV * D, C}, TensorKind::Linear);
+    add(layer_name(l, "self_attn.o_proj.weight"), {C, H * D}, TensorKind::Linear);
+    add(layer_name(l, "post_attention_layernorm.weight"), {C}, TensorKind::Norm);
+    add(layer_name(l, "mlp.gate_proj.weight"), {I, C}, TensorKind::Linear);
+    add(layer_name(l, "mlp.up_proj.weight"), {I, C}, TensorKind::Linear);
+    add(layer_name(l, "mlp.down_proj.weight"), {C, I}, TensorKind::Linear);
+  }
+  add("model.norm.weight", {C}, TensorKind::Norm);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, C}, TensorKind::Linear);
+  return p;
+}
+
+const TensorSpec* ParamLayout::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+size_t ParamLayout::num_parameters() const {
+  size_t n = 0;
+  for (const auto& t : tensors) n += t.numel;
+  return n;
+}
+
+ModelTensors carve(const ParamLayout& layout, const ModelConfig& c, float* base) {
+  // The layout's order is fixed by llama(): walk it in the same order.
+  size_t i = 0;
+  auto next = [&]() { return base + layout.tensors.at(i++).offset; };
+  ModelTensors m;
+  m.embed = next();
+  m.layers.resize(size_t(c.num_hidden_layers));
+  for (auto& L : m.layers) {
+    L.input_norm = next();
+    L.wq = next();
+    L.wk = next();
+    L.wv = next();
+    L.wo = next();
+    L.post_norm = next();
+    L.w_gate = next();
+    L.w_up = next();
+    L.w_down = next();
+  }
+  m.final_norm = next();
+  m.lm_head = c.tie_word_embeddings ? m.embed : next();
+  return m;
+}
+
+}  // namespace lct

@@ -1,0 +1,77 @@
+#include "parallel/world.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+World world_init(int* argc, char*** argv, int wanted) {
+  World w;
+  MPI_Init_thread(argc, argv, wanted, &w.thread_level);
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &w.node_comm);
+  MPI_Comm_rank(w.node_comm, &w.node_rank);
+  MPI_Comm_size(w.node_comm, &w.node_size);
+  return w;
+}
+
+void world_finalize(World& w) {
+  if (w.node_comm != MPI_COMM_NULL) MPI_Comm_free(&w.node_comm);
+  MPI_Finalize();
+}
+
+NodeShare node_share(const World& w) {
+  const std::vector<int> mine = current_cpuset();
+  int count = int(mine.size());
+  std::vector<int> counts(size_t(w.node_size)), displs(size_t(w.node_size));
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, w.node_comm);
+  int total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  std::vector<int> all(static_cast<size_t>(total));
+  MPI_Allgatherv(mine.data(), count, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT,
+                 w.node_comm);
+  std::set<int> uni(all.begin(), all.end());
+  NodeShare s;
+  s.ranks_on_node = w.node_size;
+  s.rank_on_node = w.node_rank;
+  s.node_cpus.assign(uni.begin(), uni.end());
+  return s;
+}
+
+std::string run_agreed(const World& w, const std::function<void()>& body) {
+  std::string msg;
+  try {
+    body();
+  } catch (const Error& e) {
+    msg = e.what();
+  } catch (const std::bad_alloc&) {
+    msg = "out of memory: reduce the sequence length or micro-batch, or run on more ranks";
+  } catch (const std::exception& e) {
+    msg = cat("internal error: ", e.what());
+  }
+  int mine = msg.empty() ? INT_MAX : w.rank, first = INT_MAX;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, w.comm);
+  if (first == INT_MAX) return "";
+  int len = int(msg.size());
+  MPI_Bcast(&len, 1, MPI_INT, first, w.comm);
+  msg.resize(size_t(len));
+  MPI_Bcast(msg.data(), len, MPI_CHAR, first, w.comm);
+  if (first != 0 && w.size > 1) msg = cat("rank ", first, ": ", msg);
+  return msg;
+}
+
+bool any_rank(const World& w, bool flag) {
+  int in = flag ? 1 : 0, out = 0;
+  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, w.comm);
+  return out != 0;
+}
+
+}  // namespace lct

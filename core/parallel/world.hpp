@@ -1,0 +1,38 @@
+// The MPI world: start-up, the per-host communicator, and error agreement. Communication
+// code lives in core/parallel/ only; kernels and the model never include MPI.
+#pragma once
+#include <mpi.h>
+
+#include <functional>
+#include <string>
+
+#include "sys/topology.hpp"
+
+namespace lct {
+
+struct World {
+  int rank = 0, size = 1;
+  int node_rank = 0, node_size = 1;     // within this host (MPI_COMM_TYPE_SHARED)
+  MPI_Comm comm = MPI_COMM_WORLD;
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  int thread_level = 0;                 // what MPI_Init_thread granted
+  bool root() const { return rank == 0; }
+};
+
+// MPI_Init_thread asking for `wanted` (MPI_THREAD_FUNNELED by default). Works without
+// mpirun (singleton).
+World world_init(int* argc, char*** argv, int wanted = MPI_THREAD_FUNNELED);
+void world_finalize(World& w);
+
+// This host's ranks and the union of their CPU sets (an allgather on the host).
+NodeShare node_share(const World& w);
+
+// Runs `body` on every rank. If it throws on any rank, every rank returns the message of
+// the lowest failing rank (empty string on success): one agreed outcome, no rank left
+// waiting. `body` must not itself block in a collective a failing rank skips.
+std::string run_agreed(const World& w, const std::function<void()>& body);
+
+// True on every rank when `flag` is true on any.
+bool any_rank(const World& w, bool flag);
+
+}  // namespace lct

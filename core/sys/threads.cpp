@@ -1,0 +1,79 @@
+#include "sys/threads.hpp"
+
+#include <cblas.h>
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+int plan_threads(const Topology& topo, const ThreadRequest& req) {
+  const int own = int(topo.cpuset.size());
+  const int node = int(topo.share.node_cpus.size());
+  const int ranks = topo.share.ranks_on_node;
+  const int fair = node / ranks;  // CPUs per rank when ranks share one CPU set
+  const int avail = std::max(1, std::min(own, fair));
+  const int threads = req.threads > 0 ? req.threads : avail;
+  if (req.allow_oversubscribe) return threads;
+  if (fair < 1)
+    fail(ranks, " MPI ranks share ", node, " CPUs on host ", topo.host,
+         ": that oversubscribes the cores. Start at most ", node,
+         " ranks per host, or pass --oversubscribe (functional tests only)");
+  if (threads > avail)
+    fail(threads, " OpenMP threads per rank x ", ranks, " rank", ranks == 1 ? "" : "s",
+         " on host ", topo.host, " needs more than the ", own, " CPUs of this rank's cpuset (",
+         node, " on the host): use --threads ", avail, " or fewer (0 = automatic), bind ranks to ",
+         "more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass ",
+         "--oversubscribe (functional tests only)");
+  return threads;
+}
+
+void apply_thread_plan(Topology& topo, const ThreadRequest& req) {
+  const int threads = plan_threads(topo, req);
+  omp_set_dynamic(0);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(1);
+  // The OpenMP build of OpenBLAS implements the call above with omp_set_num_threads(1).
+  if (openblas_get_parallel() == 2) omp_set_num_threads(threads);
+
+  // Pin only when every thread gets a CPU of its own and the user has not chosen a binding.
+  const bool user_binding = std::getenv("OMP_PROC_BIND") || std::getenv("OMP_PLACES");
+  const bool bind = req.bind && !user_binding && threads <= int(topo.cpuset.size());
+  if (bind) {
+    const std::vector<int>& cpus = topo.cpuset;
+#pragma omp parallel num_threads(threads)
+    {
+      cpu_set_t mask;
+      CPU_ZERO(&mask);
+      CPU_SET(cpus[size_t(omp_get_thread_num())], &mask);
+      sched_setaffinity(0, sizeof(mask), &mask);  // 0 = the calling thread
+    }
+  }
+  int seen = 0;
+#pragma omp parallel num_threads(threads)
+#pragma omp single
+  seen = omp_get_num_threads();
+  if (seen != threads || openblas_get_num_threads() != 1)
+    fail("thread set-up failed: OpenMP runs ", seen, " threads (wanted ", threads,
+         "), OpenBLAS ", openblas_get_num_threads(), " (wanted 1); check OMP_* and ",
+         "OPENBLAS_* environment variables");
+  topo.threads = threads;
+  topo.threads_bound = bind;
+}
+
+std::string openblas_description() {
+  const int p = openblas_get_parallel();
+  const char* variant = p == 0 ? "sequential" : p == 1 ? "pthread" : "openmp";
+  std::string config = openblas_get_config();
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  return cat(config, " (", variant, " build)");
+}
+
+int openblas_threads() { return openblas_get_num_threads(); }
+
+}  // namespace lct

@@ -1,0 +1,34 @@
+// How OpenMP threads, OpenBLAS threads and MPI ranks share the cores.
+//
+// Policy: all parallelism inside a rank is ours (OpenMP). OpenBLAS always runs one thread:
+// lctrain calls it from inside its own parallel regions on per-thread tiles, and Debian's
+// default (pthread) OpenBLAS would otherwise start its own pool on top of ours. A rank runs
+// as many OpenMP threads as it has CPUs of its own: min(|cpuset|, node CPUs / ranks on the
+// node). Asking for more, or starting more ranks than a host has CPUs, is an error unless
+// oversubscription is allowed explicitly (useful only for functional tests).
+#pragma once
+#include <string>
+
+#include "sys/topology.hpp"
+
+namespace lct {
+
+struct ThreadRequest {
+  int threads = 0;                  // 0 = automatic
+  bool allow_oversubscribe = false;
+  bool bind = true;                 // pin thread i to cpuset[i] when each gets its own CPU
+};
+
+// Pure decision, testable: returns the thread count or throws lct::Error with the fix.
+int plan_threads(const Topology& topo, const ThreadRequest& req);
+
+// Applies the plan: sets OpenMP's thread count, OpenBLAS to 1 thread (restoring OpenMP's
+// count when the OpenMP variant of OpenBLAS shrinks it), binds threads, and verifies the
+// result. Updates topo.threads and topo.threads_bound.
+void apply_thread_plan(Topology& topo, const ThreadRequest& req);
+
+// OpenBLAS as linked at run time: "OpenBLAS 0.3.21 ... (pthread)".
+std::string openblas_description();
+int openblas_threads();
+
+}  // namespace lct

@@ -1,0 +1,68 @@
+#include "sys/topology.hpp"
+
+#include <numa.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+std::vector<int> current_cpuset() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  return cpus;
+}
+
+namespace {
+
+// "0-3,8,10-11"
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string s;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    s += cat(s.empty() ? "" : ",", cpus[i]);
+    if (j > i) s += cat("-", cpus[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+Topology Topology::detect(const NodeShare& share) {
+  Topology t;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  t.host = host;
+  t.cpus_online = int(sysconf(_SC_NPROCESSORS_ONLN));
+  t.cpuset = current_cpuset();
+  const bool have_numa = numa_available() >= 0;
+  t.numa_nodes = have_numa ? numa_num_configured_nodes() : 1;
+  for (int c : t.cpuset) t.cpuset_numa.push_back(have_numa ? std::max(0, numa_node_of_cpu(c)) : 0);
+  t.share = share;
+  if (t.share.node_cpus.empty()) t.share.node_cpus = t.cpuset;
+  return t;
+}
+
+std::string Topology::describe() const {
+  std::set<int> nodes(cpuset_numa.begin(), cpuset_numa.end());
+  std::string numa_list;
+  for (int n : nodes) numa_list += cat(numa_list.empty() ? "" : ",", n);
+  return cat("host ", host, ": ", cpus_online, " CPUs online, ", numa_nodes, " NUMA node",
+             numa_nodes == 1 ? "" : "s", "; ", share.ranks_on_node, " rank",
+             share.ranks_on_node == 1 ? "" : "s", " on this host sharing CPUs ",
+             cpu_list(share.node_cpus), "\n", "rank cpuset ", cpu_list(cpuset), " (NUMA ",
+             numa_list, "); ", threads, " OpenMP thread", threads == 1 ? "" : "s",
+             threads_bound ? ", each bound to one CPU" : ", unbound");
+}
+
+}  // namespace lct

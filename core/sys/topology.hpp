@@ -1,0 +1,34 @@
+// The machine as this rank sees it, built once at start-up and passed down: which cores it
+// may run on, which NUMA nodes they belong to, how many ranks share the node, and how many
+// OpenMP threads it runs. Nothing below app/ queries the machine on its own.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace lct {
+
+struct NodeShare {
+  int ranks_on_node = 1;        // MPI ranks on this host
+  int rank_on_node = 0;
+  std::vector<int> node_cpus;   // union of the CPU sets of all ranks on this host
+};
+
+struct Topology {
+  std::string host;
+  int numa_nodes = 1;             // configured NUMA nodes (1 when libnuma is unavailable)
+  int cpus_online = 1;
+  std::vector<int> cpuset;        // CPUs this rank may run on (sched_getaffinity)
+  std::vector<int> cpuset_numa;   // NUMA node of each CPU in cpuset
+  NodeShare share;
+  int threads = 1;                // OpenMP threads of this rank (set by the thread plan)
+  bool threads_bound = false;     // each thread pinned to one CPU of the cpuset
+
+  // Reads the host, libnuma and this process's affinity mask.
+  static Topology detect(const NodeShare& share);
+  std::string describe() const;   // a few lines for the start-up table
+};
+
+// This process's affinity mask as a sorted CPU list.
+std::vector<int> current_cpuset();
+
+}  // namespace lct

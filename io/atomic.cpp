@@ -1,0 +1,61 @@
+#include "io/atomic.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+std::string parent_dir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void fsync_path(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    fail(what, " '", path, "': could not flush to disk: ", err);
+  }
+  ::close(fd);
+}
+
+AtomicTarget::AtomicTarget(std::string final_path, bool force, const std::string& what)
+    : final_(std::move(final_path)) {
+  struct stat st;
+  if (::stat(final_.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail(what, " '", final_, "' is a directory; give a file name");
+    if (!force)
+      fail(what, " '", final_, "' already exists; lctrain never overwrites a file unless asked: ",
+           "pass --force to replace it, or choose another name");
+  }
+  const std::string dir = parent_dir(final_);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail(what, " '", final_, "': directory '", dir, "' does not exist; create it first");
+  if (::access(dir.c_str(), W_OK) != 0)
+    fail(what, " '", final_, "': directory '", dir, "' is not writable (", std::strerror(errno),
+         "); choose a directory you can write to");
+  temp_ = cat(final_, ".tmp-", ::getpid());
+}
+
+AtomicTarget::~AtomicTarget() {
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicTarget::commit() {
+  fsync_path(temp_, "temporary file");
+  if (::rename(temp_.c_str(), final_.c_str()) != 0)
+    fail("could not rename '", temp_, "' to '", final_, "': ", std::strerror(errno));
+  committed_ = true;
+  fsync_path(parent_dir(final_), "directory");
+}
+
+}  // namespace lct

@@ -1,0 +1,111 @@
+// Thin RAII layer over the HDF5 C API. Private to io/: no header outside io/ includes it.
+// Every failure becomes an lct::Error that names the file and the object, with HDF5's own
+// innermost reason appended (HDF5's automatic stack printing is switched off).
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/provenance.hpp"
+
+namespace lct::h5 {
+
+// Owns one hid_t and closes it with the matching H5?close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
+  Handle& operator=(Handle&& o) noexcept {
+    reset();
+    id_ = std::exchange(o.id_, H5I_INVALID_HID);
+    close_ = o.close_;
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t id() const { return id_; }
+  operator hid_t() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer close_ = nullptr;
+};
+
+// HDF5's innermost error description, and clears the stack.
+std::string last_error();
+
+// An open file together with its path, for messages.
+struct File {
+  Handle h;
+  std::string path;
+  // A new file (HDF5 1.8+ format: checksummed metadata). fapl may carry an MPI-IO driver.
+  static File create(const std::string& path, hid_t fapl = H5P_DEFAULT);
+  // Existing file, read-only; `what` names it in messages ("model file").
+  static File open_read(const std::string& path, const std::string& what);
+  void close();  // flushes and closes; throws on failure (a full disk shows up here)
+};
+
+// Where in a file we are, for messages: "'run/model.h5': dataset 'x'".
+std::string where(const File& f, const std::string& object);
+
+bool exists(hid_t loc, const std::string& path);  // a link of that name (no '/' nesting check)
+Handle open_group(const File& f, const std::string& name);
+Handle create_group(const File& f, hid_t loc, const std::string& name);
+
+// Attributes
+void write_attr(hid_t obj, const std::string& name, const Value& v);
+bool has_attr(hid_t obj, const std::string& name);
+std::vector<std::string> attr_names(hid_t obj);
+Value read_attr(hid_t obj, const std::string& name, const std::string& where);
+int64_t read_int(hid_t obj, const std::string& name, const std::string& where);
+double read_double(hid_t obj, const std::string& name, const std::string& where);
+bool read_bool(hid_t obj, const std::string& name, const std::string& where);
+std::string read_string(hid_t obj, const std::string& name, const std::string& where);
+
+// Arrays: chunked, fletcher32-checksummed, so a corrupted byte is caught on read.
+template <class T>
+void write_array(const File& f, hid_t loc, const std::string& name, const T* data,
+                 const std::vector<int64_t>& shape);
+
+struct ArrayInfo {
+  std::vector<int64_t> shape;
+  H5T_class_t type_class;
+  size_t type_size;
+  bool is_signed;
+  std::string dtype;  // "float32", "int64", ...
+  int64_t numel() const;
+};
+// Throws when missing (naming it).
+ArrayInfo array_info(const File& f, hid_t loc, const std::string& name);
+// Reads the whole array converted to T; the caller has checked shape and class.
+template <class T>
+void read_array(const File& f, hid_t loc, const std::string& name, T* out);
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// Provenance: a /provenance group with one attribute per field and a config subgroup.
+void write_provenance(const File& f, const Provenance& p);
+Provenance read_provenance(const File& f);  // empty fields where absent
+
+std::string library_version();  // "1.10.8"
+
+// lctrain's own convention: root attributes `lctrain_file` (kind) and `format_version`.
+// Throws with a message that says what the file is when it is not one of `accepted`.
+void check_kind(const File& f, const std::string& what, std::initializer_list<const char*> accepted,
+                int64_t version);
+void write_kind(const File& f, const std::string& kind, int64_t version);
+
+}  // namespace lct::h5

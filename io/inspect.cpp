@@ -1,0 +1,145 @@
+#include "io/inspect.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+
+#include "common/error.hpp"
+#include "data/packing.hpp"
+#include "data/tokenizer.hpp"
+#include "io/dataset_file.hpp"
+#include "io/file_kind.hpp"
+#include "io/h5.hpp"
+#include "io/model_file.hpp"
+
+namespace lct {
+
+namespace {
+
+void print_provenance(const Provenance& p, std::ostream& out) {
+  if (p.version.empty()) {
+    out << "provenance: none recorded\n";
+    return;
+  }
+  out << "provenance:\n"
+      << "  written by    " << p.software << " " << p.version << " (git " << p.git_revision << ")\n"
+      << "  date          " << p.date << "\n"
+      << "  host          " << p.host << "\n"
+      << "  command line  " << p.command_line << "\n"
+      << "  configuration\n";
+  for (const Setting& s : p.config)
+    out << "    " << std::left << std::setw(34)
+        << (s.section.empty() ? s.key : s.section + "." + s.key) << " " << to_string(s.value) << "\n";
+}
+
+Provenance provenance_of(const std::string& path) {
+  h5::File f = h5::File::open_read(path, "file");
+  return h5::read_provenance(f);
+}
+
+void inspect_model(const InspectRequest& req, const std::string& kind, std::ostream& out) {
+  const ModelData m = read_model_file(req.path);
+  out << "lctrain " << kind << " file '" << req.path << "' (format_version " << kModelFormatVersion
+      << ", all tensors present, shapes and checksums verified)\nconfig:\n";
+  ModelConfig::for_each_field(m.config, [&](const char* name, const auto& v) {
+    out << "  " << std::left << std::setw(26) << name << " " << to_string(Value(v)) << "\n";
+  });
+  out << "  head_dim (derived)         " << m.config.head_dim() << "\n";
+  out << "parameters: " << m.layout.num_parameters() << " in " << m.layout.tensors.size()
+      << " tensors\n";
+  if (req.tensors) {
+    out << "  " << std::left << std::setw(48) << "tensor" << std::setw(14) << "shape"
+        << std::right << std::setw(12) << "l2 norm" << std::setw(12) << "mean" << std::setw(12)
+        << "std" << "\n";
+    for (const TensorSpec& t : m.layout.tensors) {
+      const float* w = m.params.data() + t.offset;
+      double sum = 0, sq = 0;
+      for (size_t i = 0; i < t.numel; ++i) {
+        sum += w[i];
+        sq += double(w[i]) * w[i];
+      }
+      const double n = double(t.numel), mean = sum / n;
+      out << "  " << std::left << std::setw(48) << t.name << std::setw(14) << h5::shape_str(t.shape)
+          << std::right << std::setprecision(5) << std::setw(12) << std::sqrt(sq) << std::setw(12)
+          << mean << std::setw(12) << std::sqrt(std::max(0.0, sq / n - mean * mean)) << "\n";
+    }
+  }
+  print_provenance(provenance_of(req.path), out);
+}
+
+void inspect_dataset(const InspectRequest& req, std::ostream& out) {
+  const TokenDataset ds = read_dataset_file(req.path);
+  const int64_t n = ds.num_docs();
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int64_t d = 0; d < n; ++d) {
+    lo = std::min(lo, ds.doc_length(d));
+    hi = std::max(hi, ds.doc_length(d));
+  }
+  out << "lctrain dataset file '" << req.path << "' (format_version " << kDatasetFormatVersion
+      << ", offsets, token ids and checksums verified)\n"
+      << "  source      " << ds.source << "\n"
+      << "  tokenizer   " << ds.tokenizer << ", vocab_size " << ds.vocab_size << " (bos "
+      << ds.bos_id << ", eos " << ds.eos_id << ", pad " << ds.pad_id << ")\n"
+      << "  documents   " << n << "\n"
+      << "  tokens      " << ds.tokens.size() << "\n"
+      << "  per document: mean " << std::fixed << std::setprecision(1)
+      << double(ds.tokens.size()) / double(n) << ", min " << lo << ", max " << hi << "\n";
+  if (!ds.passkey.empty()) {
+    int buckets[5] = {0};
+    for (double d : ds.passkey.depth) ++buckets[std::min(4, int(d * 5))];
+    out << "  passkey depth buckets (0-20%, ..., 80-100%):";
+    for (int b : buckets) out << " " << b;
+    out << "\n";
+  }
+  if (req.seq_len > 0) {
+    const Packing p = pack_documents(ds.doc_offsets, req.seq_len);
+    out << "  packing at seq_len " << req.seq_len << ": " << p.sequences.size() << " sequences, "
+        << std::setprecision(1) << 100.0 * p.efficiency() << "% real tokens, " << p.split_docs
+        << " documents longer than a sequence\n";
+  }
+  const int64_t len0 = ds.doc_length(0);
+  const std::string head = ByteTokenizer::decode(ds.tokens.data(), size_t(std::min<int64_t>(len0, 120)), true);
+  out << "  document 0 starts: " << head << (len0 > 120 ? "..." : "") << "\n";
+  out.unsetf(std::ios::fixed);
+  print_provenance(provenance_of(req.path), out);
+}
+
+// Any other HDF5 file: its objects, like h5ls -r.
+herr_t list_object(hid_t loc, const char* name, const H5O_info_t* info, void* data) {
+  auto& out = *static_cast<std::ostream*>(data);
+  if (std::string(name) == ".") return 0;
+  out << "  /" << name;
+  if (info->type == H5O_TYPE_GROUP) out << "  (group)";
+  if (info->type == H5O_TYPE_DATASET) {
+    h5::Handle d(H5Dopen2(loc, name, H5P_DEFAULT), H5Dclose);
+    h5::Handle s(H5Dget_space(d), H5Sclose);
+    hsize_t dims[16];
+    const int r = H5Sget_simple_extent_ndims(s);
+    H5Sget_simple_extent_dims(s, dims, nullptr);
+    out << "  dataset [";
+    for (int i = 0; i < r; ++i) out << (i ? ", " : "") << dims[i];
+    out << "]";
+  }
+  out << "\n";
+  return 0;
+}
+
+void inspect_other(const InspectRequest& req, std::ostream& out) {
+  h5::File f = h5::File::open_read(req.path, "file");
+  out << "HDF5 file '" << req.path << "' (not an lctrain file: no '" << kFileKindAttr
+      << "' attribute)\n";
+  H5Ovisit2(f.h, H5_INDEX_NAME, H5_ITER_INC, list_object, &out, H5O_INFO_BASIC);
+  h5::last_error();
+}
+
+}  // namespace
+
+void inspect_file(const InspectRequest& req, std::ostream& out) {
+  const std::string kind = file_kind(req.path);
+  if (kind == "model" || kind == "checkpoint") return inspect_model(req, kind, out);
+  if (kind == "dataset") return inspect_dataset(req, out);
+  if (kind.empty()) return inspect_other(req, out);
+  fail("'", req.path, "' is an lctrain ", kind, " file, which this version cannot show");
+}
+
+}  // namespace lct

@@ -1,0 +1,28 @@
+// The model file (format in README "Model file"): the config as root attributes with Hugging
+// Face names, float32 weights as root datasets with Hugging Face names and [out, in] shapes.
+#pragma once
+#include <string>
+
+#include "common/provenance.hpp"
+#include "model/config.hpp"
+#include "model/params.hpp"
+#include "sys/memory.hpp"
+
+namespace lct {
+
+constexpr int64_t kModelFormatVersion = 1;
+
+struct ModelData {
+  ModelConfig config;
+  ParamLayout layout;
+  Buffer<float> params;  // [layout.total]
+};
+
+void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                      const float* params, const Provenance& prov, bool force);
+
+// Validates kind, format_version, config, every tensor's presence, dtype and shape, and the
+// data checksums. A checkpoint is accepted wherever a model file is.
+ModelData read_model_file(const std::string& path);
+
+}  // namespace lct
