@@ -185,6 +185,16 @@ Invocation parse_command_line(int argc, char** argv) {
   std::ostringstream out, err;
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse init.sede": say which file and what to do.
+    const std::string what = e.what();
+    const size_t at = what.rfind("parse ");
+    const std::string key = at == std::string::npos ? what : what.substr(at + 6);
+    inv.exit_code = 2;
+    inv.error = "config file '" + app["--config"]->as<std::string>() + "': unknown option '" +
+                key + "'. Keys are option names (snake_case or dashed) inside a [subcommand] " +
+                "section, global options at the top; 'lctrain SUBCOMMAND --help' lists them\n";
+    return inv;
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e, out, err);
     inv.exit_code = code == 0 ? 0 : 2;

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   if (inv.exit_code >= 0) {  // help, --version or a usage error: no MPI needed
     if (launcher_rank() == 0) {
       std::cout << inv.output << std::flush;
-      if (!inv.error.empty()) std::cerr << "lctrain: " << inv.error << std::flush;
+      if (!inv.error.empty()) std::cerr << "lctrain: error: " << inv.error << std::flush;
     }
     return inv.exit_code;
   }

@@ -24,12 +24,17 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
     fail(ranks, " MPI ranks share ", node, " CPUs on host ", topo.host,
          ": that oversubscribes the cores. Start at most ", node,
          " ranks per host, or pass --oversubscribe (functional tests only)");
-  if (threads > avail)
-    fail(threads, " OpenMP threads per rank x ", ranks, " rank", ranks == 1 ? "" : "s",
-         " on host ", topo.host, " needs more than the ", own, " CPUs of this rank's cpuset (",
-         node, " on the host): use --threads ", avail, " or fewer (0 = automatic), bind ranks to ",
-         "more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass ",
-         "--oversubscribe (functional tests only)");
+  const char* fix =
+      "bind ranks to more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass "
+      "--oversubscribe (functional tests only)";
+  if (threads > own)
+    fail(threads, " OpenMP threads requested but this rank's cpuset has ", own, " CPU",
+         own == 1 ? "" : "s", ": that oversubscribes the cores; use --threads ", avail,
+         " or fewer (0 = automatic), ", fix);
+  if (threads * ranks > node)
+    fail(threads, " OpenMP threads per rank x ", ranks, " ranks on host ", topo.host, " = ",
+         threads * ranks, " threads on ", node, " CPUs: that oversubscribes the cores; use ",
+         "--threads ", avail, " or fewer (0 = automatic), ", fix);
   return threads;
 }
 

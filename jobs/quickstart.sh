@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to a result:
+#   bash jobs/quickstart.sh run    install missing packages, build, run the default job
+#   bash jobs/quickstart.sh test   install missing packages (and the test references), build,
+#                                  run the whole test suite with ctest
+# Environment: BUILD_DIR (default build), RUN_DIR (default runs/default), JOBS (make -j).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+case "$mode" in run|test) ;; *) echo "usage: bash jobs/quickstart.sh run|test" >&2; exit 2 ;; esac
+
+BUILD_DIR=${BUILD_DIR:-build}
+RUN_DIR=${RUN_DIR:-runs/default}
+JOBS=${JOBS:-$(nproc)}
+
+# --- packages: install only what is missing ----------------------------------------------
+build_pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev
+            hdf5-tools libnuma-dev numactl libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev)
+py_pkgs=(python3-h5py)                     # reading lctrain's files
+[ "$mode" = test ] && py_pkgs+=(python3-torch)  # the independent reference of the golden tests
+missing() { for p in "$@"; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done; }
+need_build=$(missing "${build_pkgs[@]}")
+need_py=$(missing "${py_pkgs[@]}")
+if [ -n "$need_build$need_py" ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  echo "== installing: $need_build $need_py"
+  $sudo apt-get update -qq
+  # shellcheck disable=SC2086
+  [ -z "$need_build" ] || DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $need_build
+  # shellcheck disable=SC2086
+  [ -z "$need_py" ] || DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $need_py
+fi
+
+# mpirun refuses to start as root unless told; CI and containers run as root.
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+# --- build --------------------------------------------------------------------------------
+echo "== building in $BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR.configure.log" 2>&1 ||
+  { cat "$BUILD_DIR.configure.log"; exit 1; }
+grep -A12 "lctrain .* configuration" "$BUILD_DIR.configure.log" | sed 's/^-- //'
+cmake --build "$BUILD_DIR" -j "$JOBS"
+
+if [ "$mode" = test ]; then
+  echo "== testing"
+  cd "$BUILD_DIR"
+  exec ctest --output-on-failure -j "$JOBS"
+fi
+
+# --- the default job (inputs/default.toml) ------------------------------------------------
+lctrain="$BUILD_DIR/app/lctrain"
+mkdir -p "$RUN_DIR"
+cfg=inputs/default.toml
+echo "== default job in $RUN_DIR"
+# The model and data are generated deterministically from the config: replacing them is safe.
+"$lctrain" --config "$cfg" init --out "$RUN_DIR/model.h5" --force
+"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey.h5" --force
+"$lctrain" inspect "$RUN_DIR/passkey.h5" --seq-len 2048
+"$lctrain" inspect "$RUN_DIR/model.h5" --no-tensors

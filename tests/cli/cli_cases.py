@@ -1,0 +1,460 @@
+#!/usr/bin/python3
+"""End-to-end checks of the lctrain binary: good runs, h5py readability and every bad input.
+
+Each case is one ctest test (`cli_cases.py --list` names them). A bad-input case asserts:
+exit code 1 (2 for command-line errors), exactly one 'lctrain: error:' line that names the
+problem, and that no existing file was changed or left half-written.
+Run by hand: /usr/bin/python3 tests/cli/cli_cases.py --lctrain build/app/lctrain CASE
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+LCTRAIN = None
+MPIEXEC = None
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def run(*args, env=None, ranks=None):
+    cmd = [LCTRAIN, *map(str, args)]
+    if ranks:
+        cmd = [MPIEXEC, "-n", str(ranks), "--oversubscribe"] + cmd
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             OMPI_MCA_rmaps_base_oversubscribe="1")
+    e.update(env or {})
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
+    return p
+
+
+def ok(*args, **kw):
+    p = run(*args, **kw)
+    assert p.returncode == 0, f"{args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def expect_error(args, *needles, code=1, ranks=None, keep=(), env=None):
+    """Runs lctrain, expecting failure with one message containing every needle."""
+    before = {p: digest(p) for p in keep}
+    listing = sorted(os.listdir("."))
+    p = run(*args, ranks=ranks, env=env)
+    assert p.returncode == code, f"exit {p.returncode}, wanted {code}\nstdout:{p.stdout}\nstderr:{p.stderr}"
+    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:") or l.startswith("lctrain: ")]
+    assert len(errors) == 1, f"wanted one error line, got:\n{p.stderr}"
+    for n in needles:
+        assert n in errors[0], f"'{n}' not in: {errors[0]}"
+    for path, d in before.items():
+        assert digest(path) == d, f"{path} was changed"
+    assert not [f for f in os.listdir(".") if ".tmp-" in f], "temporary file left behind"
+    assert sorted(os.listdir(".")) == listing, f"files appeared: {set(os.listdir('.')) - set(listing)}"
+    print("error as expected:", errors[0])
+
+
+def good_model(name="m.h5", preset="tiny"):
+    ok("init", "-o", name, "--preset", preset)
+    return name
+
+
+def good_dataset(name="d.h5"):
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "6", "--doc-length", "300", "-o", name)
+    return name
+
+
+def edit(path, fn):
+    with h5py.File(path, "r+") as f:
+        fn(f)
+
+
+def flip_bytes_in(path, dataset):
+    """Corrupts the stored bytes of one dataset's first chunk, leaving metadata intact."""
+    with h5py.File(path, "r") as f:
+        offset = f[dataset].id.get_chunk_info(0).byte_offset
+    with open(path, "r+b") as f:
+        f.seek(offset + 16)
+        b = bytearray(f.read(8))
+        f.seek(offset + 16)
+        f.write(bytes(x ^ 0x5A for x in b))
+
+
+# --- good runs ---------------------------------------------------------------------------
+
+@case
+def h5py_reads_model_and_dataset():
+    good_model("m.h5", "30m")
+    good_dataset()
+    with h5py.File("m.h5", "r") as f:
+        a = f.attrs
+        for k in ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "rope_theta", "rms_norm_eps",
+                  "max_position_embeddings", "tie_word_embeddings", "format_version"]:
+            assert k in a, k
+        assert a["hidden_size"] == 512 and a["num_hidden_layers"] == 8 and a["intermediate_size"] == 1408
+        C, H, KV = 512, a["num_attention_heads"], a["num_key_value_heads"]
+        D = C // H
+        assert f["model.embed_tokens.weight"].shape == (a["vocab_size"], C)
+        for l in range(8):
+            p = f"model.layers.{l}."
+            assert f[p + "self_attn.q_proj.weight"].shape == (H * D, C)
+            assert f[p + "self_attn.k_proj.weight"].shape == (KV * D, C)
+            assert f[p + "self_attn.v_proj.weight"].shape == (KV * D, C)
+            assert f[p + "self_attn.o_proj.weight"].shape == (C, H * D)
+            assert f[p + "mlp.gate_proj.weight"].shape == (1408, C)
+            assert f[p + "mlp.up_proj.weight"].shape == (1408, C)
+            assert f[p + "mlp.down_proj.weight"].shape == (C, 1408)
+            assert f[p + "input_layernorm.weight"].dtype == np.float32
+            assert np.all(f[p + "post_attention_layernorm.weight"][:] == 1)
+        assert f["model.norm.weight"].shape == (C,)
+        assert f["lm_head.weight"].shape == (a["vocab_size"], C)
+        w = f["model.layers.3.mlp.up_proj.weight"][:]
+        assert abs(w.std() - 0.02) < 0.001, w.std()
+        n = sum(f[k].size for k in f.keys() if k.endswith(".weight"))
+        print(f"30m preset: {n} parameters")
+        prov = f["provenance"].attrs
+        for k in ["software", "version", "git_revision", "date", "host", "command_line"]:
+            assert k in prov, k
+        assert "init -o m.h5" in prov["command_line"]
+        assert f["provenance/config"].attrs["init.preset"] == "30m"
+    with h5py.File("d.h5", "r") as f:
+        assert f["tokens"].ndim == 1 and f["tokens"].dtype.kind == "i"
+        off = f["doc_offsets"][:]
+        assert off[0] == 0 and off[-1] == f["tokens"].shape[0] and len(off) == 7
+        assert f.attrs["vocab_size"] == 259 and f.attrs["tokenizer"] == "byte"
+        assert "passkey/answer_offset" in f and "provenance" in f
+
+
+@case
+def prepare_license_texts_round_trip():
+    lic = "/usr/share/common-licenses"
+    files = sorted(os.path.join(lic, n) for n in os.listdir(lic)
+                   if os.path.isfile(os.path.join(lic, n)))
+    assert len(files) >= 5, files
+    p = ok("prepare", "-o", "lic.h5", "--seq-len", "8192", *files)
+    assert "tokens per document: mean" in p.stdout and "efficiency" in p.stdout, p.stdout
+    with h5py.File("lic.h5", "r") as f:
+        tok, off = f["tokens"][:], f["doc_offsets"][:]
+        assert len(off) == len(files) + 1
+        for i, path in enumerate(files):
+            doc = tok[off[i]:off[i + 1]]
+            assert doc[0] == 256 and doc[-1] == 257
+            with open(path, "rb") as src:
+                assert bytes(doc[1:-1].astype(np.uint8)) == src.read(), path
+    ok("inspect", "lic.h5", "--seq-len", "4096")
+
+
+@case
+def prepare_splits_on_separator():
+    with open("docs.txt", "w") as f:
+        f.write("first doc\n---\nsecond doc\n---\n\n---\nthird")
+    p = ok("prepare", "-o", "s.h5", "--separator", "\\n---\\n", "docs.txt")
+    with h5py.File("s.h5", "r") as f:
+        assert f.attrs["n_documents"] == 3, f.attrs["n_documents"]
+
+
+@case
+def config_file_and_precedence():
+    with open("run.toml", "w") as f:
+        f.write('[init]\npreset = "tiny"\nhidden_size = 128\nseed = 3\n')
+    ok("init", "--config", "run.toml", "-o", "a.h5", env={"LCT_SEED": "9", "LCT_HIDDEN_SIZE": "32"})
+    ok("init", "--config", "run.toml", "-o", "b.h5", "--hidden-size", "96")
+    ok("init", "-o", "c.h5", env={"LCT_HIDDEN_SIZE": "32"})
+    with h5py.File("a.h5") as a, h5py.File("b.h5") as b, h5py.File("c.h5") as c:
+        assert a.attrs["hidden_size"] == 128       # file beats environment
+        assert a["provenance/config"].attrs["init.seed"] == 3
+        assert b.attrs["hidden_size"] == 96        # command line beats file
+        assert c.attrs["hidden_size"] == 32        # environment beats default
+
+
+@case
+def version_names_every_library():
+    p = ok("--version")
+    for lib in ["lctrain", "git", "Open MPI", "HDF5", "OpenBLAS", "CLI11"]:
+        assert lib in p.stdout, (lib, p.stdout)
+    assert "pthread build" in p.stdout or "openmp build" in p.stdout or "sequential build" in p.stdout
+
+
+@case
+def two_ranks_share_cores_without_oversubscribing():
+    p = ok("init", "-o", "m.h5", ranks=2, env={"OMPI_MCA_rmaps_base_oversubscribe": "0"})
+    assert p.stdout.count("lctrain 0.1") == 1, "only rank 0 prints"
+    assert "2 ranks in all" in p.stdout, p.stdout
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+@case
+def bad_model_missing_file():
+    expect_error(["inspect", "nothere.h5"], "'nothere.h5' does not exist")
+
+
+@case
+def bad_model_not_hdf5():
+    with open("m.h5", "w") as f:
+        f.write("not hdf5 at all\n" * 100)
+    expect_error(["inspect", "m.h5"], "'m.h5' cannot be opened as HDF5")
+
+
+@case
+def bad_model_truncated():
+    good_model()
+    size = os.path.getsize("m.h5")
+    with open("m.h5", "r+b") as f:
+        f.truncate(size // 2)
+    expect_error(["inspect", "m.h5"], "m.h5", "truncated")
+
+
+@case
+def bad_model_corrupt_tensor_data():
+    good_model()
+    flip_bytes_in("m.h5", "model.layers.1.mlp.up_proj.weight")
+    expect_error(["inspect", "m.h5"], "model.layers.1.mlp.up_proj.weight", "corrupt")
+
+
+@case
+def bad_model_missing_tensor():
+    good_model()
+    edit("m.h5", lambda f: f.__delitem__("model.layers.1.self_attn.k_proj.weight"))
+    expect_error(["inspect", "m.h5"], "model.layers.1.self_attn.k_proj.weight", "missing")
+
+
+@case
+def bad_model_wrong_shape():
+    good_model()
+    def fn(f):
+        del f["model.layers.0.mlp.gate_proj.weight"]
+        f["model.layers.0.mlp.gate_proj.weight"] = np.zeros((64, 176), np.float32)
+    edit("m.h5", fn)
+    expect_error(["inspect", "m.h5"], "model.layers.0.mlp.gate_proj.weight", "[64, 176]", "[176, 64]")
+
+
+@case
+def bad_model_wrong_dtype():
+    good_model()
+    def fn(f):
+        del f["model.norm.weight"]
+        f["model.norm.weight"] = np.ones(64, np.float64)
+    edit("m.h5", fn)
+    expect_error(["inspect", "m.h5"], "model.norm.weight", "float64", "float32")
+
+
+@case
+def bad_model_wrong_format_version():
+    good_model()
+    edit("m.h5", lambda f: f.attrs.__setitem__("format_version", 99))
+    expect_error(["inspect", "m.h5"], "format_version 99")
+
+
+@case
+def bad_model_missing_config_attribute():
+    good_model()
+    edit("m.h5", lambda f: f.attrs.__delitem__("num_key_value_heads"))
+    expect_error(["inspect", "m.h5"], "'num_key_value_heads' is missing")
+
+
+@case
+def bad_model_inconsistent_config():
+    good_model()
+    edit("m.h5", lambda f: f.attrs.__setitem__("num_key_value_heads", 3))
+    expect_error(["inspect", "m.h5"], "num_attention_heads 4 is not divisible by num_key_value_heads 3")
+
+
+@case
+def bad_model_foreign_hdf5():
+    with h5py.File("m.h5", "w") as f:
+        f["x"] = np.zeros(3)
+    p = ok("inspect", "m.h5")  # inspect shows any HDF5 file ...
+    assert "not an lctrain file" in p.stdout
+    # ... but a model reader refuses it; the dataset check exercises the same path.
+
+
+@case
+def bad_dataset_token_out_of_vocabulary():
+    good_dataset()
+    def fn(f):
+        t = f["tokens"][:]
+        t[123] = 300
+        del f["tokens"]
+        f["tokens"] = t
+    edit("d.h5", fn)
+    expect_error(["inspect", "d.h5"], "token id 300 at position 123", "vocabulary [0, 259)")
+
+
+@case
+def bad_dataset_float_tokens():
+    good_dataset()
+    def fn(f):
+        t = f["tokens"][:].astype(np.float32)
+        del f["tokens"]
+        f["tokens"] = t
+    edit("d.h5", fn)
+    expect_error(["inspect", "d.h5"], "'tokens'", "float32", "integer")
+
+
+@case
+def bad_dataset_missing_offsets():
+    good_dataset()
+    edit("d.h5", lambda f: f.__delitem__("doc_offsets"))
+    expect_error(["inspect", "d.h5"], "'doc_offsets'", "missing")
+
+
+@case
+def bad_dataset_decreasing_offsets():
+    good_dataset()
+    def fn(f):
+        o = f["doc_offsets"][:]
+        o[2], o[3] = o[3], o[2]
+        del f["doc_offsets"]
+        f["doc_offsets"] = o
+    edit("d.h5", fn)
+    expect_error(["inspect", "d.h5"], "doc_offsets decrease at document")
+
+
+@case
+def bad_dataset_truncated():
+    good_dataset()
+    with open("d.h5", "r+b") as f:
+        f.truncate(os.path.getsize("d.h5") - 2000)
+    expect_error(["inspect", "d.h5"], "d.h5")
+
+
+@case
+def bad_dataset_corrupt_tokens():
+    good_dataset()
+    flip_bytes_in("d.h5", "tokens")
+    expect_error(["inspect", "d.h5"], "'tokens'", "corrupt")
+
+
+@case
+def bad_dataset_wrong_format_version():
+    good_dataset()
+    edit("d.h5", lambda f: f.attrs.__setitem__("format_version", 2))
+    expect_error(["inspect", "d.h5"], "format_version 2")
+
+
+@case
+def bad_output_exists_without_force():
+    good_model()
+    good_dataset()
+    expect_error(["init", "-o", "m.h5", "--seed", "5"], "'m.h5' already exists", "--force", keep=["m.h5"])
+    expect_error(["prepare", "--synthetic", "passkey", "-o", "d.h5"], "'d.h5' already exists",
+                 keep=["d.h5"])
+    before = digest("m.h5")
+    ok("init", "-o", "m.h5", "--seed", "5", "--force")
+    assert digest("m.h5") != before
+
+
+@case
+def bad_output_directory_missing():
+    expect_error(["init", "-o", "nodir/m.h5"], "directory 'nodir' does not exist")
+
+
+@case
+def bad_prepare_not_utf8():
+    with open("latin1.txt", "wb") as f:
+        f.write("caf\u00e9".encode("latin-1"))
+    expect_error(["prepare", "-o", "x.h5", "latin1.txt"], "'latin1.txt' is not UTF-8", "offset 3")
+
+
+@case
+def bad_prepare_missing_input():
+    expect_error(["prepare", "-o", "x.h5", "missing.txt"], "'missing.txt' cannot be read")
+
+
+@case
+def bad_prepare_empty_input():
+    open("empty.txt", "w").close()
+    expect_error(["prepare", "-o", "x.h5", "empty.txt"], "holds no text")
+
+
+@case
+def bad_passkey_documents_too_short():
+    expect_error(["prepare", "--synthetic", "passkey", "--doc-length", "100", "-o", "x.h5"],
+                 "cannot hold the task", "at least")
+
+
+@case
+def bad_init_unknown_preset():
+    expect_error(["init", "-o", "m.h5", "--preset", "huge"], "unknown model preset 'huge'", "tiny")
+
+
+@case
+def bad_init_inconsistent_sizes():
+    expect_error(["init", "-o", "m.h5", "--num-attention-heads", "5"],
+                 "hidden_size 64 is not divisible by num_attention_heads 5")
+
+
+@case
+def bad_config_unknown_key():
+    with open("run.toml", "w") as f:
+        f.write("[init]\nsede = 3\n")
+    expect_error(["init", "--config", "run.toml", "-o", "m.h5"], "run.toml", "unknown option 'init.sede'",
+                 code=2)
+
+
+@case
+def bad_config_missing_file():
+    expect_error(["init", "--config", "nope.toml", "-o", "m.h5"], "nope.toml", code=2)
+
+
+@case
+def bad_flag():
+    expect_error(["init", "-o", "m.h5", "--hiden-size", "3"], "--hiden-size", code=2)
+
+
+@case
+def bad_threads_oversubscribe():
+    ncpu = len(os.sched_getaffinity(0))
+    expect_error(["--threads", str(ncpu + 1), "init", "-o", "m.h5"], f"--threads {ncpu} or fewer",
+                 "oversubscribes")
+    ok("--threads", str(ncpu + 1), "--oversubscribe", "init", "-o", "m.h5")
+
+
+@case
+def bad_threads_two_ranks_fail_together():
+    ncpu = len(os.sched_getaffinity(0))
+    # Unbound ranks on one host: each asks for every CPU, together twice as many.
+    expect_error(["--threads", str(ncpu), "init", "-o", "m.h5"], f"x 2 ranks on host", "oversubscribes",
+                 ranks=2,
+                 env={"OMPI_MCA_hwloc_base_binding_policy": "none"})
+
+
+def main():
+    global LCTRAIN, MPIEXEC
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lctrain")
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("case", nargs="?")
+    a = ap.parse_args()
+    if a.list:
+        print(";".join(CASES))
+        return 0
+    LCTRAIN, MPIEXEC = os.path.abspath(a.lctrain), a.mpiexec
+    work = tempfile.mkdtemp(prefix=f"lct_{a.case}_")
+    os.chdir(work)
+    try:
+        CASES[a.case]()
+    finally:
+        os.chdir("/")
+        shutil.rmtree(work, ignore_errors=True)
+    print("PASS", a.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+// Tokenizer, UTF-8 checks, passkey generation and packing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/error.hpp"
+#include "data/packing.hpp"
+#include "data/passkey.hpp"
+#include "data/text.hpp"
+#include "data/tokenizer.hpp"
+
+namespace lct {
+namespace {
+
+TEST(ByteTokenizer, RoundTripsEveryByteAndUtf8) {
+  std::string text = "Grüße, 世界! \xF0\x9F\x98\x80 tab\tnewline\n";
+  for (int b = 0; b < 256; ++b) text.push_back(char(b));
+  const auto ids = ByteTokenizer::encode_document(text);
+  ASSERT_EQ(ids.size(), text.size() + 2);
+  EXPECT_EQ(ids.front(), ByteTokenizer::kBos);
+  EXPECT_EQ(ids.back(), ByteTokenizer::kEos);
+  EXPECT_EQ(ByteTokenizer::decode(ids.data(), ids.size()), text);
+  EXPECT_EQ(ByteTokenizer::decode(ids.data(), 3, true), "<bos>Gr");
+}
+
+TEST(Utf8, AcceptsValidAndLocatesInvalid) {
+  EXPECT_EQ(first_invalid_utf8("plain ascii"), std::string_view::npos);
+  EXPECT_EQ(first_invalid_utf8("Grüße 世界 \xF0\x9F\x98\x80"), std::string_view::npos);
+  EXPECT_EQ(first_invalid_utf8("ab\xFF"), 2u);              // never valid
+  EXPECT_EQ(first_invalid_utf8("ab\xC3"), 2u);              // truncated sequence
+  EXPECT_EQ(first_invalid_utf8("\xC0\xAF"), 0u);            // overlong '/'
+  EXPECT_EQ(first_invalid_utf8("x\xED\xA0\x80"), 1u);       // UTF-16 surrogate
+  EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);    // above U+10FFFF
+}
+
+TEST(Text, SplitsOnSeparatorAndSkipsEmptyPieces) {
+  const TokenDataset ds = tokenize_texts({{"a", "one\n\ntwo\n\n\n\nthree"}, {"b", ""}, {"c", "four"}},
+                                         unescape("\\n\\n"));
+  ASSERT_EQ(ds.num_docs(), 4);
+  EXPECT_EQ(ByteTokenizer::decode(ds.tokens.data() + ds.doc_offsets[1], size_t(ds.doc_length(1))), "two");
+  EXPECT_EQ(ByteTokenizer::decode(ds.tokens.data() + ds.doc_offsets[3], size_t(ds.doc_length(3))), "four");
+  EXPECT_NO_THROW(validate(ds, "test"));
+}
+
+TEST(Text, RejectsInvalidUtf8NamingFileAndOffset) {
+  try {
+    tokenize_texts({{"good.txt", "fine"}, {"bad.txt", "abc\xFF"}}, "");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'bad.txt' is not UTF-8 text"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("offset 3"), std::string::npos);
+  }
+  EXPECT_THROW(tokenize_texts({{"empty", ""}}, ""), Error);
+}
+
+PasskeySpec spec(uint64_t seed) { return {40, 300, 5, seed}; }
+
+TEST(Passkey, IsDeterministicInItsSeed) {
+  const TokenDataset a = make_passkey_dataset(spec(7)), b = make_passkey_dataset(spec(7));
+  const TokenDataset c = make_passkey_dataset(spec(8));
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.passkey.depth, b.passkey.depth);
+  EXPECT_NE(a.tokens, c.tokens);
+}
+
+TEST(Passkey, AnswerIsTheHiddenKeyAtTheEnd) {
+  const TokenDataset ds = make_passkey_dataset(spec(3));
+  ASSERT_EQ(ds.num_docs(), 40);
+  EXPECT_NO_THROW(validate(ds, "passkey"));
+  std::set<std::string> keys;
+  int shallow = 0, deep = 0;
+  for (int64_t d = 0; d < ds.num_docs(); ++d) {
+    ASSERT_EQ(ds.doc_length(d), 300);
+    const int32_t* doc = ds.tokens.data() + ds.doc_offsets[d];
+    const std::string text = ByteTokenizer::decode(doc, 300);
+    const std::string key = ByteTokenizer::decode(doc + ds.passkey.answer_offset[d],
+                                                  size_t(ds.passkey.answer_length[d]));
+    ASSERT_EQ(key.size(), 5u);
+    EXPECT_EQ(key.find_first_not_of("0123456789"), std::string::npos);
+    // The answer ends the document (just before EOS), after the question...
+    EXPECT_EQ(ds.passkey.answer_offset[d] + 5, 300 - 1);
+    EXPECT_EQ(doc[299], ByteTokenizer::kEos);
+    EXPECT_NE(text.find("What is the pass key? The pass key is " + key), std::string::npos);
+    // ...and the same key was hidden earlier, at the recorded depth.
+    const size_t at = text.find("The pass key is " + key + ". Remember it.");
+    ASSERT_NE(at, std::string::npos);
+    const double depth = ds.passkey.depth[d];
+    EXPECT_GE(depth, 0.0);
+    EXPECT_LE(depth, 1.0);
+    const size_t filler = 300 - size_t(passkey_min_doc_length(5));
+    const size_t intro = text.find("end. ") + 5;
+    EXPECT_EQ(at, intro + size_t(std::llround(depth * double(filler))));
+    (depth < 0.5 ? shallow : deep)++;
+    keys.insert(key);
+  }
+  EXPECT_GT(keys.size(), 35u);  // keys differ between documents
+  EXPECT_GT(shallow, 5);        // and depths cover the document
+  EXPECT_GT(deep, 5);
+}
+
+TEST(Passkey, RejectsDocumentsTooShortForTheTask) {
+  EXPECT_THROW(make_passkey_dataset({4, passkey_min_doc_length(5) - 1, 5, 1}), Error);
+  EXPECT_NO_THROW(make_passkey_dataset({4, passkey_min_doc_length(5), 5, 1}));
+}
+
+TEST(Packing, NextFitKeepsOrderPadsAndSplitsLongDocuments) {
+  // Documents of 3, 4, 2, 9 and 1 tokens into sequences of 5.
+  const std::vector<int64_t> off = {0, 3, 7, 9, 18, 19};
+  const Packing p = pack_documents(off, 5);
+  ASSERT_EQ(p.sequences.size(), 5u);
+  EXPECT_EQ(p.sequences[0].used, 3);  // [3] then 4 does not fit
+  EXPECT_EQ(p.sequences[1].used, 4);  // [4] then 2 does not fit
+  EXPECT_EQ(p.sequences[2].used, 2);  // [2] then the 9 is split: 5 ...
+  EXPECT_EQ(p.sequences[3].used, 5);
+  EXPECT_EQ(p.sequences[4].used, 5);  // ... 4, then 1 fits beside it
+  EXPECT_EQ(p.sequences[4].spans.size(), 2u);
+  EXPECT_EQ(p.split_docs, 1);
+  EXPECT_EQ(p.real_tokens, 19);
+  EXPECT_DOUBLE_EQ(p.efficiency(), 19.0 / 25.0);
+}
+
+TEST(Packing, FillSequenceMasksDocumentEndsAndPadding) {
+  TokenDataset ds;
+  ds.tokens = {10, 11, 12, 20, 21};
+  ds.doc_offsets = {0, 3, 5};
+  ds.pad_id = 99;
+  const Packing p = pack_documents(ds.doc_offsets, 7);
+  ASSERT_EQ(p.sequences.size(), 1u);
+  std::vector<int32_t> tok(7), tgt(7), doc(7), pos(7);
+  fill_sequence(ds, p.sequences[0], 7, tok.data(), tgt.data(), doc.data(), pos.data());
+  EXPECT_EQ(tok, (std::vector<int32_t>{10, 11, 12, 20, 21, 99, 99}));
+  EXPECT_EQ(tgt, (std::vector<int32_t>{11, 12, -1, 21, -1, -1, -1}));
+  EXPECT_EQ(doc, (std::vector<int32_t>{0, 0, 0, 1, 1, -1, -1}));
+  EXPECT_EQ(pos, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 0}));
+}
+
+}  // namespace
+}  // namespace lct

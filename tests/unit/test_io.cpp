@@ -1,0 +1,113 @@
+// HDF5 round trips of the model and dataset files, and the never-overwrite rule.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.hpp"
+#include "data/passkey.hpp"
+#include "io/dataset_file.hpp"
+#include "io/model_file.hpp"
+#include "model/init.hpp"
+
+namespace lct {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lct_io_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+Provenance prov() {
+  Provenance p;
+  p.version = "test";
+  p.config = {{"", "threads", int64_t(2), ""}, {"init", "seed", int64_t(5), ""}};
+  return p;
+}
+
+using ModelFile = TempDir;
+
+TEST_F(ModelFile, RoundTripIsBitExactForTiedAndUntied) {
+  for (bool tied : {false, true}) {
+    ModelConfig c = model_preset("tiny");
+    c.tie_word_embeddings = tied;
+    c.rope_theta = 500000.0;
+    const ParamLayout layout = ParamLayout::llama(c);
+    Buffer<float> w(layout.total);
+    llama_init(layout, c, 9, w.data());
+    const std::string file = path(tied ? "tied.h5" : "untied.h5");
+    write_model_file(file, c, layout, w.data(), prov(), false);
+    const ModelData m = read_model_file(file);
+    EXPECT_EQ(m.config.rope_theta, 500000.0);
+    EXPECT_EQ(m.config.tie_word_embeddings, tied);
+    EXPECT_EQ(m.config.hidden_size, c.hidden_size);
+    ASSERT_EQ(m.layout.total, layout.total);
+    for (const TensorSpec& t : layout.tensors)
+      for (size_t i = 0; i < t.numel; ++i) ASSERT_EQ(m.params[t.offset + i], w[t.offset + i]) << t.name;
+  }
+}
+
+TEST_F(ModelFile, NeverOverwritesUnlessForcedAndLeavesNoTemporaryFile) {
+  const ModelConfig c = model_preset("tiny");
+  const ParamLayout layout = ParamLayout::llama(c);
+  Buffer<float> w(layout.total);
+  const std::string file = path("m.h5");
+  { std::ofstream(file) << "precious"; }
+  EXPECT_THROW(write_model_file(file, c, layout, w.data(), prov(), false), Error);
+  std::ifstream in(file);
+  std::string content((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(content, "precious");
+  write_model_file(file, c, layout, w.data(), prov(), true);
+  EXPECT_NO_THROW(read_model_file(file));
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) entries += e.is_regular_file();
+  EXPECT_EQ(entries, 1);  // no .tmp-* left behind
+  EXPECT_THROW(write_model_file(path("no/such/dir/m.h5"), c, layout, w.data(), prov(), false), Error);
+}
+
+using DatasetFile = TempDir;
+
+TEST_F(DatasetFile, RoundTripKeepsTokensOffsetsAndPasskeyAnswers) {
+  const TokenDataset ds = make_passkey_dataset({12, 256, 4, 77});
+  const std::string file = path("d.h5");
+  write_dataset_file(file, ds, prov(), false);
+  const TokenDataset r = read_dataset_file(file);
+  EXPECT_EQ(r.tokens, ds.tokens);
+  EXPECT_EQ(r.doc_offsets, ds.doc_offsets);
+  EXPECT_EQ(r.vocab_size, ds.vocab_size);
+  EXPECT_EQ(r.tokenizer, "byte");
+  EXPECT_EQ(r.bos_id, ds.bos_id);
+  EXPECT_EQ(r.pad_id, ds.pad_id);
+  EXPECT_EQ(r.source, ds.source);
+  EXPECT_EQ(r.passkey.answer_offset, ds.passkey.answer_offset);
+  EXPECT_EQ(r.passkey.answer_length, ds.passkey.answer_length);
+  EXPECT_EQ(r.passkey.depth, ds.passkey.depth);
+}
+
+TEST_F(DatasetFile, ReadingAModelAsADatasetSaysWhatTheFileIs) {
+  const ModelConfig c = model_preset("tiny");
+  const ParamLayout layout = ParamLayout::llama(c);
+  Buffer<float> w(layout.total);
+  write_model_file(path("m.h5"), c, layout, w.data(), prov(), false);
+  try {
+    read_dataset_file(path("m.h5"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is an lctrain model file, not a dataset file"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lct

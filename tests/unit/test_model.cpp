@@ -1,0 +1,90 @@
+// Model configuration, parameter layout and initialisation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <omp.h>
+
+#include "common/error.hpp"
+#include "model/init.hpp"
+#include "model/params.hpp"
+#include "sys/memory.hpp"
+
+namespace lct {
+namespace {
+
+TEST(ModelConfig, PresetsAreValidAndTheBenchmarkModelHasItsSizes) {
+  for (const auto& name : model_preset_names()) EXPECT_NO_THROW(model_preset(name).validate(name));
+  const ModelConfig m = model_preset("30m");
+  EXPECT_EQ(m.hidden_size, 512);
+  EXPECT_EQ(m.num_hidden_layers, 8);
+  EXPECT_EQ(m.num_attention_heads, 8);
+  EXPECT_EQ(m.intermediate_size, 1408);
+  EXPECT_TRUE(m.num_key_value_heads == 2 || m.num_key_value_heads == 4);
+  EXPECT_THROW(model_preset("huge"), Error);
+}
+
+TEST(ModelConfig, ValidationNamesTheBrokenRule) {
+  ModelConfig c = model_preset("tiny");
+  c.num_key_value_heads = 3;
+  try {
+    c.validate("here");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_key_value_heads 3"), std::string::npos);
+  }
+  c = model_preset("tiny");
+  c.hidden_size = 66;  // not divisible by 4 heads
+  EXPECT_THROW(c.validate("here"), Error);
+  c.hidden_size = 72;  // head_dim 18: fine
+  EXPECT_NO_THROW(c.validate("here"));
+  c.num_attention_heads = 8;  // head_dim 9: odd, RoPE cannot rotate pairs
+  c.num_key_value_heads = 2;
+  EXPECT_THROW(c.validate("here"), Error);
+}
+
+TEST(ParamLayout, HuggingFaceNamesShapesAndAlignedOffsets) {
+  ModelConfig c = model_preset("tiny");
+  const ParamLayout p = ParamLayout::llama(c);
+  EXPECT_EQ(p.num_parameters(), size_t(c.num_parameters()));
+  const TensorSpec* q = p.find("model.layers.1.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->shape, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(p.find("model.layers.0.self_attn.k_proj.weight")->shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(p.find("model.layers.0.mlp.down_proj.weight")->shape, (std::vector<int64_t>{64, 176}));
+  EXPECT_NE(p.find("lm_head.weight"), nullptr);
+  for (const auto& t : p.tensors) EXPECT_EQ(t.offset % 16, 0u) << t.name;
+  c.tie_word_embeddings = true;
+  const ParamLayout tied = ParamLayout::llama(c);
+  EXPECT_EQ(tied.find("lm_head.weight"), nullptr);
+  Buffer<float> buf(tied.total);
+  const ModelTensors m = carve(tied, c, buf.data());
+  EXPECT_EQ(m.lm_head, m.embed);
+  EXPECT_EQ(m.layers[1].w_down, buf.data() + tied.find("model.layers.1.mlp.down_proj.weight")->offset);
+}
+
+TEST(LlamaInit, NormalMatricesUnitNormsIndependentOfThreads) {
+  const ModelConfig c = model_preset("tiny");
+  const ParamLayout p = ParamLayout::llama(c);
+  Buffer<float> a(p.total), b(p.total);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  llama_init(p, c, 42, a.data());
+  omp_set_num_threads(2);
+  llama_init(p, c, 42, b.data());
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < p.total; ++i) ASSERT_EQ(a[i], b[i]) << i;
+  const TensorSpec* e = p.find("model.embed_tokens.weight");
+  double sum = 0, sq = 0;
+  for (size_t i = 0; i < e->numel; ++i) {
+    sum += a[e->offset + i];
+    sq += double(a[e->offset + i]) * a[e->offset + i];
+  }
+  const double mean = sum / double(e->numel), std = std::sqrt(sq / double(e->numel) - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.002);
+  EXPECT_NEAR(std, 0.02, 0.001);
+  const TensorSpec* n = p.find("model.norm.weight");
+  for (size_t i = 0; i < n->numel; ++i) EXPECT_EQ(a[n->offset + i], 1.0f);
+}
+
+}  // namespace
+}  // namespace lct
