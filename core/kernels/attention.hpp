@@ -1,0 +1,75 @@
+// Attention over a stream of tokens: causal on a per-token index and restricted to one
+// document, with grouped-query heads. The flash kernel keeps memory linear in the sequence
+// length (no [Tq, Tk] buffer ever: tiles of [block_q, block_k]) and is what training runs;
+// the reference kernel is the plain definition, for tests.
+//
+// Layouts (row-major, token-major, as the projections produce them):
+//   q, o, dq [Tq, H*D]    k, v, dk, dv [Tk, KV*D]    lse, delta [H, Tq]
+// Query head h reads key/value head h / (H / KV): K/V are never copied per query head.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "sys/memory.hpp"
+
+namespace lct {
+
+struct AttnDims {
+  int64_t Tq = 0, Tk = 0;
+  int64_t H = 1, KV = 1, D = 1;
+};
+
+// A query sees a key when both have the same doc >= 0 and key.idx <= query.idx (doc -1 is
+// padding: sees nothing, is seen by nothing). Within a stream, idx must increase with the
+// token's position in the buffer only for speed (whole tiles are skipped or unmasked from
+// the tiles' min/max), never for correctness.
+struct TokenTags {
+  const int32_t* idx;
+  const int32_t* doc;
+};
+
+struct AttnBlocks {
+  int64_t q = 128;
+  int64_t k = 128;
+};
+
+class FlashAttention {
+ public:
+  // Allocates every thread's scratch once (first-touched by its thread).
+  FlashAttention(int64_t max_tq, int64_t D, AttnBlocks blocks = {});
+
+  // o and lse overwritten. Rows that see no key get o = 0, lse = -inf.
+  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags qt,
+               TokenTags kt, float* o, float* lse);
+
+  // Adds the gradients to dq, dk, dv. lse is the log-sum-exp of the rows' complete softmax
+  // and delta = rowsum(dout * o) (attention_delta), both over every key the row sees: with
+  // them, P = exp(scale q k - lse) of any subset of keys is exact (the ring uses this).
+  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* lse,
+                const float* delta, const float* dout, TokenTags qt, TokenTags kt, float* dq,
+                float* dk, float* dv);
+
+  size_t workspace_bytes() const;
+  const AttnBlocks& blocks() const { return blocks_; }
+
+ private:
+  struct Scratch {
+    Buffer<float> s, dp, acc, m, l, dq;  // tiles [bq, bk], [bq, D], rows, private dQ [Tq, D]
+  };
+  AttnBlocks blocks_;
+  int64_t max_tq_, D_;
+  std::vector<Scratch> scratch_;  // one per thread
+};
+
+// delta [H, Tq] = rowsum(dout * o) per head.
+void attention_delta(const float* o, const float* dout, int64_t Tq, int64_t H, int64_t D,
+                     float* delta);
+
+// The definition, one row at a time in double precision. Same layouts and contracts.
+void attention_reference_forward(const AttnDims& d, const float* q, const float* k, const float* v,
+                                 TokenTags qt, TokenTags kt, float* o, float* lse);
+void attention_reference_backward(const AttnDims& d, const float* q, const float* k,
+                                  const float* v, const float* dout, TokenTags qt, TokenTags kt,
+                                  float* dq, float* dk, float* dv);
+
+}  // namespace lct

@@ -1,0 +1,48 @@
+// Forward and backward of the element-wise and row-wise layers of a Llama decoder, over
+// plain row-major buffers. T = tokens, C = hidden size. All parallelise over tokens with
+// OpenMP (static schedule) and are deterministic for a given thread count.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace lct {
+
+// y = x / sqrt(mean(x^2) + eps) * w.   x, y [T, C]; rstd [T] saved for backward; w [C].
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
+                     float eps);
+// dx [T, C] (+)= ...; dw [C] += ...  (accumulate_dx adds into dx, else overwrites)
+void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* rstd,
+                      const float* w, int64_t T, int64_t C, bool accumulate_dx);
+
+// RoPE as Hugging Face Llama applies it ("rotate_half"): dimension i pairs with i + D/2,
+// angle = pos * theta^(-2i/D), computed in double so long positions stay exact.
+class RopeTable {
+ public:
+  RopeTable() = default;
+  RopeTable(int64_t max_pos, int64_t head_dim, double theta);
+  // x [T, heads * D], rotated in place by the positions pos [T]. backward = inverse rotation.
+  void forward(float* x, const int32_t* pos, int64_t T, int64_t heads) const;
+  void backward(float* dx, const int32_t* pos, int64_t T, int64_t heads) const;
+  int64_t max_pos() const { return max_pos_; }
+
+ private:
+  void rotate(float* x, const int32_t* pos, int64_t T, int64_t heads, float sign) const;
+  int64_t max_pos_ = 0, half_ = 0;
+  std::vector<float> cos_, sin_;  // [max_pos, D/2]
+};
+
+// h = silu(gate) * up, all [T*I] (n elements).
+void swiglu_forward(float* h, const float* gate, const float* up, int64_t n);
+// dgate, dup from dh (overwritten).
+void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
+                     int64_t n);
+
+// x[t] = table[tokens[t]]    x [T, C], table [V, C]
+void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C);
+// dtable[tokens[t]] += dx[t]  (parallel over channels: no two threads touch one element)
+void embedding_backward(float* dtable, const int32_t* tokens, const float* dx, int64_t T, int64_t C);
+
+// y = a + b (y may alias a)
+void add(float* y, const float* a, const float* b, int64_t n);
+
+}  // namespace lct

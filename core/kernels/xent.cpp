@@ -1,0 +1,84 @@
+#include "kernels/xent.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/gemm.hpp"
+#include "kernels/vexp.hpp"
+
+namespace lct {
+
+LmHeadXent::LmHeadXent(int64_t max_tokens, int64_t V, XentChunks chunks)
+    : V_(V), chunks_(chunks) {
+  chunks_.vocab = std::min(chunks_.vocab, V);
+  chunks_.rows = std::min(chunks_.rows, max_tokens);
+  logits_ = Buffer<float>(size_t(chunks_.rows * chunks_.vocab));
+  lse_ = Buffer<float>(size_t(max_tokens));
+  max_ = Buffer<float>(size_t(chunks_.rows));
+  sum_ = Buffer<float>(size_t(chunks_.rows));
+  target_logit_ = Buffer<float>(size_t(chunks_.rows));
+}
+
+double LmHeadXent::run(const float* x, const float* w, const int32_t* targets, int64_t T, int64_t C,
+                       float grad_scale, float* dx, float* dw, int32_t* argmax) {
+  const int64_t RC = chunks_.rows, VC = chunks_.vocab, V = V_;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* logits = logits_.data();
+  double loss = 0.0;
+  for (int64_t r0 = 0; r0 < T; r0 += RC) {
+    const int64_t R = std::min(RC, T - r0);
+    const float* xr = x + r0 * C;
+    std::fill(max_.data(), max_.data() + R, neg_inf);
+    std::fill(sum_.data(), sum_.data() + R, 0.0f);
+    std::fill(target_logit_.data(), target_logit_.data() + R, 0.0f);
+    // Pass 1: log-sum-exp of every row, online over vocabulary chunks.
+    for (int64_t v0 = 0; v0 < V; v0 += VC) {
+      const int64_t n = std::min(VC, V - v0);
+      gemm(false, true, R, n, C, 1.0f, xr, C, w + v0 * C, C, 0.0f, logits, n);
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < R; ++r) {
+        float* row = logits + r * n;
+        const int32_t tg = targets[r0 + r];
+        if (tg >= v0 && tg < v0 + n) target_logit_[size_t(r)] = row[tg - v0];
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; ++j) best = row[j] > row[best] ? j : best;
+        const float m_old = max_[size_t(r)], m_new = std::max(m_old, row[best]);
+        if (argmax && row[best] > m_old) argmax[r0 + r] = int32_t(v0 + best);
+        // without touching the logits: pass 2 may reuse them
+        const float s = sum_exp_shift(row, n, m_new);
+        sum_[size_t(r)] = sum_[size_t(r)] * std::exp(m_old - m_new) + s;
+        max_[size_t(r)] = m_new;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      lse_[size_t(r0 + r)] = max_[size_t(r)] + std::log(sum_[size_t(r)]);
+      if (targets[r0 + r] >= 0) loss += double(lse_[size_t(r0 + r)]) - double(target_logit_[size_t(r)]);
+    }
+    if (!dx) continue;
+    // Pass 2: dlogits = grad_scale * (softmax - onehot); logits recomputed unless one chunk
+    // held the whole vocabulary.
+    for (int64_t v0 = 0; v0 < V; v0 += VC) {
+      const int64_t n = std::min(VC, V - v0);
+      if (VC < V) gemm(false, true, R, n, C, 1.0f, xr, C, w + v0 * C, C, 0.0f, logits, n);
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < R; ++r) {
+        float* row = logits + r * n;
+        const int32_t tg = targets[r0 + r];
+        if (tg < 0) {
+          std::fill(row, row + n, 0.0f);
+          continue;
+        }
+        exp_shift_sum(row, n, lse_[size_t(r0 + r)]);
+        for (int64_t j = 0; j < n; ++j) row[j] *= grad_scale;
+        if (tg >= v0 && tg < v0 + n) row[tg - v0] -= grad_scale;
+      }
+      gemm(false, false, R, C, n, 1.0f, logits, n, w + v0 * C, C, v0 == 0 ? 0.0f : 1.0f,
+           dx + r0 * C, C);
+      gemm(true, false, n, C, R, 1.0f, logits, n, xr, C, 1.0f, dw + v0 * C, C);
+    }
+  }
+  return loss;
+}
+
+}  // namespace lct

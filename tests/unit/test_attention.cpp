@@ -1,0 +1,203 @@
+// The flash attention kernel against the reference definition.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+
+#include "kernels/attention.hpp"
+
+namespace lct {
+namespace {
+
+struct Case {
+  int64_t S, H, KV, D;
+  bool documents;  // packed documents with padding, or one causal sequence
+  AttnBlocks blocks;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  std::vector<int32_t> idx, doc;
+};
+
+// Documents of odd lengths 1..S/3 back to back, then a tail of padding.
+Inputs make_inputs(const Case& c, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Inputs in;
+  auto fill = [&](std::vector<float>& x, int64_t size) {
+    x.resize(size_t(size));
+    for (auto& e : x) e = n(gen);
+  };
+  fill(in.q, c.S * c.H * c.D);
+  fill(in.k, c.S * c.KV * c.D);
+  fill(in.v, c.S * c.KV * c.D);
+  fill(in.dout, c.S * c.H * c.D);
+  in.idx.resize(size_t(c.S));
+  in.doc.assign(size_t(c.S), 0);
+  for (int64_t i = 0; i < c.S; ++i) in.idx[size_t(i)] = int32_t(i);
+  if (c.documents) {
+    const int64_t pad = c.S / 10;
+    int32_t d = 0;
+    int64_t i = 0;
+    while (i < c.S - pad) {
+      const int64_t len = std::min<int64_t>(c.S - pad - i, 1 + 2 * int64_t(gen() % (c.S / 6 + 1)));
+      for (int64_t t = 0; t < len; ++t) in.doc[size_t(i + t)] = d;
+      i += len;
+      ++d;
+    }
+    for (; i < c.S; ++i) in.doc[size_t(i)] = -1;
+  }
+  return in;
+}
+
+double max_rel(const std::vector<float>& a, const std::vector<float>& ref, double* abs_out) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(ref[i]) && a[i] == ref[i]) continue;
+    diff = std::max(diff, double(std::abs(a[i] - ref[i])));
+    scale = std::max(scale, double(std::abs(ref[i])));
+  }
+  *abs_out = diff;
+  return scale > 0 ? diff / scale : diff;
+}
+
+class FlashVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
+  const Case c = GetParam();
+  const Inputs in = make_inputs(c, 17);
+  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const TokenTags tags{in.idx.data(), in.doc.data()};
+  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
+
+  std::vector<float> o(nq), lse(nl), o_ref(nq), lse_ref(nl);
+  FlashAttention flash(c.S, c.D, c.blocks);
+  flash.forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o.data(), lse.data());
+  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o_ref.data(),
+                              lse_ref.data());
+
+  std::vector<float> delta(nl), dq(nq, 0.f), dk(nk, 0.f), dv(nk, 0.f);
+  std::vector<float> dq_ref(nq, 0.f), dk_ref(nk, 0.f), dv_ref(nk, 0.f);
+  attention_delta(o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+  flash.backward(d, in.q.data(), in.k.data(), in.v.data(), lse.data(), delta.data(),
+                 in.dout.data(), tags, tags, dq.data(), dk.data(), dv.data());
+  attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags,
+                               tags, dq_ref.data(), dk_ref.data(), dv_ref.data());
+
+  const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
+  const std::vector<float>* got[] = {&o, &lse, &dq, &dk, &dv};
+  const std::vector<float>* want[] = {&o_ref, &lse_ref, &dq_ref, &dk_ref, &dv_ref};
+  for (int t = 0; t < 5; ++t) {
+    double abs_diff;
+    const double rel = max_rel(*got[t], *want[t], &abs_diff);
+    std::printf("S=%lld H=%lld KV=%lld %s %-3s max abs %.2e rel %.2e\n", (long long)c.S,
+                (long long)c.H, (long long)c.KV, c.documents ? "docs  " : "causal", names[t],
+                abs_diff, rel);
+    EXPECT_LT(rel, 1e-5) << names[t];
+  }
+  // Padding rows see nothing: zero output, -inf lse, zero gradient, no NaN anywhere.
+  for (int64_t i = 0; i < c.S; ++i) {
+    if (in.doc[size_t(i)] >= 0) continue;
+    for (int64_t h = 0; h < c.H; ++h) {
+      EXPECT_EQ(lse[size_t(h * c.S + i)], -std::numeric_limits<float>::infinity());
+      for (int64_t x = 0; x < c.D; ++x) {
+        EXPECT_EQ(o[size_t((i * c.H + h) * c.D + x)], 0.0f);
+        EXPECT_EQ(dq[size_t((i * c.H + h) * c.D + x)], 0.0f);
+      }
+    }
+  }
+  for (const auto* v : got)
+    for (float x : *v) ASSERT_FALSE(std::isnan(x));
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int64_t S : {1, 7, 64, 1000, 4096})
+    for (bool docs : {false, true})
+      for (int64_t kv : {4, 1}) {  // GQA ratio 1 and 4
+        if (docs && S < 7) continue;
+        const int64_t D = S >= 4096 ? 32 : 16;
+        const AttnBlocks b = S >= 1000 ? AttnBlocks{128, 128} : AttnBlocks{16, 24};
+        out.push_back({S, 4, kv, D, docs, b});
+      }
+  out.push_back({333, 2, 1, 64, true, {64, 48}});  // D 64, blocks that divide nothing
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, FlashVsReference, ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return "S" + std::to_string(c.S) + (c.documents ? "_docs" : "_causal") +
+                                  "_gqa" + std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D);
+                         });
+
+TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
+  const Case c{600, 4, 2, 16, true, {32, 32}};
+  Inputs in = make_inputs(c, 5);
+  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  FlashAttention flash(c.S, c.D, c.blocks);
+  auto run = [&](const Inputs& x, std::vector<float>& o, std::vector<float>& dq, std::vector<float>& dk) {
+    const TokenTags t{x.idx.data(), x.doc.data()};
+    std::vector<float> lse(size_t(c.H * c.S)), delta(size_t(c.H * c.S)), dv(dk.size(), 0.f);
+    flash.forward(d, x.q.data(), x.k.data(), x.v.data(), t, t, o.data(), lse.data());
+    attention_delta(o.data(), x.dout.data(), c.S, c.H, c.D, delta.data());
+    flash.backward(d, x.q.data(), x.k.data(), x.v.data(), lse.data(), delta.data(), x.dout.data(),
+                   t, t, dq.data(), dk.data(), dv.data());
+  };
+  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D);
+  std::vector<float> o1(nq), dq1(nq, 0.f), dk1(nk, 0.f), o2(nq), dq2(nq, 0.f), dk2(nk, 0.f);
+  run(in, o1, dq1, dk1);
+  // Perturb the key, value and query of one token of document 1.
+  int64_t victim = 0;
+  while (in.doc[size_t(victim)] != 1) ++victim;
+  for (int64_t x = 0; x < c.KV * c.D; ++x) {
+    in.k[size_t(victim * c.KV * c.D + x)] += 1.0f;
+    in.v[size_t(victim * c.KV * c.D + x)] -= 1.0f;
+  }
+  for (int64_t x = 0; x < c.H * c.D; ++x) in.q[size_t(victim * c.H * c.D + x)] *= 2.0f;
+  run(in, o2, dq2, dk2);
+  int changed_inside = 0;
+  for (int64_t i = 0; i < c.S; ++i) {
+    const bool inside = in.doc[size_t(i)] == 1;
+    for (int64_t x = 0; x < c.H * c.D; ++x) {
+      const size_t e = size_t(i * c.H * c.D + x);
+      if (inside) {
+        changed_inside += o1[e] != o2[e];
+      } else {
+        ASSERT_EQ(o1[e], o2[e]) << "token " << i << " of doc " << in.doc[size_t(i)];
+        ASSERT_EQ(dq1[e], dq2[e]);
+      }
+    }
+    if (!inside)
+      for (int64_t x = 0; x < c.KV * c.D; ++x)
+        ASSERT_EQ(dk1[size_t(i * c.KV * c.D + x)], dk2[size_t(i * c.KV * c.D + x)]);
+  }
+  EXPECT_GT(changed_inside, 0);  // the perturbation did reach its own document
+}
+
+TEST(FlashAttention, BackwardIsBitwiseRepeatable) {
+  const Case c{1000, 4, 1, 32, true, {64, 64}};
+  const Inputs in = make_inputs(c, 9);
+  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const TokenTags t{in.idx.data(), in.doc.data()};
+  FlashAttention flash(c.S, c.D, c.blocks);
+  std::vector<float> o(size_t(c.S * c.H * c.D)), lse(size_t(c.H * c.S)), delta(lse.size());
+  flash.forward(d, in.q.data(), in.k.data(), in.v.data(), t, t, o.data(), lse.data());
+  attention_delta(o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+  std::vector<float> first;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<float> dq(o.size(), 0.f), dk(size_t(c.S * c.KV * c.D), 0.f), dv(dk.size(), 0.f);
+    flash.backward(d, in.q.data(), in.k.data(), in.v.data(), lse.data(), delta.data(),
+                   in.dout.data(), t, t, dq.data(), dk.data(), dv.data());
+    dq.insert(dq.end(), dk.begin(), dk.end());
+    if (rep == 0) first = dq;
+    else ASSERT_EQ(dq, first);
+  }
+}
+
+}  // namespace
+}  // namespace lct
