@@ -172,9 +172,10 @@ TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
         ASSERT_EQ(dq1[e], dq2[e]);
       }
     }
-    if (!inside)
+    if (!inside) {
       for (int64_t x = 0; x < c.KV * c.D; ++x)
         ASSERT_EQ(dk1[size_t(i * c.KV * c.D + x)], dk2[size_t(i * c.KV * c.D + x)]);
+    }
   }
   EXPECT_GT(changed_inside, 0);  // the perturbation did reach its own document
 }

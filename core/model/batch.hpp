@@ -1,0 +1,30 @@
+// One micro-batch: B packed sequences of S tokens, laid end to end as one stream of
+// T = B*S tokens. Document ids are unique across the whole stream, so attention (causal
+// within a document) never crosses from one sequence into another.
+#pragma once
+#include <cstdint>
+#include <algorithm>
+#include <vector>
+
+#include "data/packing.hpp"
+
+namespace lct {
+
+struct Batch {
+  int64_t B = 0, S = 0;
+  std::vector<int32_t> tokens;   // [T] input ids
+  std::vector<int32_t> targets;  // [T] next token of the same document, -1 = not scored
+  std::vector<int32_t> doc;      // [T] document id, -1 = padding
+  std::vector<int32_t> idx;      // [T] causal order (the token's index in the stream)
+  std::vector<int32_t> pos;      // [T] RoPE position: restarts at 0 in every document
+  int64_t tokens_total() const { return B * S; }
+  int64_t valid_targets() const;
+  int64_t real_tokens() const;   // not padding
+};
+
+Batch make_batch(const TokenDataset& ds, const std::vector<const PackedSequence*>& seqs, int64_t S);
+
+// Query-key pairs the causal document mask leaves visible: sum over documents of n(n+1)/2.
+double visible_pairs(const Batch& b);
+
+}  // namespace lct

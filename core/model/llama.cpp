@@ -1,0 +1,260 @@
+#include "model/llama.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "kernels/gemm.hpp"
+
+namespace lct {
+
+Checkpointing parse_checkpointing(const std::string& s) {
+  if (s == "none") return Checkpointing::None;
+  if (s == "attention") return Checkpointing::Attention;
+  if (s == "full") return Checkpointing::Full;
+  fail("unknown checkpointing policy '", s, "': use none, attention or full");
+}
+
+const char* to_string(Checkpointing c) {
+  return c == Checkpointing::None ? "none" : c == Checkpointing::Attention ? "attention" : "full";
+}
+
+namespace {
+
+// Carves consecutive pieces out of one allocation (or only counts them when base is null).
+struct Carver {
+  float* base;
+  size_t used = 0;
+  float* take(int64_t n) {
+    float* p = base ? base + used : nullptr;
+    used += (size_t(n) + 15) / 16 * 16;  // keep every piece 64-byte aligned
+    return p;
+  }
+};
+
+LayerActs carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
+  const int64_t C = m.hidden_size, I = m.intermediate_size, HD = m.num_attention_heads * m.head_dim();
+  const int64_t KVD = m.num_key_value_heads * m.head_dim();
+  LayerActs a;
+  a.ln1 = c.take(T * C);
+  a.rstd1 = c.take(T);
+  a.q = c.take(T * HD);
+  a.k = c.take(T * KVD);
+  a.v = c.take(T * KVD);
+  a.o = with_o ? c.take(T * HD) : nullptr;
+  a.lse = c.take(m.num_attention_heads * T);
+  a.x_mid = c.take(T * C);
+  a.ln2 = c.take(T * C);
+  a.rstd2 = c.take(T);
+  a.gate = c.take(T * I);
+  a.up = c.take(T * I);
+  return a;
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape)
+    : config_(config),
+      shape_(shape),
+      layout_(ParamLayout::llama(config)),
+      params_(layout_.total),
+      grads_(layout_.total),
+      rope_(shape.max_pos, config.head_dim(), config.rope_theta),
+      flash_(shape.max_tokens, config.head_dim(), shape.blocks),
+      xent_(shape.max_tokens, config.vocab_size) {
+  w_ = carve(layout_, config_, params_.data());
+  g_ = carve(layout_, config_, grads_.data());
+  const int64_t T = shape.max_tokens, C = config.hidden_size, L = config.num_hidden_layers;
+  const int64_t HD = config.num_attention_heads * config.head_dim();
+  const int64_t KVD = config.num_key_value_heads * config.head_dim();
+  const int64_t I = config.intermediate_size;
+
+  // Activations: layer inputs always; per-layer sets unless the whole layer is recomputed;
+  // the attention output per layer only with no checkpointing.
+  auto plan = [&](float* base) {
+    Carver c{base};
+    x_in_.assign(size_t(L + 1), nullptr);
+    for (auto& x : x_in_) x = c.take(T * C);
+    stored_.clear();
+    const bool per_layer = shape.checkpointing != Checkpointing::Full;
+    const bool keep_o = shape.checkpointing == Checkpointing::None;
+    for (int64_t l = 0; l < (per_layer ? L : 1); ++l) stored_.push_back(carve_layer(c, T, config, keep_o));
+    if (!keep_o) {  // one shared attention output, recomputed per layer in backward
+      float* o = c.take(T * HD);
+      for (auto& a : stored_) a.o = o;
+    }
+    lnf_ = c.take(T * C);
+    rstdf_ = c.take(T);
+    return c.used;
+  };
+  acts_ = Buffer<float>(plan(nullptr));
+  plan(acts_.data());
+
+  Carver s{nullptr};
+  auto carve_scratch = [&](Carver& c) {
+    dx_ = c.take(T * C);
+    dln_ = c.take(T * C);
+    tmp_ = c.take(T * C);
+    h_ = c.take(T * I);
+    dgate_ = c.take(T * I);
+    dup_ = c.take(T * I);
+    do_ = c.take(T * HD);
+    dq_ = c.take(T * HD);
+    dk_ = c.take(T * KVD);
+    dv_ = c.take(T * KVD);
+    delta_ = c.take(config.num_attention_heads * T);
+  };
+  carve_scratch(s);
+  scratch_ = Buffer<float>(s.used);
+  Carver s2{scratch_.data()};
+  carve_scratch(s2);
+}
+
+size_t LlamaModel::scratch_bytes() const {
+  return scratch_.size() * sizeof(float) + flash_.workspace_bytes();
+}
+
+void LlamaModel::zero_grads() {
+  float* g = grads_.data();
+  const int64_t n = int64_t(grads_.size());
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+}
+
+LayerActs LlamaModel::layer_acts(int64_t l) {
+  return shape_.checkpointing == Checkpointing::Full ? stored_[0] : stored_[size_t(l)];
+}
+
+void LlamaModel::attention_forward(const LayerActs& a, const Batch& b, PhaseClock& clock) {
+  const int64_t n = T(b);
+  const AttnDims d{n, n, config_.num_attention_heads, config_.num_key_value_heads, config_.head_dim()};
+  const TokenTags tags{b.idx.data(), b.doc.data()};
+  flash_.forward(d, a.q, a.k, a.v, tags, tags, a.o, a.lse);
+  clock.lap(Phase::AttnFwd);
+}
+
+void LlamaModel::layer_forward(int64_t l, const LayerActs& a, const float* x_in, float* x_out,
+                               const Batch& b, PhaseClock& clock) {
+  const LayerTensors& w = w_.layers[size_t(l)];
+  const int64_t n = T(b), C = config_.hidden_size, I = config_.intermediate_size;
+  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
+  const int64_t D = config_.head_dim();
+  const float eps = float(config_.rms_norm_eps);
+
+  rmsnorm_forward(a.ln1, a.rstd1, x_in, w.input_norm, n, C, eps);
+  clock.lap(Phase::Other);
+  linear_forward(a.q, a.ln1, w.wq, n, C, H * D);
+  linear_forward(a.k, a.ln1, w.wk, n, C, KV * D);
+  linear_forward(a.v, a.ln1, w.wv, n, C, KV * D);
+  clock.lap(Phase::Gemm);
+  rope_.forward(a.q, b.pos.data(), n, H);
+  rope_.forward(a.k, b.pos.data(), n, KV);
+  clock.lap(Phase::Other);
+  attention_forward(a, b, clock);
+  linear_forward(tmp_, a.o, w.wo, n, H * D, C);
+  clock.lap(Phase::Gemm);
+  add(a.x_mid, x_in, tmp_, n * C);
+  rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, w.post_norm, n, C, eps);
+  clock.lap(Phase::Other);
+  linear_forward(a.gate, a.ln2, w.w_gate, n, C, I);
+  linear_forward(a.up, a.ln2, w.w_up, n, C, I);
+  clock.lap(Phase::Gemm);
+  swiglu_forward(h_, a.gate, a.up, n * I);
+  clock.lap(Phase::Other);
+  linear_forward(tmp_, h_, w.w_down, n, I, C);
+  clock.lap(Phase::Gemm);
+  add(x_out, a.x_mid, tmp_, n * C);
+  clock.lap(Phase::Other);
+}
+
+void LlamaModel::layer_backward(int64_t l, const LayerActs& a, const float* x_in, float* dx,
+                                const Batch& b, PhaseClock& clock) {
+  // dx [T, C] arrives as d(loss)/d(layer output) and leaves as d(loss)/d(layer input).
+  const LayerTensors& w = w_.layers[size_t(l)];
+  LayerTensors& g = g_.layers[size_t(l)];
+  const int64_t n = T(b), C = config_.hidden_size, I = config_.intermediate_size;
+  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
+  const int64_t D = config_.head_dim();
+
+  // MLP: x_out = x_mid + down(silu(gate) * up)
+  swiglu_forward(h_, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
+  clock.lap(Phase::Other);
+  linear_backward_weight(g.w_down, dx, h_, n, I, C);
+  linear_backward_input(h_, dx, w.w_down, n, I, C, false);  // h_ now holds dh
+  clock.lap(Phase::Gemm);
+  swiglu_backward(dgate_, dup_, h_, a.gate, a.up, n * I);
+  clock.lap(Phase::Other);
+  linear_backward_weight(g.w_gate, dgate_, a.ln2, n, C, I);
+  linear_backward_weight(g.w_up, dup_, a.ln2, n, C, I);
+  linear_backward_input(dln_, dgate_, w.w_gate, n, C, I, false);
+  linear_backward_input(dln_, dup_, w.w_up, n, C, I, true);
+  clock.lap(Phase::Gemm);
+  rmsnorm_backward(dx, g.post_norm, dln_, a.x_mid, a.rstd2, w.post_norm, n, C, true);
+  clock.lap(Phase::Other);
+
+  // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v))
+  if (shape_.checkpointing == Checkpointing::Attention) attention_forward(a, b, clock);
+  linear_backward_weight(g.wo, dx, a.o, n, H * D, C);
+  linear_backward_input(do_, dx, w.wo, n, H * D, C, false);
+  clock.lap(Phase::Gemm);
+  attention_delta(a.o, do_, n, H, D, delta_);
+  std::memset(dq_, 0, size_t(n * H * D) * sizeof(float));
+  std::memset(dk_, 0, size_t(n * KV * D) * sizeof(float));
+  std::memset(dv_, 0, size_t(n * KV * D) * sizeof(float));
+  const AttnDims d{n, n, H, KV, D};
+  const TokenTags tags{b.idx.data(), b.doc.data()};
+  flash_.backward(d, a.q, a.k, a.v, a.lse, delta_, do_, tags, tags, dq_, dk_, dv_);
+  clock.lap(Phase::AttnBwd);
+  rope_.backward(dq_, b.pos.data(), n, H);
+  rope_.backward(dk_, b.pos.data(), n, KV);
+  clock.lap(Phase::Other);
+  linear_backward_weight(g.wq, dq_, a.ln1, n, C, H * D);
+  linear_backward_weight(g.wk, dk_, a.ln1, n, C, KV * D);
+  linear_backward_weight(g.wv, dv_, a.ln1, n, C, KV * D);
+  linear_backward_input(dln_, dq_, w.wq, n, C, H * D, false);
+  linear_backward_input(dln_, dk_, w.wk, n, C, KV * D, true);
+  linear_backward_input(dln_, dv_, w.wv, n, C, KV * D, true);
+  clock.lap(Phase::Gemm);
+  rmsnorm_backward(dx, g.input_norm, dln_, x_in, a.rstd1, w.input_norm, n, C, true);
+  clock.lap(Phase::Other);
+}
+
+void LlamaModel::embed_and_layers_forward(const Batch& b, PhaseClock& clock) {
+  const int64_t n = T(b), C = config_.hidden_size;
+  if (n > shape_.max_tokens) fail("micro-batch of ", n, " tokens exceeds the model's ", shape_.max_tokens);
+  embedding_forward(x_in_[0], b.tokens.data(), w_.embed, n, C);
+  clock.lap(Phase::Other);
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+    layer_forward(l, layer_acts(l), x_in_[size_t(l)], x_in_[size_t(l + 1)], b, clock);
+  rmsnorm_forward(lnf_, rstdf_, x_in_.back(), w_.final_norm, n, C, float(config_.rms_norm_eps));
+  clock.lap(Phase::Other);
+}
+
+double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax) {
+  embed_and_layers_forward(b, clock);
+  const double loss = xent_.run(lnf_, w_.lm_head, b.targets.data(), T(b), config_.hidden_size,
+                                0.0f, nullptr, nullptr, argmax);
+  clock.lap(Phase::Gemm);
+  return loss;
+}
+
+double LlamaModel::forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) {
+  const int64_t n = T(b), C = config_.hidden_size;
+  embed_and_layers_forward(b, clock);
+  // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
+  const double loss = xent_.run(lnf_, w_.lm_head, b.targets.data(), n, C, grad_scale, dln_,
+                                g_.lm_head);
+  clock.lap(Phase::Gemm);
+  rmsnorm_backward(dx_, g_.final_norm, dln_, x_in_.back(), rstdf_, w_.final_norm, n, C, false);
+  clock.lap(Phase::Other);
+  for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
+    const LayerActs a = layer_acts(l);
+    if (shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
+      layer_forward(l, a, x_in_[size_t(l)], tmp_, b, clock);
+    layer_backward(l, a, x_in_[size_t(l)], dx_, b, clock);
+  }
+  embedding_backward(g_.embed, b.tokens.data(), dx_, n, C);
+  clock.lap(Phase::Other);
+  return loss;
+}
+
+}  // namespace lct

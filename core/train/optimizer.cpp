@@ -1,0 +1,60 @@
+#include "train/optimizer.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace lct {
+
+double learning_rate(const AdamWConfig& c, int64_t step) {
+  if (c.warmup_steps > 0 && step <= c.warmup_steps) return c.lr * double(step) / double(c.warmup_steps);
+  const int64_t span = std::max<int64_t>(1, c.total_steps - c.warmup_steps);
+  const double progress = std::min(1.0, double(step - c.warmup_steps) / double(span));
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double global_norm(const float* g, size_t n) {
+  const int threads = omp_get_max_threads();
+  std::vector<double> partial(size_t(threads), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    double s = 0;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < int64_t(n); ++i) s += double(g[i]) * double(g[i]);
+    partial[size_t(omp_get_thread_num())] = s;
+  }
+  double total = 0;
+  for (double p : partial) total += p;  // fixed order: deterministic
+  return std::sqrt(total);
+}
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config)
+    : layout_(layout), config_(config), m_(layout.total), v_(layout.total) {}
+
+void AdamW::step(float* params, const float* grads, int64_t step, double lr, double grad_mult) {
+  const double bc1 = 1.0 - std::pow(config_.beta1, double(step));
+  const double bc2 = 1.0 - std::pow(config_.beta2, double(step));
+  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
+  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const float gm = float(grad_mult);
+  for (const TensorSpec& t : layout_.tensors) {
+    const bool decay = t.kind == TensorKind::Linear || config_.decay_norms_and_embeddings;
+    const float keep = decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
+    float* p = params + t.offset;
+    const float* g = grads + t.offset;
+    float* m = m_.data() + t.offset;
+    float* v = v_.data() + t.offset;
+    const int64_t n = int64_t(t.numel);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] * gm;
+      m[i] = b1 * m[i] + (1.0f - b1) * gi;
+      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+      const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
+      p[i] = p[i] * keep - step_size * m[i] / denom;
+    }
+  }
+}
+
+}  // namespace lct

@@ -1,0 +1,43 @@
+// AdamW over the flat parameter array, global-norm clipping and the learning-rate schedule.
+#pragma once
+#include <cstdint>
+
+#include "model/params.hpp"
+#include "sys/memory.hpp"
+
+namespace lct {
+
+struct AdamWConfig {
+  double lr = 3e-4;           // peak learning rate
+  double min_lr = 3e-5;       // end of the cosine decay
+  int64_t warmup_steps = 10;  // linear from lr/warmup to lr
+  int64_t total_steps = 100;  // cosine decay ends here
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  bool decay_norms_and_embeddings = false;  // by default only linear weights decay
+  double grad_clip = 1.0;     // global L2 norm; <= 0 disables clipping
+};
+
+// lr at `step` (1-based): linear warmup, then cosine from lr to min_lr at total_steps.
+double learning_rate(const AdamWConfig& c, int64_t step);
+
+// sqrt(sum g^2) over the whole array, in double, summed in a fixed order.
+double global_norm(const float* g, size_t n);
+
+class AdamW {
+ public:
+  AdamW(const ParamLayout& layout, const AdamWConfig& config);
+  // One update at `step` (1-based) with learning rate `lr`, gradients multiplied by
+  // `grad_mult` first (the clipping factor). Same arithmetic as torch.optim.AdamW.
+  void step(float* params, const float* grads, int64_t step, double lr, double grad_mult);
+  float* m() { return m_.data(); }
+  float* v() { return v_.data(); }
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  const ParamLayout& layout_;
+  AdamWConfig config_;
+  Buffer<float> m_, v_;
+};
+
+}  // namespace lct

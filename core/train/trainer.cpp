@@ -1,0 +1,35 @@
+#include "train/trainer.hpp"
+
+#include <cmath>
+
+namespace lct {
+
+StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t step,
+                              PhaseClock& clock) {
+  StepStats s;
+  s.step = step;
+  for (const Batch& b : micro_batches) {
+    s.valid_targets += b.valid_targets();
+    s.real_tokens += b.real_tokens();
+  }
+  // Normalise by the whole step's valid targets, never by per-micro-batch means.
+  const float grad_scale = s.valid_targets > 0 ? 1.0f / float(s.valid_targets) : 0.0f;
+  model_.zero_grads();
+  clock.lap(Phase::Other);
+  double loss_sum = 0;
+  for (const Batch& b : micro_batches) loss_sum += model_.forward_backward(b, grad_scale, clock);
+  s.loss = s.valid_targets > 0 ? loss_sum / double(s.valid_targets) : 0.0;
+
+  s.grad_norm = global_norm(model_.grads(), model_.layout().total);
+  s.lr = learning_rate(opt_.config(), step);
+  s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  if (!s.skipped) {
+    const double clip = opt_.config().grad_clip;
+    const double mult = clip > 0 ? std::min(1.0, clip / (s.grad_norm + 1e-6)) : 1.0;
+    opt_.step(model_.params(), model_.grads(), step, s.lr, mult);
+  }
+  clock.lap(Phase::Optimizer);
+  return s;
+}
+
+}  // namespace lct

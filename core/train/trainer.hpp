@@ -1,0 +1,36 @@
+// One optimisation step over the micro-batches of a global batch: every micro-batch's
+// forward and backward, loss normalised by the valid targets of the whole step, gradient
+// clipping, AdamW. A step whose loss or gradient norm is not finite changes nothing.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "model/llama.hpp"
+#include "train/optimizer.hpp"
+
+namespace lct {
+
+struct StepStats {
+  int64_t step = 0;          // 1-based, after this update
+  double loss = 0;           // mean over valid targets of the step
+  int64_t valid_targets = 0;
+  int64_t real_tokens = 0;
+  double grad_norm = 0;      // before clipping
+  double lr = 0;
+  bool skipped = false;      // non-finite loss or gradient: no update
+};
+
+class Trainer {
+ public:
+  Trainer(LlamaModel& model, const AdamWConfig& config) : model_(model), opt_(model.layout(), config) {}
+  // `step` is the 1-based number of the step being taken.
+  StepStats train_step(const std::vector<Batch>& micro_batches, int64_t step, PhaseClock& clock);
+  AdamW& optimizer() { return opt_; }
+
+ private:
+  LlamaModel& model_;
+  AdamW opt_;
+};
+
+}  // namespace lct

@@ -1,0 +1,40 @@
+#include "io/arrays.hpp"
+
+#include "common/error.hpp"
+#include "io/atomic.hpp"
+#include "io/h5.hpp"
+
+namespace lct {
+
+void write_array_file(const std::string& path, const std::vector<NamedArray>& arrays,
+                      const std::vector<std::pair<std::string, Value>>& attrs, bool force) {
+  AtomicTarget target(path, force, "array file");
+  {
+    h5::File f = h5::File::create(target.temp_path());
+    for (const auto& [k, v] : attrs) h5::write_attr(f.h, k, v);
+    for (const NamedArray& a : arrays) {
+      for (size_t slash = a.name.find('/'); slash != std::string::npos; slash = a.name.find('/', slash + 1))
+        if (!h5::exists(f.h, a.name.substr(0, slash))) h5::create_group(f, f.h, a.name.substr(0, slash));
+      if (!a.f32.empty()) h5::write_array(f, f.h, a.name, a.f32.data(), a.shape);
+      else if (!a.i32.empty()) h5::write_array(f, f.h, a.name, a.i32.data(), a.shape);
+      else h5::write_array(f, f.h, a.name, a.f64.data(), a.shape);
+    }
+    f.close();
+  }
+  target.commit();
+}
+
+std::vector<double> read_array_f64(const std::string& path, const std::string& name) {
+  h5::File f = h5::File::open_read(path, "array file");
+  const h5::ArrayInfo info = h5::array_info(f, f.h, name);
+  std::vector<double> out(size_t(info.numel()));
+  h5::read_array(f, f.h, name, out.data());
+  return out;
+}
+
+Value read_root_attr(const std::string& path, const std::string& name) {
+  h5::File f = h5::File::open_read(path, "array file");
+  return h5::read_attr(f.h, name, h5::where(f, ""));
+}
+
+}  // namespace lct
