@@ -146,6 +146,67 @@ void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
   r.add(c, "--tensors", o.tensors, true, "models: list every tensor with its norm");
 }
 
+void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
+  r.add(c, "--model", o.model, std::string(), "model file or checkpoint to start from")->required();
+  r.add(c, "--data", o.data, std::string(), "dataset file (lctrain prepare)")->required();
+  r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")->required();
+  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence");
+  r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch");
+  r.add(c, "--grad-accum", o.grad_accum, int64_t(1), "micro-batches per optimizer step");
+  r.add(c, "--steps", o.steps, int64_t(100), "optimizer steps of the whole run");
+  r.add(c, "--lr", o.lr, 1e-3, "peak learning rate");
+  r.add(c, "--min-lr", o.min_lr, 1e-4, "learning rate at the end of the cosine decay");
+  r.add(c, "--warmup-steps", o.warmup_steps, int64_t(10), "linear warmup steps");
+  r.add(c, "--beta1", o.beta1, 0.9, "AdamW beta1");
+  r.add(c, "--beta2", o.beta2, 0.95, "AdamW beta2");
+  r.add(c, "--eps", o.eps, 1e-8, "AdamW epsilon");
+  r.add(c, "--weight-decay", o.weight_decay, 0.1, "AdamW decoupled weight decay (linear weights)");
+  r.add(c, "--decay-norms-embeddings", o.decay_norms_embeddings, false,
+        "also decay RMSNorm weights and embeddings");
+  r.add(c, "--grad-clip", o.grad_clip, 1.0, "clip the global gradient norm to this (0 = off)");
+  r.add(c, "--checkpointing", o.checkpointing, std::string("none"),
+        "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)")
+      ->check(CLI::IsMember({"none", "attention", "full"}));
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
+  r.add(c, "--seed", o.seed, int64_t(1), "data order seed");
+  r.add(c, "--checkpoint-every", o.checkpoint_every, int64_t(0),
+        "write a checkpoint every N steps (0 = only at the end)");
+  r.add(c, "--keep-checkpoints", o.keep_checkpoints, int64_t(2), "keep the newest K checkpoints");
+  r.add(c, "--log-every", o.log_every, int64_t(1), "print a step line every N steps");
+  r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
+        "peak for MFU in GFLOP/s per rank (0 = measure sgemm at start-up)");
+  r.add(c, "--force", o.force, false, "start over in a run directory that holds a previous run");
+}
+
+void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
+  r.add(c, "--model", o.model, std::string(), "model file or checkpoint")->required();
+  r.add(c, "--data", o.data, std::string(), "dataset file")->required();
+  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence");
+  r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per forward pass");
+  r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)");
+  r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file");
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
+  r.add(c, "--force", o.force, false, "replace --out if it exists");
+}
+
+void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
+  r.add(c, "what", o.what, std::string("attention"), "what to measure: attention")
+      ->check(CLI::IsMember({"attention"}));
+  r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"), "sequence lengths, comma-separated");
+  r.add(c, "--heads", o.heads, int64_t(8), "query heads");
+  r.add(c, "--kv-heads", o.kv_heads, int64_t(8), "key/value heads");
+  r.add(c, "--head-dim", o.head_dim, int64_t(64), "head dimension");
+  r.add(c, "--repeats", o.repeats, int64_t(3), "timed repetitions (the median is reported)");
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
+  r.add(c, "--causal", o.causal, true, "causal mask (FLOPs halved)");
+  r.add(c, "--backward", o.backward, true, "also time forward+backward");
+  r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file");
+  r.add(c, "--force", o.force, false, "replace --out if it exists");
+}
+
 std::string joined_command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) {
@@ -165,7 +226,7 @@ Invocation parse_command_line(int argc, char** argv) {
                "lctrain");
   app.config_formatter(std::make_shared<TomlConfig>());
   app.set_config("--config", "",
-                 "TOML file: global keys at the top, a [init]/[prepare]/... section per subcommand")
+                 "TOML file: global keys at the top, a [init]/[prepare]/[train]/... section per subcommand")
       ->check(CLI::ExistingFile);
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.set_version_flag("--version", std::function<std::string()>(version_text));
@@ -181,6 +242,12 @@ Invocation parse_command_line(int argc, char** argv) {
   declare_prepare(reg, prepare, inv.prepare);
   CLI::App* inspect = app.add_subcommand("inspect", "show what an lctrain HDF5 file holds");
   declare_inspect(reg, inspect, inv.inspect);
+  CLI::App* train = app.add_subcommand("train", "train a model on a dataset");
+  declare_train(reg, train, inv.train);
+  CLI::App* eval = app.add_subcommand("eval", "loss and passkey retrieval of a model on a dataset");
+  declare_eval(reg, eval, inv.eval);
+  CLI::App* bench = app.add_subcommand("bench", "measure kernels against sgemm on the same cores");
+  declare_bench(reg, bench, inv.bench);
 
   std::ostringstream out, err;
   try {

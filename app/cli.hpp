@@ -45,12 +45,45 @@ struct InspectOptions {
   bool tensors;
 };
 
+struct TrainOptions {
+  std::string model, data, run_dir;
+  int64_t seq_len, batch_size, grad_accum, steps;
+  double lr, min_lr;
+  int64_t warmup_steps;
+  double beta1, beta2, eps, weight_decay;
+  bool decay_norms_embeddings;
+  double grad_clip;
+  std::string checkpointing;
+  int64_t block_q, block_k;
+  int64_t seed, checkpoint_every, keep_checkpoints, log_every;
+  double peak_gflops;
+  bool force;
+};
+
+struct EvalOptions {
+  std::string model, data, out;
+  int64_t seq_len, batch_size, max_sequences, block_q, block_k;
+  bool force;
+};
+
+struct BenchOptions {
+  std::string what;  // attention
+  std::string seq_lens;  // comma-separated
+  int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;
+  bool causal, backward;
+  std::string out;
+  bool force;
+};
+
 struct Invocation {
   std::string command;  // the subcommand chosen
   GlobalOptions global;
   InitOptions init;
   PrepareOptions prepare;
   InspectOptions inspect;
+  TrainOptions train;
+  EvalOptions eval;
+  BenchOptions bench;
   std::vector<Setting> settings;  // resolved global options, then the subcommand's
   std::string command_line;
   // Parsing alone ended the run (help, --version, a usage error): exit with `exit_code`

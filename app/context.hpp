@@ -24,5 +24,6 @@ struct Context {
 int cmd_init(Context& ctx);
 int cmd_prepare(Context& ctx);
 int cmd_inspect(Context& ctx);
+int cmd_train(Context& ctx);
 
 }  // namespace lct

@@ -24,6 +24,7 @@ int dispatch(lct::Context& ctx) {
   if (c == "init") return lct::cmd_init(ctx);
   if (c == "prepare") return lct::cmd_prepare(ctx);
   if (c == "inspect") return lct::cmd_inspect(ctx);
+  if (c == "train") return lct::cmd_train(ctx);
   lct::fail("unknown subcommand '", c, "'");
 }
 

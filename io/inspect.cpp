@@ -41,9 +41,8 @@ void inspect_model(const InspectRequest& req, const std::string& kind, std::ostr
   const ModelData m = read_model_file(req.path);
   out << "lctrain " << kind << " file '" << req.path << "' (format_version " << kModelFormatVersion
       << ", all tensors present, shapes and checksums verified)\nconfig:\n";
-  ModelConfig::for_each_field(m.config, [&](const char* name, const auto& v) {
-    out << "  " << std::left << std::setw(26) << name << " " << to_string(Value(v)) << "\n";
-  });
+  for (const auto& [name, v] : m.config.values())
+    out << "  " << std::left << std::setw(26) << name << " " << to_string(v) << "\n";
   out << "  head_dim (derived)         " << m.config.head_dim() << "\n";
   out << "parameters: " << m.layout.num_parameters() << " in " << m.layout.tensors.size()
       << " tensors\n";

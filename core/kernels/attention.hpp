@@ -50,6 +50,7 @@ class FlashAttention {
                 float* dk, float* dv);
 
   size_t workspace_bytes() const;
+  static size_t workspace_bytes_for(int64_t max_tq, int64_t D, AttnBlocks blocks, int threads);
   const AttnBlocks& blocks() const { return blocks_; }
 
  private:

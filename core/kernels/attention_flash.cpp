@@ -92,6 +92,11 @@ FlashAttention::FlashAttention(int64_t max_tq, int64_t D, AttnBlocks blocks)
   }
 }
 
+size_t FlashAttention::workspace_bytes_for(int64_t max_tq, int64_t D, AttnBlocks b, int threads) {
+  const size_t per = size_t(2 * b.q * b.k + b.q * D + 2 * b.q + max_tq * D);
+  return per * size_t(threads) * sizeof(float);
+}
+
 size_t FlashAttention::workspace_bytes() const {
   size_t n = 0;
   for (const Scratch& s : scratch_)

@@ -44,3 +44,42 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 }
 
 }  // namespace lct
+
+#include <vector>
+
+namespace lct {
+
+namespace {
+template <class F>
+double best_gflops(int64_t n, int reps, F&& run) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = omp_get_wtime();
+    run();
+    best = std::max(best, 2.0 * double(n) * double(n) * double(n) / (omp_get_wtime() - t0) / 1e9);
+  }
+  return best;
+}
+}  // namespace
+
+double measure_gemm_gflops(int64_t n, int reps) {
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  return best_gflops(n, reps, [&] {
+    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+}
+
+double measure_openblas_sgemm_gflops(int64_t n, int threads, int reps) {
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  const int omp = omp_get_max_threads();
+  openblas_set_num_threads(threads);
+  const double g = best_gflops(n, reps, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(),
+                int(n), b.data(), int(n), 0.0f, c.data(), int(n));
+  });
+  openblas_set_num_threads(1);
+  omp_set_num_threads(omp);  // the OpenMP build of OpenBLAS changes it
+  return g;
+}
+
+}  // namespace lct

@@ -33,3 +33,11 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   int64_t ldc);
 
 }  // namespace lct
+
+namespace lct {
+// GFLOP/s of gemm() on an n x n x n problem with the current OpenMP threads, best of `reps`
+// (the achievable peak that MFU is measured against).
+double measure_gemm_gflops(int64_t n = 2048, int reps = 3);
+// GFLOP/s of OpenBLAS's own threaded sgemm on `threads` threads (restores 1 afterwards).
+double measure_openblas_sgemm_gflops(int64_t n, int threads, int reps = 3);
+}  // namespace lct

@@ -20,6 +20,11 @@ LmHeadXent::LmHeadXent(int64_t max_tokens, int64_t V, XentChunks chunks)
   target_logit_ = Buffer<float>(size_t(chunks_.rows));
 }
 
+size_t LmHeadXent::workspace_bytes_for(int64_t max_tokens, int64_t V, XentChunks c) {
+  const int64_t rows = std::min(c.rows, max_tokens), vocab = std::min(c.vocab, V);
+  return size_t(rows * vocab + max_tokens + 3 * rows) * sizeof(float);
+}
+
 double LmHeadXent::run(const float* x, const float* w, const int32_t* targets, int64_t T, int64_t C,
                        float grad_scale, float* dx, float* dw, int32_t* argmax) {
   const int64_t RC = chunks_.rows, VC = chunks_.vocab, V = V_;

@@ -15,6 +15,7 @@ struct XentChunks {
 class LmHeadXent {
  public:
   LmHeadXent(int64_t max_tokens, int64_t V, XentChunks chunks = {});
+  static size_t workspace_bytes_for(int64_t max_tokens, int64_t V, XentChunks chunks = {});
 
   // x [T, C] (the final-norm output), w [V, C], targets [T] (-1 = not scored).
   // Returns the sum of per-token losses (double) over scored tokens. When dx is given, also

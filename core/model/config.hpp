@@ -3,7 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "common/provenance.hpp"
 
 namespace lct {
 
@@ -24,6 +27,13 @@ struct ModelConfig {
   int64_t num_parameters() const;
   // Throws lct::Error naming `where` (a file, a preset, "command line") and the broken rule.
   void validate(const std::string& where) const;
+
+  // (name, value) of every field, in for_each_field order.
+  std::vector<std::pair<std::string, Value>> values() const {
+    std::vector<std::pair<std::string, Value>> out;
+    for_each_field(*this, [&](const char* name, const auto& v) { out.emplace_back(name, Value(v)); });
+    return out;
+  }
 
   // Visits every field as (name, reference): the single list that writing, reading and
   // printing the configuration all use.

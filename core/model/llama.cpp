@@ -20,17 +20,6 @@ const char* to_string(Checkpointing c) {
 
 namespace {
 
-// Carves consecutive pieces out of one allocation (or only counts them when base is null).
-struct Carver {
-  float* base;
-  size_t used = 0;
-  float* take(int64_t n) {
-    float* p = base ? base + used : nullptr;
-    used += (size_t(n) + 15) / 16 * 16;  // keep every piece 64-byte aligned
-    return p;
-  }
-};
-
 LayerActs carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
   const int64_t C = m.hidden_size, I = m.intermediate_size, HD = m.num_attention_heads * m.head_dim();
   const int64_t KVD = m.num_key_value_heads * m.head_dim();
@@ -50,7 +39,47 @@ LayerActs carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
   return a;
 }
 
+// Layer inputs always; per-layer sets unless the whole layer is recomputed; the attention
+// output per layer only with no checkpointing. Returns the floats needed.
+size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& shape,
+                         std::vector<float*>& x_in, std::vector<LayerActs>& stored, float*& lnf,
+                         float*& rstdf) {
+  const int64_t T = shape.max_tokens, C = config.hidden_size, L = config.num_hidden_layers;
+  const int64_t HD = config.num_attention_heads * config.head_dim();
+  x_in.assign(size_t(L + 1), nullptr);
+  for (auto& x : x_in) x = c.take(T * C);
+  stored.clear();
+  const bool per_layer = shape.checkpointing != Checkpointing::Full;
+  const bool keep_o = shape.checkpointing == Checkpointing::None;
+  for (int64_t l = 0; l < (per_layer ? L : 1); ++l) stored.push_back(carve_layer(c, T, config, keep_o));
+  if (!keep_o) {  // one shared attention output, recomputed per layer in backward
+    float* o = c.take(T * HD);
+    for (auto& a : stored) a.o = o;
+  }
+  lnf = c.take(T * C);
+  rstdf = c.take(T);
+  return c.used;
+}
+
 }  // namespace
+
+size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, ScratchPointers& p) {
+  const int64_t C = config.hidden_size, I = config.intermediate_size;
+  const int64_t HD = config.num_attention_heads * config.head_dim();
+  const int64_t KVD = config.num_key_value_heads * config.head_dim();
+  p.dx = c.take(T * C);
+  p.dln = c.take(T * C);
+  p.tmp = c.take(T * C);
+  p.h = c.take(T * I);
+  p.dgate = c.take(T * I);
+  p.dup = c.take(T * I);
+  p.do_ = c.take(T * HD);
+  p.dq = c.take(T * HD);
+  p.dk = c.take(T * KVD);
+  p.dv = c.take(T * KVD);
+  p.delta = c.take(config.num_attention_heads * T);
+  return c.used;
+}
 
 LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape)
     : config_(config),
@@ -63,54 +92,26 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape)
       xent_(shape.max_tokens, config.vocab_size) {
   w_ = carve(layout_, config_, params_.data());
   g_ = carve(layout_, config_, grads_.data());
-  const int64_t T = shape.max_tokens, C = config.hidden_size, L = config.num_hidden_layers;
-  const int64_t HD = config.num_attention_heads * config.head_dim();
-  const int64_t KVD = config.num_key_value_heads * config.head_dim();
-  const int64_t I = config.intermediate_size;
-
-  // Activations: layer inputs always; per-layer sets unless the whole layer is recomputed;
-  // the attention output per layer only with no checkpointing.
-  auto plan = [&](float* base) {
-    Carver c{base};
-    x_in_.assign(size_t(L + 1), nullptr);
-    for (auto& x : x_in_) x = c.take(T * C);
-    stored_.clear();
-    const bool per_layer = shape.checkpointing != Checkpointing::Full;
-    const bool keep_o = shape.checkpointing == Checkpointing::None;
-    for (int64_t l = 0; l < (per_layer ? L : 1); ++l) stored_.push_back(carve_layer(c, T, config, keep_o));
-    if (!keep_o) {  // one shared attention output, recomputed per layer in backward
-      float* o = c.take(T * HD);
-      for (auto& a : stored_) a.o = o;
-    }
-    lnf_ = c.take(T * C);
-    rstdf_ = c.take(T);
-    return c.used;
-  };
-  acts_ = Buffer<float>(plan(nullptr));
-  plan(acts_.data());
-
-  Carver s{nullptr};
-  auto carve_scratch = [&](Carver& c) {
-    dx_ = c.take(T * C);
-    dln_ = c.take(T * C);
-    tmp_ = c.take(T * C);
-    h_ = c.take(T * I);
-    dgate_ = c.take(T * I);
-    dup_ = c.take(T * I);
-    do_ = c.take(T * HD);
-    dq_ = c.take(T * HD);
-    dk_ = c.take(T * KVD);
-    dv_ = c.take(T * KVD);
-    delta_ = c.take(config.num_attention_heads * T);
-  };
-  carve_scratch(s);
-  scratch_ = Buffer<float>(s.used);
-  Carver s2{scratch_.data()};
-  carve_scratch(s2);
+  acts_ = Buffer<float>(carve_activations(Carver{nullptr}, config, shape, x_in_, stored_, lnf_, rstdf_));
+  carve_activations(Carver{acts_.data()}, config, shape, x_in_, stored_, lnf_, rstdf_);
+  scratch_ = Buffer<float>(carve_scratch(Carver{nullptr}, config, shape.max_tokens, sp_));
+  carve_scratch(Carver{scratch_.data()}, config, shape.max_tokens, sp_);
 }
 
-size_t LlamaModel::scratch_bytes() const {
-  return scratch_.size() * sizeof(float) + flash_.workspace_bytes();
+ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shape, int threads) {
+  const size_t f = sizeof(float), params = ParamLayout::llama(config).total;
+  std::vector<float*> x_in;
+  std::vector<LayerActs> stored;
+  float *lnf, *rstdf;
+  ScratchPointers sp;
+  ModelMemory m;
+  m.params_grads = 2 * params * f;
+  m.optimizer = 2 * params * f;
+  m.activations = carve_activations(Carver{nullptr}, config, shape, x_in, stored, lnf, rstdf) * f;
+  m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, sp) * f +
+              FlashAttention::workspace_bytes_for(shape.max_tokens, config.head_dim(), shape.blocks, threads) +
+              LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size);
+  return m;
 }
 
 void LlamaModel::zero_grads() {
@@ -150,19 +151,19 @@ void LlamaModel::layer_forward(int64_t l, const LayerActs& a, const float* x_in,
   rope_.forward(a.k, b.pos.data(), n, KV);
   clock.lap(Phase::Other);
   attention_forward(a, b, clock);
-  linear_forward(tmp_, a.o, w.wo, n, H * D, C);
+  linear_forward(sp_.tmp, a.o, w.wo, n, H * D, C);
   clock.lap(Phase::Gemm);
-  add(a.x_mid, x_in, tmp_, n * C);
+  add(a.x_mid, x_in, sp_.tmp, n * C);
   rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, w.post_norm, n, C, eps);
   clock.lap(Phase::Other);
   linear_forward(a.gate, a.ln2, w.w_gate, n, C, I);
   linear_forward(a.up, a.ln2, w.w_up, n, C, I);
   clock.lap(Phase::Gemm);
-  swiglu_forward(h_, a.gate, a.up, n * I);
+  swiglu_forward(sp_.h, a.gate, a.up, n * I);
   clock.lap(Phase::Other);
-  linear_forward(tmp_, h_, w.w_down, n, I, C);
+  linear_forward(sp_.tmp, sp_.h, w.w_down, n, I, C);
   clock.lap(Phase::Gemm);
-  add(x_out, a.x_mid, tmp_, n * C);
+  add(x_out, a.x_mid, sp_.tmp, n * C);
   clock.lap(Phase::Other);
 }
 
@@ -176,45 +177,45 @@ void LlamaModel::layer_backward(int64_t l, const LayerActs& a, const float* x_in
   const int64_t D = config_.head_dim();
 
   // MLP: x_out = x_mid + down(silu(gate) * up)
-  swiglu_forward(h_, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
+  swiglu_forward(sp_.h, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
   clock.lap(Phase::Other);
-  linear_backward_weight(g.w_down, dx, h_, n, I, C);
-  linear_backward_input(h_, dx, w.w_down, n, I, C, false);  // h_ now holds dh
+  linear_backward_weight(g.w_down, dx, sp_.h, n, I, C);
+  linear_backward_input(sp_.h, dx, w.w_down, n, I, C, false);  // h now holds dh
   clock.lap(Phase::Gemm);
-  swiglu_backward(dgate_, dup_, h_, a.gate, a.up, n * I);
+  swiglu_backward(sp_.dgate, sp_.dup, sp_.h, a.gate, a.up, n * I);
   clock.lap(Phase::Other);
-  linear_backward_weight(g.w_gate, dgate_, a.ln2, n, C, I);
-  linear_backward_weight(g.w_up, dup_, a.ln2, n, C, I);
-  linear_backward_input(dln_, dgate_, w.w_gate, n, C, I, false);
-  linear_backward_input(dln_, dup_, w.w_up, n, C, I, true);
+  linear_backward_weight(g.w_gate, sp_.dgate, a.ln2, n, C, I);
+  linear_backward_weight(g.w_up, sp_.dup, a.ln2, n, C, I);
+  linear_backward_input(sp_.dln, sp_.dgate, w.w_gate, n, C, I, false);
+  linear_backward_input(sp_.dln, sp_.dup, w.w_up, n, C, I, true);
   clock.lap(Phase::Gemm);
-  rmsnorm_backward(dx, g.post_norm, dln_, a.x_mid, a.rstd2, w.post_norm, n, C, true);
+  rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, n, C, true);
   clock.lap(Phase::Other);
 
   // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v))
   if (shape_.checkpointing == Checkpointing::Attention) attention_forward(a, b, clock);
   linear_backward_weight(g.wo, dx, a.o, n, H * D, C);
-  linear_backward_input(do_, dx, w.wo, n, H * D, C, false);
+  linear_backward_input(sp_.do_, dx, w.wo, n, H * D, C, false);
   clock.lap(Phase::Gemm);
-  attention_delta(a.o, do_, n, H, D, delta_);
-  std::memset(dq_, 0, size_t(n * H * D) * sizeof(float));
-  std::memset(dk_, 0, size_t(n * KV * D) * sizeof(float));
-  std::memset(dv_, 0, size_t(n * KV * D) * sizeof(float));
+  attention_delta(a.o, sp_.do_, n, H, D, sp_.delta);
+  std::memset(sp_.dq, 0, size_t(n * H * D) * sizeof(float));
+  std::memset(sp_.dk, 0, size_t(n * KV * D) * sizeof(float));
+  std::memset(sp_.dv, 0, size_t(n * KV * D) * sizeof(float));
   const AttnDims d{n, n, H, KV, D};
   const TokenTags tags{b.idx.data(), b.doc.data()};
-  flash_.backward(d, a.q, a.k, a.v, a.lse, delta_, do_, tags, tags, dq_, dk_, dv_);
+  flash_.backward(d, a.q, a.k, a.v, a.lse, sp_.delta, sp_.do_, tags, tags, sp_.dq, sp_.dk, sp_.dv);
   clock.lap(Phase::AttnBwd);
-  rope_.backward(dq_, b.pos.data(), n, H);
-  rope_.backward(dk_, b.pos.data(), n, KV);
+  rope_.backward(sp_.dq, b.pos.data(), n, H);
+  rope_.backward(sp_.dk, b.pos.data(), n, KV);
   clock.lap(Phase::Other);
-  linear_backward_weight(g.wq, dq_, a.ln1, n, C, H * D);
-  linear_backward_weight(g.wk, dk_, a.ln1, n, C, KV * D);
-  linear_backward_weight(g.wv, dv_, a.ln1, n, C, KV * D);
-  linear_backward_input(dln_, dq_, w.wq, n, C, H * D, false);
-  linear_backward_input(dln_, dk_, w.wk, n, C, KV * D, true);
-  linear_backward_input(dln_, dv_, w.wv, n, C, KV * D, true);
+  linear_backward_weight(g.wq, sp_.dq, a.ln1, n, C, H * D);
+  linear_backward_weight(g.wk, sp_.dk, a.ln1, n, C, KV * D);
+  linear_backward_weight(g.wv, sp_.dv, a.ln1, n, C, KV * D);
+  linear_backward_input(sp_.dln, sp_.dq, w.wq, n, C, H * D, false);
+  linear_backward_input(sp_.dln, sp_.dk, w.wk, n, C, KV * D, true);
+  linear_backward_input(sp_.dln, sp_.dv, w.wv, n, C, KV * D, true);
   clock.lap(Phase::Gemm);
-  rmsnorm_backward(dx, g.input_norm, dln_, x_in, a.rstd1, w.input_norm, n, C, true);
+  rmsnorm_backward(dx, g.input_norm, sp_.dln, x_in, a.rstd1, w.input_norm, n, C, true);
   clock.lap(Phase::Other);
 }
 
@@ -241,18 +242,18 @@ double LlamaModel::forward_backward(const Batch& b, float grad_scale, PhaseClock
   const int64_t n = T(b), C = config_.hidden_size;
   embed_and_layers_forward(b, clock);
   // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
-  const double loss = xent_.run(lnf_, w_.lm_head, b.targets.data(), n, C, grad_scale, dln_,
+  const double loss = xent_.run(lnf_, w_.lm_head, b.targets.data(), n, C, grad_scale, sp_.dln,
                                 g_.lm_head);
   clock.lap(Phase::Gemm);
-  rmsnorm_backward(dx_, g_.final_norm, dln_, x_in_.back(), rstdf_, w_.final_norm, n, C, false);
+  rmsnorm_backward(sp_.dx, g_.final_norm, sp_.dln, x_in_.back(), rstdf_, w_.final_norm, n, C, false);
   clock.lap(Phase::Other);
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const LayerActs a = layer_acts(l);
     if (shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
-      layer_forward(l, a, x_in_[size_t(l)], tmp_, b, clock);
-    layer_backward(l, a, x_in_[size_t(l)], dx_, b, clock);
+      layer_forward(l, a, x_in_[size_t(l)], sp_.tmp, b, clock);
+    layer_backward(l, a, x_in_[size_t(l)], sp_.dx, b, clock);
   }
-  embedding_backward(g_.embed, b.tokens.data(), dx_, n, C);
+  embedding_backward(g_.embed, b.tokens.data(), sp_.dx, n, C);
   clock.lap(Phase::Other);
   return loss;
 }

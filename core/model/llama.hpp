@@ -49,8 +49,35 @@ struct LayerActs {
   float* up;      // [T, I]
 };
 
+// Bytes a model of this shape needs, computed without allocating anything.
+struct ModelMemory {
+  size_t params_grads = 0, optimizer = 0, activations = 0, scratch = 0;
+  size_t total() const { return params_grads + optimizer + activations + scratch; }
+};
+
+struct ScratchPointers {  // backward scratch, one set shared by all layers
+  float *dx, *dln, *tmp;       // [T, C]
+  float *h, *dgate, *dup;      // [T, I]
+  float *do_, *dq;             // [T, H*D]
+  float *dk, *dv;              // [T, KV*D]
+  float* delta;                // [H, T]
+};
+
+struct Carver {  // consecutive 64-byte aligned pieces of one allocation; counts when base is null
+  float* base;
+  size_t used = 0;
+  float* take(int64_t n) {
+    float* p = base ? base + used : nullptr;
+    used += (size_t(n) + 15) / 16 * 16;
+    return p;
+  }
+};
+size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, ScratchPointers& p);
+
 class LlamaModel {
  public:
+  static ModelMemory memory(const ModelConfig& config, const ModelShape& shape, int threads);
+
   LlamaModel(const ModelConfig& config, const ModelShape& shape);
 
   const ModelConfig& config() const { return config_; }
@@ -65,9 +92,6 @@ class LlamaModel {
   // Loss sum only; argmax [T] (optional) receives the greedy prediction at every position.
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax = nullptr);
 
-  // Bytes held: parameters + gradients, activations, scratch, attention workspace.
-  size_t activation_bytes() const { return acts_.size() * sizeof(float); }
-  size_t scratch_bytes() const;
 
  private:
   void embed_and_layers_forward(const Batch& b, PhaseClock& clock);
@@ -91,8 +115,8 @@ class LlamaModel {
   float* lnf_ = nullptr;             // [T, C] final norm output
   float* rstdf_ = nullptr;           // [T]
 
-  Buffer<float> scratch_;            // backward: carved below
-  float *dx_, *dln_, *h_, *dgate_, *dup_, *do_, *dq_, *dk_, *dv_, *delta_, *tmp_;
+  Buffer<float> scratch_;
+  ScratchPointers sp_;
   RopeTable rope_;
   FlashAttention flash_;
   LmHeadXent xent_;

@@ -46,3 +46,11 @@ class Buffer {
 };
 
 }  // namespace lct
+
+namespace lct {
+double peak_rss_mib();  // the process's high-water resident set, MiB
+}  // namespace lct
+
+namespace lct {
+double available_memory_gib();  // MemAvailable from /proc/meminfo (0 when unknown)
+}  // namespace lct

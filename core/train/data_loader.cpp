@@ -1,0 +1,36 @@
+#include "train/data_loader.hpp"
+
+#include <numeric>
+
+#include "common/rng.hpp"
+
+namespace lct {
+
+DataLoader::DataLoader(const TokenDataset& ds, int64_t seq_len, uint64_t seed)
+    : ds_(ds), packing_(pack_documents(ds.doc_offsets, seq_len)), seed_(seed) {
+  shuffle();
+}
+
+void DataLoader::shuffle() {
+  order_.resize(packing_.sequences.size());
+  std::iota(order_.begin(), order_.end(), 0);
+  Rng rng(seed_, uint64_t(epoch_));
+  for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);
+}
+
+void DataLoader::seek(int64_t epoch, int64_t cursor) {
+  epoch_ = epoch;
+  cursor_ = cursor;
+  shuffle();
+}
+
+Batch DataLoader::next(int64_t B) {
+  std::vector<const PackedSequence*> seqs;
+  for (int64_t b = 0; b < B; ++b) {
+    if (cursor_ >= int64_t(order_.size())) seek(epoch_ + 1, 0);
+    seqs.push_back(&packing_.sequences[size_t(order_[size_t(cursor_++)])]);
+  }
+  return make_batch(ds_, seqs, packing_.seq_len);
+}
+
+}  // namespace lct

@@ -1,0 +1,32 @@
+// Feeds packed sequences to training: the dataset is packed once (data/packing.hpp), and each
+// epoch visits its sequences in a fresh random order drawn from (seed, epoch). The position
+// (epoch, cursor) is part of a checkpoint, so a resumed run sees exactly the same data.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "data/packing.hpp"
+#include "model/batch.hpp"
+
+namespace lct {
+
+class DataLoader {
+ public:
+  DataLoader(const TokenDataset& ds, int64_t seq_len, uint64_t seed);
+  // The next B sequences as one micro-batch.
+  Batch next(int64_t B);
+  int64_t epoch() const { return epoch_; }
+  int64_t cursor() const { return cursor_; }
+  void seek(int64_t epoch, int64_t cursor);
+  const Packing& packing() const { return packing_; }
+
+ private:
+  void shuffle();
+  const TokenDataset& ds_;
+  Packing packing_;
+  uint64_t seed_;
+  int64_t epoch_ = 0, cursor_ = 0;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace lct

@@ -1,0 +1,16 @@
+// Everything besides weights and optimiser moments that a resumed run needs.
+#pragma once
+#include <cstdint>
+
+namespace lct {
+
+struct TrainState {
+  int64_t step = 0;         // updates done
+  int64_t data_epoch = 0;   // where the data loader stands
+  int64_t data_cursor = 0;
+  int64_t data_seed = 0;
+  int64_t tokens_seen = 0;  // real (non-padding) tokens trained on
+  int64_t restarts = 0;     // how many times the run was resumed
+};
+
+}  // namespace lct
