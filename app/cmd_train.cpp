@@ -104,10 +104,6 @@ int cmd_train(Context& ctx) {
   ModelData init = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_inputs(o, init.config, ds);
-  RunDirectory run(o.run_dir);
-  if (run.has_previous_run() && !o.force)
-    fail("run directory '", o.run_dir, "' holds a previous run (timing.h5 or checkpoints); ",
-         "pass --force to start over in it, or choose another --run-dir");
 
   const ModelConfig& mc = init.config;
   const ModelShape shape{o.batch_size * o.seq_len, o.seq_len, parse_checkpointing(o.checkpointing),
@@ -124,6 +120,11 @@ int cmd_train(Context& ctx) {
   if (avail > 0 && double(mem.total()) / double(1u << 30) > 0.95 * avail)
     fail("this run needs about ", gib(mem.total()), " but ", avail, " GiB are available; use ",
          "--checkpointing full, a shorter --seq-len or a smaller --batch-size");
+  // Every check passed: only now touch the disk.
+  RunDirectory run(o.run_dir);
+  if (run.has_previous_run() && !o.force)
+    fail("run directory '", o.run_dir, "' holds a previous run (timing.h5 or checkpoints); ",
+         "pass --force to start over in it, or choose another --run-dir");
   if (o.seq_len > mc.max_position_embeddings)
     out << "warning: --seq-len " << o.seq_len << " exceeds the model's max_position_embeddings "
         << mc.max_position_embeddings << "\n";

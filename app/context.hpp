@@ -25,5 +25,7 @@ int cmd_init(Context& ctx);
 int cmd_prepare(Context& ctx);
 int cmd_inspect(Context& ctx);
 int cmd_train(Context& ctx);
+int cmd_eval(Context& ctx);
+int cmd_bench(Context& ctx);
 
 }  // namespace lct

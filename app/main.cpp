@@ -25,6 +25,8 @@ int dispatch(lct::Context& ctx) {
   if (c == "prepare") return lct::cmd_prepare(ctx);
   if (c == "inspect") return lct::cmd_inspect(ctx);
   if (c == "train") return lct::cmd_train(ctx);
+  if (c == "eval") return lct::cmd_eval(ctx);
+  if (c == "bench") return lct::cmd_bench(ctx);
   lct::fail("unknown subcommand '", c, "'");
 }
 

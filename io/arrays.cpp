@@ -7,7 +7,8 @@
 namespace lct {
 
 void write_array_file(const std::string& path, const std::vector<NamedArray>& arrays,
-                      const std::vector<std::pair<std::string, Value>>& attrs, bool force) {
+                      const std::vector<std::pair<std::string, Value>>& attrs, bool force,
+                      const Provenance* prov) {
   AtomicTarget target(path, force, "array file");
   {
     h5::File f = h5::File::create(target.temp_path());
@@ -19,6 +20,7 @@ void write_array_file(const std::string& path, const std::vector<NamedArray>& ar
       else if (!a.i32.empty()) h5::write_array(f, f.h, a.name, a.i32.data(), a.shape);
       else h5::write_array(f, f.h, a.name, a.f64.data(), a.shape);
     }
+    if (prov) h5::write_provenance(f, *prov);
     f.close();
   }
   target.commit();

@@ -17,7 +17,8 @@ struct NamedArray {
 };
 
 void write_array_file(const std::string& path, const std::vector<NamedArray>& arrays,
-                      const std::vector<std::pair<std::string, Value>>& attrs, bool force);
+                      const std::vector<std::pair<std::string, Value>>& attrs, bool force,
+                      const Provenance* prov = nullptr);
 // Any numeric dataset, converted to double; throws naming the file and object if missing.
 std::vector<double> read_array_f64(const std::string& path, const std::string& name);
 Value read_root_attr(const std::string& path, const std::string& name);

@@ -30,6 +30,11 @@ void fsync_path(const std::string& path, const std::string& what) {
 
 AtomicTarget::AtomicTarget(std::string final_path, bool force, const std::string& what)
     : final_(std::move(final_path)) {
+  check_can_write(final_, force, what);
+  temp_ = cat(final_, ".tmp-", ::getpid());
+}
+
+void check_can_write(const std::string& final_, bool force, const std::string& what) {
   struct stat st;
   if (::stat(final_.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) fail(what, " '", final_, "' is a directory; give a file name");
@@ -43,7 +48,6 @@ AtomicTarget::AtomicTarget(std::string final_path, bool force, const std::string
   if (::access(dir.c_str(), W_OK) != 0)
     fail(what, " '", final_, "': directory '", dir, "' is not writable (", std::strerror(errno),
          "); choose a directory you can write to");
-  temp_ = cat(final_, ".tmp-", ::getpid());
 }
 
 AtomicTarget::~AtomicTarget() {

@@ -22,6 +22,10 @@ class AtomicTarget {
   bool committed_ = false;
 };
 
+// Throws unless `path` could be written: its directory exists and is writable, and it is
+// not an existing file (unless force) or a directory. Lets long runs fail before working.
+void check_can_write(const std::string& path, bool force, const std::string& what);
+
 // Directory part of a path ("." when it has none).
 std::string parent_dir(const std::string& path);
 void fsync_path(const std::string& path, const std::string& what);

@@ -11,6 +11,7 @@
 #include "io/file_kind.hpp"
 #include "io/h5.hpp"
 #include "io/model_file.hpp"
+#include "io/timing_file.hpp"
 
 namespace lct {
 
@@ -64,6 +65,62 @@ void inspect_model(const InspectRequest& req, const std::string& kind, std::ostr
     }
   }
   print_provenance(provenance_of(req.path), out);
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Timing tables of training runs: a summary; bench tables: every row.
+void inspect_timing(const InspectRequest& req, const std::string& kind, std::ostream& out) {
+  const TimingTable t = read_timing_file(req.path);
+  out << "lctrain " << kind << " file '" << req.path << "': " << t.rows() << " rows, columns:";
+  for (const auto& c : t.columns) out << " " << c.name;
+  out << "\n";
+  for (const auto& [k, v] : t.summary)
+    out << "  " << std::left << std::setw(30) << k << " " << to_string(v) << "\n";
+  if (kind == "bench") {
+    for (size_t r = 0; r < t.rows(); ++r) {
+      out << " ";
+      for (const auto& c : t.columns) out << " " << c.name << "=" << std::setprecision(4) << c.values[r];
+      out << "\n";
+    }
+  } else if (const TimingColumn* loss = t.find("loss"); loss && t.rows() > 0) {
+    const auto& step = t.find("step")->values;
+    const auto& restart = t.find("restart")->values;
+    const double best = *std::min_element(loss->values.begin(), loss->values.end());
+    out << std::setprecision(5) << "  steps " << step.front() << " to " << step.back() << ", restarts "
+        << *std::max_element(restart.begin(), restart.end()) << "\n"
+        << "  loss: first " << loss->values.front() << ", last " << loss->values.back() << ", best "
+        << best << "\n"
+        << "  median tokens/s " << median_of(t.find("tokens_per_s")->values) << ", median MFU "
+        << 100 * median_of(t.find("mfu")->values) << "%\n  time split:";
+    double total = 0;
+    for (const auto& c : t.columns)
+      if (c.name.size() > 2 && c.name.substr(c.name.size() - 2) == "_s" && c.name != "tokens_per_s")
+        for (double x : c.values) total += x;
+    for (const auto& c : t.columns)
+      if (c.name.size() > 2 && c.name.substr(c.name.size() - 2) == "_s" && c.name != "tokens_per_s") {
+        double sum = 0;
+        for (double x : c.values) sum += x;
+        out << " " << c.name.substr(0, c.name.size() - 2) << " " << std::setprecision(3)
+            << 100 * sum / std::max(total, 1e-30) << "%";
+      }
+    out << "\n";
+  }
+  print_provenance(provenance_of(req.path), out);
+}
+
+// Attributes at the root and in /train_state, for eval results and checkpoints.
+void print_attributes(const std::string& path, const std::string& group, std::ostream& out) {
+  h5::File f = h5::File::open_read(path, "file");
+  if (!group.empty() && !h5::exists(f.h, group)) return;
+  h5::Handle g(H5Oopen(f.h, group.empty() ? "." : group.c_str(), H5P_DEFAULT), H5Oclose);
+  out << (group.empty() ? "attributes" : group) << ":\n";
+  for (const std::string& a : h5::attr_names(g))
+    out << "  " << std::left << std::setw(30) << a << " " << to_string(h5::read_attr(g, a, path)) << "\n";
 }
 
 void inspect_dataset(const InspectRequest& req, std::ostream& out) {
@@ -135,8 +192,19 @@ void inspect_other(const InspectRequest& req, std::ostream& out) {
 
 void inspect_file(const InspectRequest& req, std::ostream& out) {
   const std::string kind = file_kind(req.path);
-  if (kind == "model" || kind == "checkpoint") return inspect_model(req, kind, out);
+  if (kind == "model") return inspect_model(req, kind, out);
+  if (kind == "checkpoint") {
+    print_attributes(req.path, "train_state", out);
+    return inspect_model(req, kind, out);
+  }
   if (kind == "dataset") return inspect_dataset(req, out);
+  if (kind == "timing" || kind == "bench") return inspect_timing(req, kind, out);
+  if (kind == "eval") {
+    out << "lctrain eval file '" << req.path << "'\n";
+    print_attributes(req.path, "", out);
+    print_provenance(provenance_of(req.path), out);
+    return;
+  }
   if (kind.empty()) return inspect_other(req, out);
   fail("'", req.path, "' is an lctrain ", kind, " file, which this version cannot show");
 }

@@ -52,8 +52,13 @@ lctrain="$BUILD_DIR/app/lctrain"
 mkdir -p "$RUN_DIR"
 cfg=inputs/default.toml
 echo "== default job in $RUN_DIR"
-# The model and data are generated deterministically from the config: replacing them is safe.
+# Model, data and run are generated deterministically from the config: starting over is safe.
 "$lctrain" --config "$cfg" init --out "$RUN_DIR/model.h5" --force
 "$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey.h5" --force
-"$lctrain" inspect "$RUN_DIR/passkey.h5" --seq-len 2048
-"$lctrain" inspect "$RUN_DIR/model.h5" --no-tensors
+"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey-eval.h5" --num-docs 256 --seed 2 --force
+"$lctrain" --config "$cfg" train --model "$RUN_DIR/model.h5" --data "$RUN_DIR/passkey.h5" \
+  --run-dir "$RUN_DIR/run" --force
+latest="$RUN_DIR/run/checkpoints/$(cat "$RUN_DIR/run/checkpoints/latest")"
+"$lctrain" --config "$cfg" eval --model "$latest" --data "$RUN_DIR/passkey-eval.h5" \
+  --out "$RUN_DIR/eval.h5" --force
+"$lctrain" inspect "$RUN_DIR/run/timing.h5" | head -12

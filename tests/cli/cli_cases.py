@@ -195,6 +195,82 @@ def two_ranks_share_cores_without_oversubscribing():
     assert "2 ranks in all" in p.stdout, p.stdout
 
 
+def tiny_run(run_dir, *extra, steps=6, data="d.h5", model="m.h5"):
+    return ok("train", "--model", model, "--data", data, "--run-dir", run_dir, "--seq-len", "600",
+              "--steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "64",
+              "--block-k", "48", *extra)
+
+
+def timing(run_dir):
+    with h5py.File(f"{run_dir}/timing.h5", "r") as f:
+        return {k: f["steps"][k][:] for k in f["steps"]}, dict(f.attrs)
+
+
+@case
+def train_loss_falls_and_outputs_are_readable():
+    good_model()
+    good_dataset()
+    p = tiny_run("run", "--checkpoint-every", "5", "--keep-checkpoints", "2", steps=15)
+    assert "verification:" in p.stdout and "PASSED" in p.stdout, p.stdout
+    assert "figure of merit:" in p.stdout and "memory estimate" in p.stdout
+    steps, attrs = timing("run")
+    assert list(steps["step"]) == list(range(1, 16))
+    assert steps["loss"][-1] < steps["loss"][0] - 0.5, steps["loss"]
+    for col in ["lr", "grad_norm", "tokens_per_s", "mfu", "attn_fwd_s", "attn_bwd_s", "gemm_s",
+                "other_s", "optimizer_s", "io_s", "peak_rss_mib"]:
+        assert col in steps, col
+    assert np.all(steps["attn_fwd_s"] > 0) and np.all(steps["gemm_s"] > 0)
+    parts = sum(steps[c] for c in ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s", "comm_s"])
+    assert np.allclose(parts, steps["seconds"], rtol=1e-6), (parts, steps["seconds"])
+    assert attrs["verification"] == "PASSED" and attrs["figure_of_merit_tokens_per_s"] > 0
+    ckpts = sorted(os.listdir("run/checkpoints"))
+    assert ckpts == ["latest", "step_00000010.h5", "step_00000015.h5"], ckpts
+    assert open("run/checkpoints/latest").read().strip() == "step_00000015.h5"
+    with h5py.File("run/checkpoints/step_00000015.h5", "r") as f:
+        assert f.attrs["lctrain_file"] == "checkpoint"
+        assert f["train_state"].attrs["step"] == 15
+        assert "optimizer/exp_avg/model.layers.1.mlp.up_proj.weight" in f
+        assert f["model.layers.1.self_attn.q_proj.weight"].shape == (64, 64)
+    # A checkpoint is accepted wherever a model file is.
+    p = ok("eval", "--model", "run/checkpoints/step_00000015.h5", "--data", "d.h5", "--seq-len", "600",
+           "--out", "eval.h5")
+    assert "passkey retrieval" in p.stdout and "mean loss" in p.stdout, p.stdout
+    with h5py.File("eval.h5", "r") as f:
+        assert abs(f.attrs["mean_loss"] - steps["loss"][-1]) < 0.5
+        assert f["passkey/asked"][:].sum() == 6
+    p = ok("inspect", "run/timing.h5")
+    assert "median tokens/s" in p.stdout and "time split" in p.stdout, p.stdout
+    ok("train", "--model", "run/checkpoints/step_00000015.h5", "--data", "d.h5", "--run-dir", "run2",
+       "--seq-len", "600", "--steps", "1")
+
+
+@case
+def train_is_deterministic_and_checkpointing_policies_agree():
+    good_model()
+    good_dataset()
+    runs = {}
+    for name, policy in [("a", "none"), ("b", "none"), ("c", "full"), ("d", "attention")]:
+        tiny_run(name, "--checkpointing", policy, "--batch-size", "2", "--grad-accum", "2", steps=4)
+        runs[name] = timing(name)[0]["loss"]
+        with h5py.File(f"{name}/checkpoints/step_00000004.h5", "r") as f:
+            runs[name + "w"] = f["model.layers.0.mlp.down_proj.weight"][:]
+    print({k: v for k, v in runs.items() if not k.endswith("w")})
+    for other in "bcd":  # recomputation reruns the same kernels: bitwise the same training
+        assert np.array_equal(runs["a"], runs[other]), (other, runs["a"], runs[other])
+        assert np.array_equal(runs["aw"], runs[other + "w"]), other
+
+
+@case
+def bench_attention_writes_its_table():
+    p = ok("bench", "attention", "--seq-len", "300,512", "--heads", "4", "--kv-heads", "2",
+           "--repeats", "1", "--out", "b.h5")
+    assert "f+b/sg" in p.stdout, p.stdout
+    with h5py.File("b.h5", "r") as f:
+        assert f.attrs["lctrain_file"] == "bench"
+        assert list(f["steps/seq_len"][:]) == [300, 512]
+        assert np.all(f["steps/fwd_gflops"][:] > 0) and np.all(f["steps/sgemm_gflops"][:] > 0)
+
+
 # --- bad input ---------------------------------------------------------------------------
 
 @case
@@ -431,6 +507,55 @@ def bad_threads_two_ranks_fail_together():
     expect_error(["--threads", str(ncpu), "init", "-o", "m.h5"], f"x 2 ranks on host", "oversubscribes",
                  ranks=2,
                  env={"OMPI_MCA_hwloc_base_binding_policy": "none"})
+
+
+@case
+def bad_train_dataset_vocabulary_larger_than_model():
+    good_model()
+    good_dataset()
+    edit("d.h5", lambda f: f.attrs.__setitem__("vocab_size", 300))
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600"],
+                 "vocabulary of 300", "vocab_size 259")
+
+
+@case
+def bad_train_dataset_shorter_than_a_sequence():
+    good_model()
+    good_dataset()
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "5000"],
+                 "holds 1800 tokens, fewer than one sequence")
+
+
+@case
+def bad_train_previous_run_needs_force():
+    good_model()
+    good_dataset()
+    tiny_run("run", steps=1)
+    keep = ["run/timing.h5", "run/checkpoints/step_00000001.h5"]
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "run", "--seq-len", "600"],
+                 "holds a previous run", "--force", keep=keep)
+
+
+@case
+def bad_train_run_dir_is_a_file():
+    good_model()
+    good_dataset()
+    open("run", "w").close()
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "run", "--seq-len", "600"],
+                 "run directory 'run' cannot be created")
+
+
+@case
+def bad_train_does_not_fit_in_memory():
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "2", "--doc-length", "300", "-o", "d.h5")
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600",
+                  "--batch-size", "200000"], "GiB are available", "--checkpointing full")
+
+
+@case
+def bad_bench_sequence_list():
+    expect_error(["bench", "attention", "--seq-len", "4096,abc"], "'abc' is not a positive integer")
 
 
 def main():

@@ -65,6 +65,10 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref, doubl
   return scale > 0 ? diff / scale : diff;
 }
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "S=" << c.S << " H=" << c.H << " KV=" << c.KV << " D=" << c.D << (c.documents ? " docs" : " causal");
+}
+
 class FlashVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashVsReference, ForwardAndBackwardMatch) {

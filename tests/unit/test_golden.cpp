@@ -32,6 +32,8 @@ struct GoldenCase {
   Checkpointing checkpointing;
 };
 
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
+
 class Golden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {

@@ -1,0 +1,78 @@
+// lctrain eval: loss and passkey retrieval of a model (or checkpoint) on a dataset.
+#include <cstdio>
+#include <iostream>
+
+#include "app/context.hpp"
+#include "common/error.hpp"
+#include "io/arrays.hpp"
+#include "io/dataset_file.hpp"
+#include "io/model_file.hpp"
+#include "train/evaluate.hpp"
+
+namespace lct {
+
+int cmd_eval(Context& ctx) {
+  const EvalOptions& o = ctx.inv.eval;
+  if (ctx.world.size > 1) fail("eval runs on one rank; run it without mpirun, or with -n 1");
+  ctx.print_startup("eval", true);
+  if (o.seq_len < 2 || o.batch_size < 1) fail("--seq-len must be at least 2 and --batch-size at least 1");
+  ModelData m = read_model_file(o.model);
+  const TokenDataset ds = read_dataset_file(o.data);
+  if (ds.vocab_size > m.config.vocab_size)
+    fail("dataset '", o.data, "' uses a vocabulary of ", ds.vocab_size, " ids but model '", o.model,
+         "' has vocab_size ", m.config.vocab_size);
+  // Forward only: keeping only layer inputs is enough and smallest.
+  LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
+                              {o.block_q, o.block_k}});
+  std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
+  PhaseClock clock;
+  const double t0 = omp_get_wtime();
+  const EvalResult r = evaluate(model, ds, o.seq_len, o.batch_size, o.max_sequences, clock);
+  const double secs = omp_get_wtime() - t0;
+
+  std::ostream& out = ctx.out();
+  char line[200];
+  std::snprintf(line, sizeof line, "eval: %lld sequences of %lld tokens, mean loss %.4f nats over %lld targets (%.1f s)\n",
+                (long long)r.sequences, (long long)o.seq_len, r.mean_loss(), (long long)r.valid_targets, secs);
+  out << line;
+  int64_t asked = 0, got = 0;
+  std::vector<double> rate;
+  std::vector<int32_t> asked_v, got_v;
+  if (!ds.passkey.empty()) {
+    out << "passkey retrieval (exact key, greedy) by depth of the key:\n";
+    for (int b = 0; b < EvalResult::kBuckets; ++b) {
+      asked += r.asked[b];
+      got += r.retrieved[b];
+      rate.push_back(r.asked[b] ? double(r.retrieved[b]) / double(r.asked[b]) : 0.0);
+      asked_v.push_back(int32_t(r.asked[b]));
+      got_v.push_back(int32_t(r.retrieved[b]));
+      std::snprintf(line, sizeof line, "  depth %3d-%3d%%  %5lld / %5lld  %5.1f%%\n", b * 20, b * 20 + 20,
+                    (long long)r.retrieved[b], (long long)r.asked[b], 100 * rate.back());
+      out << line;
+    }
+    std::snprintf(line, sizeof line, "  all            %5lld / %5lld  %5.1f%%%s\n", (long long)got,
+                  (long long)asked, asked ? 100.0 * double(got) / double(asked) : 0.0,
+                  r.split_docs ? "  (documents longer than a sequence not scored)" : "");
+    out << line;
+  }
+  out << std::flush;
+  if (!o.out.empty() && ctx.world.root()) {
+    const Provenance prov = ctx.provenance();
+    std::vector<NamedArray> arrays;
+    if (!rate.empty()) {
+      arrays.push_back({"passkey/asked", {int64_t(asked_v.size())}, {}, asked_v, {}});
+      arrays.push_back({"passkey/retrieved", {int64_t(got_v.size())}, {}, got_v, {}});
+      arrays.push_back({"passkey/rate", {int64_t(rate.size())}, {}, {}, rate});
+    }
+    write_array_file(o.out, arrays,
+                     {{"lctrain_file", std::string("eval")}, {"format_version", int64_t(1)},
+                      {"mean_loss", r.mean_loss()}, {"valid_targets", r.valid_targets},
+                      {"sequences", r.sequences}, {"seq_len", o.seq_len},
+                      {"passkey_retrieved", got}, {"passkey_asked", asked}},
+                     o.force, &prov);
+    out << "wrote " << o.out << std::endl;
+  }
+  return kExitOk;
+}
+
+}  // namespace lct

@@ -1,0 +1,30 @@
+// Evaluation: mean loss per valid target over the dataset packed in file order, and for
+// passkey data the share of keys retrieved exactly, by depth of the hidden key.
+//
+// Exact retrieval is measured teacher-forced: the key is retrieved when the argmax at every
+// answer position equals the true digit. That is exactly greedy decoding: greedy decoding
+// produces the key iff each digit's argmax is right given the right digits before it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "model/llama.hpp"
+
+namespace lct {
+
+struct EvalResult {
+  double loss_sum = 0;
+  int64_t valid_targets = 0;
+  int64_t sequences = 0;
+  static constexpr int kBuckets = 5;  // key depth 0-20%, ..., 80-100%
+  int64_t asked[kBuckets] = {0}, retrieved[kBuckets] = {0};
+  int64_t split_docs = 0;  // passkey documents longer than a sequence: not scored
+  double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
+};
+
+// Runs over the packed sequences [0, max_sequences) (all when 0), B at a time.
+EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
+                    int64_t max_sequences, PhaseClock& clock);
+
+}  // namespace lct
