@@ -177,6 +177,8 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
         "peak for MFU in GFLOP/s per rank (0 = measure sgemm at start-up)");
   r.add(c, "--force", o.force, false, "start over in a run directory that holds a previous run");
+  r.add(c, "--dry-run", o.dry_run, false,
+        "check everything and print the start-up table and memory estimate, then stop");
 }
 
 void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {

@@ -57,7 +57,7 @@ struct TrainOptions {
   int64_t block_q, block_k;
   int64_t seed, checkpoint_every, keep_checkpoints, log_every;
   double peak_gflops;
-  bool force;
+  bool force, dry_run;
 };
 
 struct EvalOptions {

@@ -118,8 +118,13 @@ int cmd_train(Context& ctx) {
       << " (checkpointing " << o.checkpointing << "), scratch " << gib(mem.scratch) << "; "
       << std::fixed << std::setprecision(1) << avail << " GiB available\n";
   if (avail > 0 && double(mem.total()) / double(1u << 30) > 0.95 * avail)
-    fail("this run needs about ", gib(mem.total()), " but ", avail, " GiB are available; use ",
+    fail("this run needs about ", gib(mem.total()), " but ", gib(size_t(avail * double(1u << 30))),
+         " are available; use ",
          "--checkpointing full, a shorter --seq-len or a smaller --batch-size");
+  if (o.dry_run) {
+    out << "dry run: every check passed; nothing allocated or written" << std::endl;
+    return kExitOk;
+  }
   // Every check passed: only now touch the disk.
   RunDirectory run(o.run_dir);
   if (run.has_previous_run() && !o.force)

@@ -8,6 +8,7 @@
 // Query head h reads key/value head h / (H / KV): K/V are never copied per query head.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "sys/memory.hpp"
@@ -49,6 +50,10 @@ class FlashAttention {
                 const float* delta, const float* dout, TokenTags qt, TokenTags kt, float* dq,
                 float* dk, float* dv);
 
+  // Called by thread 0 between tiles while a kernel runs (e.g. to make communication
+  // progress); the kernel knows nothing of what it does.
+  void set_progress(std::function<void()> hook) { progress_ = std::move(hook); }
+
   size_t workspace_bytes() const;
   static size_t workspace_bytes_for(int64_t max_tq, int64_t D, AttnBlocks blocks, int threads);
   const AttnBlocks& blocks() const { return blocks_; }
@@ -60,6 +65,7 @@ class FlashAttention {
   AttnBlocks blocks_;
   int64_t max_tq_, D_;
   std::vector<Scratch> scratch_;  // one per thread
+  std::function<void()> progress_;
 };
 
 // delta [H, Tq] = rowsum(dout * o) per head.
@@ -72,5 +78,16 @@ void attention_reference_forward(const AttnDims& d, const float* q, const float*
 void attention_reference_backward(const AttnDims& d, const float* q, const float* k,
                                   const float* v, const float* dout, TokenTags qt, TokenTags kt,
                                   float* dq, float* dk, float* dv);
+
+}  // namespace lct
+
+namespace lct {
+
+// Merges a partial attention result over another, disjoint set of keys into (o, lse):
+//   L = max(L1, L2) + log(1 + exp(-|L1 - L2|));  O = e^(L1 - L) O1 + e^(L2 - L) O2
+// in fp32, with (0, -inf) for rows that have seen no key on either side (no NaN).
+// o, o_part [Tq, H*D]; lse, lse_part [H, Tq].
+void attention_merge(float* o, float* lse, const float* o_part, const float* lse_part, int64_t Tq,
+                     int64_t H, int64_t D);
 
 }  // namespace lct

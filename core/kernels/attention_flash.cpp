@@ -117,7 +117,8 @@ void FlashAttention::forward(const AttnDims& d, const float* q, const float* k, 
     const int64_t h = task % d.H, ib = nq - 1 - task / d.H;  // late query blocks cost most
     const int64_t i0 = ib * BQ, rows = std::min(BQ, d.Tq - i0);
     const int64_t g = h / G;
-    Scratch& sc = scratch_[size_t(omp_get_thread_num())];
+    const int thread = omp_get_thread_num();
+    Scratch& sc = scratch_[size_t(thread)];
     float *s = sc.s.data(), *acc = sc.acc.data(), *m = sc.m.data(), *l = sc.l.data();
     std::fill(m, m + rows, kNegInf);
     std::fill(l, l + rows, 0.0f);
@@ -128,6 +129,7 @@ void FlashAttention::forward(const AttnDims& d, const float* q, const float* k, 
       const Tile tile = classify(qs[size_t(ib)], ks[size_t(jb)]);
       if (tile == Tile::Skip) continue;
       const int64_t j0 = jb * BK, cols = std::min(BK, d.Tk - j0);
+      if (thread == 0 && progress_) progress_();
       // S = scale * Q_i K_j^T   [rows, cols]
       sgemm_serial(false, true, rows, cols, D, scale, qb, ldq, k + j0 * ldk + g * D, ldk, 0.0f, s,
                    cols);
@@ -195,6 +197,7 @@ void FlashAttention::backward(const AttnDims& d, const float* q, const float* k,
         for (int64_t ib = 0; ib < nq; ++ib) {
           const Tile tile = classify(qs[size_t(ib)], ks[size_t(jb)]);
           if (tile == Tile::Skip) continue;
+          if (t == 0 && progress_) progress_();
           const int64_t i0 = ib * BQ, rows = std::min(BQ, d.Tq - i0);
           const float* qb = q + i0 * ldq + h * D;
           const float* dob = dout + i0 * ldq + h * D;
@@ -249,6 +252,33 @@ void attention_delta(const float* o, const float* dout, int64_t Tq, int64_t H, i
 #pragma omp simd reduction(+ : s)
       for (int64_t c = 0; c < D; ++c) s += a[c] * b[c];
       delta[h * Tq + i] = s;
+    }
+}
+
+}  // namespace lct
+
+namespace lct {
+
+void attention_merge(float* o, float* lse, const float* o_part, const float* lse_part, int64_t Tq,
+                     int64_t H, int64_t D) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      const float l1 = lse[h * Tq + i], l2 = lse_part[h * Tq + i];
+      if (l2 == kNegInf) continue;  // the part saw nothing: keep what we have
+      float* a = o + (i * H + h) * D;
+      const float* b = o_part + (i * H + h) * D;
+      if (l1 == kNegInf) {  // we had nothing: take the part
+        std::memcpy(a, b, size_t(D) * sizeof(float));
+        lse[h * Tq + i] = l2;
+        continue;
+      }
+      const float m = std::max(l1, l2);
+      const float L = m + std::log1p(std::exp(-std::abs(l1 - l2)));
+      const float w1 = std::exp(l1 - L), w2 = std::exp(l2 - L);
+#pragma omp simd
+      for (int64_t c = 0; c < D; ++c) a[c] = w1 * a[c] + w2 * b[c];
+      lse[h * Tq + i] = L;
     }
 }
 

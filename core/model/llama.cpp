@@ -77,18 +77,21 @@ size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, ScratchPoin
   p.dq = c.take(T * HD);
   p.dk = c.take(T * KVD);
   p.dv = c.take(T * KVD);
-  p.delta = c.take(config.num_attention_heads * T);
   return c.used;
 }
 
-LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape)
+LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention)
     : config_(config),
       shape_(shape),
       layout_(ParamLayout::llama(config)),
       params_(layout_.total),
       grads_(layout_.total),
       rope_(shape.max_pos, config.head_dim(), config.rope_theta),
-      flash_(shape.max_tokens, config.head_dim(), shape.blocks),
+      own_attention_(attention ? nullptr
+                               : std::make_unique<LocalAttention>(shape.max_tokens,
+                                                                  config.num_attention_heads,
+                                                                  config.head_dim(), shape.blocks)),
+      attention_(attention ? attention : own_attention_.get()),
       xent_(shape.max_tokens, config.vocab_size) {
   w_ = carve(layout_, config_, params_.data());
   g_ = carve(layout_, config_, grads_.data());
@@ -129,8 +132,7 @@ void LlamaModel::attention_forward(const LayerActs& a, const Batch& b, PhaseCloc
   const int64_t n = T(b);
   const AttnDims d{n, n, config_.num_attention_heads, config_.num_key_value_heads, config_.head_dim()};
   const TokenTags tags{b.idx.data(), b.doc.data()};
-  flash_.forward(d, a.q, a.k, a.v, tags, tags, a.o, a.lse);
-  clock.lap(Phase::AttnFwd);
+  attention_->forward(d, a.q, a.k, a.v, tags, a.o, a.lse, clock);
 }
 
 void LlamaModel::layer_forward(int64_t l, const LayerActs& a, const float* x_in, float* x_out,
@@ -197,14 +199,12 @@ void LlamaModel::layer_backward(int64_t l, const LayerActs& a, const float* x_in
   linear_backward_weight(g.wo, dx, a.o, n, H * D, C);
   linear_backward_input(sp_.do_, dx, w.wo, n, H * D, C, false);
   clock.lap(Phase::Gemm);
-  attention_delta(a.o, sp_.do_, n, H, D, sp_.delta);
   std::memset(sp_.dq, 0, size_t(n * H * D) * sizeof(float));
   std::memset(sp_.dk, 0, size_t(n * KV * D) * sizeof(float));
   std::memset(sp_.dv, 0, size_t(n * KV * D) * sizeof(float));
   const AttnDims d{n, n, H, KV, D};
   const TokenTags tags{b.idx.data(), b.doc.data()};
-  flash_.backward(d, a.q, a.k, a.v, a.lse, sp_.delta, sp_.do_, tags, tags, sp_.dq, sp_.dk, sp_.dv);
-  clock.lap(Phase::AttnBwd);
+  attention_->backward(d, a.q, a.k, a.v, a.o, a.lse, sp_.do_, tags, sp_.dq, sp_.dk, sp_.dv, clock);
   rope_.backward(sp_.dq, b.pos.data(), n, H);
   rope_.backward(sp_.dk, b.pos.data(), n, KV);
   clock.lap(Phase::Other);

@@ -4,11 +4,13 @@
 // *_forward / *_backward calls.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/clock.hpp"
 #include "kernels/attention.hpp"
+#include "model/attention_op.hpp"
 #include "kernels/layers.hpp"
 #include "kernels/xent.hpp"
 #include "model/batch.hpp"
@@ -60,7 +62,6 @@ struct ScratchPointers {  // backward scratch, one set shared by all layers
   float *h, *dgate, *dup;      // [T, I]
   float *do_, *dq;             // [T, H*D]
   float *dk, *dv;              // [T, KV*D]
-  float* delta;                // [H, T]
 };
 
 struct Carver {  // consecutive 64-byte aligned pieces of one allocation; counts when base is null
@@ -78,7 +79,9 @@ class LlamaModel {
  public:
   static ModelMemory memory(const ModelConfig& config, const ModelShape& shape, int threads);
 
-  LlamaModel(const ModelConfig& config, const ModelShape& shape);
+  // `attention` computes every layer's attention (a context-parallel ring, say); null means
+  // the flash kernel on this rank's tokens.
+  LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -118,7 +121,8 @@ class LlamaModel {
   Buffer<float> scratch_;
   ScratchPointers sp_;
   RopeTable rope_;
-  FlashAttention flash_;
+  std::unique_ptr<AttentionOp> own_attention_;
+  AttentionOp* attention_;
   LmHeadXent xent_;
 };
 

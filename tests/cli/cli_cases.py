@@ -551,6 +551,9 @@ def bad_train_does_not_fit_in_memory():
     ok("prepare", "--synthetic", "passkey", "--num-docs", "2", "--doc-length", "300", "-o", "d.h5")
     expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600",
                   "--batch-size", "200000"], "GiB are available", "--checkpointing full")
+    p = ok("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600", "--dry-run")
+    assert "dry run: every check passed" in p.stdout and "memory estimate" in p.stdout
+    assert not os.path.exists("r"), "a dry run must not create the run directory"
 
 
 @case

@@ -1,0 +1,25 @@
+// Context-parallel split of a micro-batch. Each of the B sequences of S tokens is cut into
+// 2N chunks of c = S / 2N tokens:
+//   zigzag      rank r keeps chunks r and 2N-1-r (early, late): every rank gets the same
+//               causal work;
+//   contiguous  rank r keeps chunks 2r and 2r+1: the last rank does most of the work (for
+//               comparison only).
+// Tokens, targets, documents, true stream indices (causality) and RoPE positions are all
+// permuted together, once per micro-batch, so masks and rotations stay exact.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/batch.hpp"
+
+namespace lct {
+
+enum class CpSplit { Zigzag, Contiguous };
+
+// Stream indices of the full batch that rank r holds, in its local order.
+std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, CpSplit split);
+
+// Rank r's part of `full` (S must be divisible by 2N; checked by the caller's options).
+Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split);
+
+}  // namespace lct

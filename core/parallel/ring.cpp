@@ -1,0 +1,34 @@
+#include "parallel/ring.hpp"
+
+#include <climits>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+MpiRingTransport::MpiRingTransport(MPI_Comm comm, int tag) : comm_(comm), tag_(tag) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  next_ = (rank + 1) % size;
+  prev_ = (rank + size - 1) % size;
+}
+
+MpiRingTransport::~MpiRingTransport() { wait(); }
+
+void MpiRingTransport::start(const void* send, void* recv, size_t bytes) {
+  if (bytes > size_t(INT_MAX))
+    fail("ring message of ", bytes, " bytes exceeds MPI's 2 GiB count limit; use more cp ranks");
+  MPI_Irecv(recv, int(bytes), MPI_BYTE, prev_, tag_, comm_, &req_[0]);
+  MPI_Isend(send, int(bytes), MPI_BYTE, next_, tag_, comm_, &req_[1]);
+  bytes_sent += bytes;
+}
+
+void MpiRingTransport::progress() {
+  int done;
+  MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE);
+}
+
+void MpiRingTransport::wait() { MPI_Waitall(2, req_, MPI_STATUSES_IGNORE); }
+
+}  // namespace lct

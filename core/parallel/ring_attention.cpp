@@ -1,0 +1,157 @@
+#include "parallel/ring_attention.hpp"
+
+#include <cstring>
+
+namespace lct {
+
+namespace {
+int comm_size(MPI_Comm c) {
+  int n;
+  MPI_Comm_size(c, &n);
+  return n;
+}
+void zero(float* x, int64_t n) { std::memset(x, 0, size_t(n) * sizeof(float)); }
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+}  // namespace
+
+KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, int count)
+    : tokens_(tokens), kvd_(kvd),
+      bytes_(size_t(tokens) * (2 * size_t(kvd) * sizeof(float) + 2 * sizeof(int32_t))),
+      data_(bytes_ * size_t(count)) {}
+
+void KvBlocks::pack(int i, const float* k, const float* v, TokenTags t) {
+  std::memcpy(this->k(i), k, size_t(tokens_ * kvd_) * sizeof(float));
+  std::memcpy(this->v(i), v, size_t(tokens_ * kvd_) * sizeof(float));
+  std::memcpy(const_cast<int32_t*>(tags(i).idx), t.idx, size_t(tokens_) * sizeof(int32_t));
+  std::memcpy(const_cast<int32_t*>(tags(i).doc), t.doc, size_t(tokens_) * sizeof(int32_t));
+}
+
+RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                             AttnBlocks blocks)
+    : n_(comm_size(cp)), kvd_(KV * D), flash_(Tl, D, blocks), kv_ring_(cp, 11), dkv_ring_(cp, 12),
+      kv_(Tl, KV * D, 2), o_part_(size_t(Tl * H * D)), lse_part_(size_t(H * Tl)),
+      delta_(size_t(H * Tl)), dkv_{Buffer<float>(size_t(2 * Tl * KV * D)), Buffer<float>(size_t(2 * Tl * KV * D))},
+      dkv_in_(size_t(2 * Tl * KV * D)) {
+  flash_.set_progress([this] {
+    kv_ring_.progress();
+    dkv_ring_.progress();
+  });
+}
+
+void RingAttention::forward(const AttnDims& d, const float* q, const float* k, const float* v,
+                            TokenTags tags, float* o, float* lse, PhaseClock& clock) {
+  kv_.pack(0, k, v, tags);
+  int cur = 0;
+  for (int step = 0; step < n_; ++step) {
+    const bool more = step + 1 < n_;
+    if (more) kv_ring_.start(kv_.block(cur), kv_.block(1 - cur), kv_.bytes());  // next block
+    if (step == 0) {
+      flash_.forward(d, q, kv_.k(cur), kv_.v(cur), tags, kv_.tags(cur), o, lse);
+    } else {
+      flash_.forward(d, q, kv_.k(cur), kv_.v(cur), tags, kv_.tags(cur), o_part_.data(), lse_part_.data());
+      attention_merge(o, lse, o_part_.data(), lse_part_.data(), d.Tq, d.H, d.D);
+    }
+    clock.lap(Phase::AttnFwd);
+    if (more) {
+      kv_ring_.wait();
+      clock.lap(Phase::Comm);
+      cur = 1 - cur;
+    }
+  }
+}
+
+void RingAttention::backward(const AttnDims& d, const float* q, const float* k, const float* v,
+                             const float* o, const float* lse, const float* dout, TokenTags tags,
+                             float* dq, float* dk, float* dv, PhaseClock& clock) {
+  const int64_t n = d.Tk * kvd_;  // floats of dk (and of dv) per block
+  attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
+  kv_.pack(0, k, v, tags);
+  int cur = 0;
+  for (int step = 0; step < n_; ++step) {
+    const bool more = step + 1 < n_;
+    if (more) kv_ring_.start(kv_.block(cur), kv_.block(1 - cur), kv_.bytes());
+    float* acc = dkv_[step % 2].data();  // this block's dK/dV: our part first
+    zero(acc, 2 * n);
+    flash_.backward(d, q, kv_.k(cur), kv_.v(cur), lse, delta_.data(), dout, tags, kv_.tags(cur), dq,
+                    acc, acc + n);
+    clock.lap(Phase::AttnBwd);
+    if (step > 0) {  // the ranks before us in the ring added theirs: it has arrived
+      dkv_ring_.wait();
+      clock.lap(Phase::Comm);
+      add_into(acc, dkv_in_.data(), 2 * n);
+      clock.lap(Phase::AttnBwd);
+    }
+    dkv_ring_.start(acc, dkv_in_.data(), size_t(2 * n) * sizeof(float));  // on towards its owner
+    if (more) {
+      kv_ring_.wait();
+      clock.lap(Phase::Comm);
+      cur = 1 - cur;
+    }
+  }
+  dkv_ring_.wait();  // our own block's gradient, summed over the whole ring
+  clock.lap(Phase::Comm);
+  add_into(dk, dkv_in_.data(), n);
+  add_into(dv, dkv_in_.data() + n, n);
+  clock.lap(Phase::AttnBwd);
+}
+
+AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                       AttnBlocks blocks)
+    : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), flash_(Tl, D, blocks), own_(Tl, KV * D, 1),
+      gathered_(Tl, KV * D, n_), k_all_(size_t(n_ * Tl * KV * D)), v_all_(k_all_.size()),
+      dk_all_(k_all_.size()), dv_all_(k_all_.size()), dkv_send_(2 * k_all_.size()),
+      dkv_own_(size_t(2 * Tl * KV * D)), delta_(size_t(H * Tl)), idx_all_(size_t(n_ * Tl)),
+      doc_all_(size_t(n_ * Tl)) {}
+
+void AllGatherAttention::gather(const float* k, const float* v, TokenTags tags, int64_t Tl) {
+  own_.pack(0, k, v, tags);
+  MPI_Allgather(own_.block(0), int(own_.bytes()), MPI_BYTE, gathered_.block(0), int(own_.bytes()),
+                MPI_BYTE, comm_);
+  bytes_sent_ += own_.bytes() * size_t(n_ - 1);
+  for (int r = 0; r < n_; ++r) {  // the kernel wants each array contiguous over all ranks
+    const size_t f = size_t(Tl * kvd_), t = size_t(Tl);
+    std::memcpy(k_all_.data() + r * f, gathered_.k(r), f * sizeof(float));
+    std::memcpy(v_all_.data() + r * f, gathered_.v(r), f * sizeof(float));
+    std::memcpy(idx_all_.data() + r * t, gathered_.tags(r).idx, t * sizeof(int32_t));
+    std::memcpy(doc_all_.data() + r * t, gathered_.tags(r).doc, t * sizeof(int32_t));
+  }
+}
+
+void AllGatherAttention::forward(const AttnDims& d, const float* q, const float* k, const float* v,
+                                 TokenTags tags, float* o, float* lse, PhaseClock& clock) {
+  gather(k, v, tags, d.Tk);
+  clock.lap(Phase::Comm);
+  const AttnDims all{d.Tq, d.Tk * n_, d.H, d.KV, d.D};
+  flash_.forward(all, q, k_all_.data(), v_all_.data(), tags, {idx_all_.data(), doc_all_.data()}, o, lse);
+  clock.lap(Phase::AttnFwd);
+}
+
+void AllGatherAttention::backward(const AttnDims& d, const float* q, const float* k, const float* v,
+                                  const float* o, const float* lse, const float* dout,
+                                  TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock) {
+  gather(k, v, tags, d.Tk);  // gathered again rather than kept: memory stays O(local tokens)
+  clock.lap(Phase::Comm);
+  const AttnDims all{d.Tq, d.Tk * n_, d.H, d.KV, d.D};
+  const int64_t f = d.Tk * kvd_;
+  zero(dk_all_.data(), n_ * f);
+  zero(dv_all_.data(), n_ * f);
+  attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
+  flash_.backward(all, q, k_all_.data(), v_all_.data(), lse, delta_.data(), dout, tags,
+                  {idx_all_.data(), doc_all_.data()}, dq, dk_all_.data(), dv_all_.data());
+  for (int r = 0; r < n_; ++r) {  // [dk_r | dv_r] per owner, for the reduce-scatter
+    std::memcpy(dkv_send_.data() + 2 * r * f, dk_all_.data() + r * f, size_t(f) * sizeof(float));
+    std::memcpy(dkv_send_.data() + (2 * r + 1) * f, dv_all_.data() + r * f, size_t(f) * sizeof(float));
+  }
+  clock.lap(Phase::AttnBwd);
+  MPI_Reduce_scatter_block(dkv_send_.data(), dkv_own_.data(), int(2 * f), MPI_FLOAT, MPI_SUM, comm_);
+  bytes_sent_ += size_t(2 * f) * sizeof(float) * size_t(n_ - 1);
+  clock.lap(Phase::Comm);
+  add_into(dk, dkv_own_.data(), f);
+  add_into(dv, dkv_own_.data() + f, f);
+  clock.lap(Phase::AttnBwd);
+}
+
+}  // namespace lct

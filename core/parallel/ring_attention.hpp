@@ -1,0 +1,86 @@
+// Attention across a context-parallel group: every rank holds a zigzag shard of each
+// sequence (model/shard.hpp) and needs every other rank's keys and values.
+//   RingAttention       K/V blocks travel the ring, one hop per step, overlapped with the
+//                       flash kernel on the block in hand; partial results merged in fp32
+//                       by log-sum-exp. Backward: K/V travel again with an fp32 dK/dV
+//                       accumulator that arrives home after cp hops; dQ stays local.
+//   AllGatherAttention  Llama 3's variant: all-gather K/V once per layer, one local kernel
+//                       call under the global mask, reduce-scatter dK/dV to their owners.
+// Which keys a query sees comes from the tokens' true indices and documents carried with
+// every block, so the zigzag step rules (own block causal; an earlier rank's block: all
+// local queries vs its early chunk; a later rank's: the local late chunk vs all its keys)
+// and packed-document masks are applied by the kernel's tile classification; the ring
+// code knows nothing of softmax or masks.
+#pragma once
+#include <mpi.h>
+
+#include "model/attention_op.hpp"
+#include "parallel/ring.hpp"
+#include "sys/memory.hpp"
+
+namespace lct {
+
+// One rank's K/V and token tags in one buffer: [k | v | idx | doc], what travels.
+class KvBlocks {
+ public:
+  KvBlocks(int64_t tokens, int64_t kvd, int count);  // `count` blocks of `tokens` tokens
+  size_t bytes() const { return bytes_; }
+  char* block(int i) { return data_.data() + size_t(i) * bytes_; }
+  float* k(int i) { return reinterpret_cast<float*>(block(i)); }
+  float* v(int i) { return k(i) + tokens_ * kvd_; }
+  TokenTags tags(int i) {
+    int32_t* idx = reinterpret_cast<int32_t*>(v(i) + tokens_ * kvd_);
+    return {idx, idx + tokens_};
+  }
+  void pack(int i, const float* k, const float* v, TokenTags t);
+
+ private:
+  int64_t tokens_, kvd_;
+  size_t bytes_;
+  Buffer<char> data_;
+};
+
+class RingAttention : public AttentionOp {
+ public:
+  RingAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D, AttnBlocks blocks);
+  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
+               float* o, float* lse, PhaseClock& clock) override;
+  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
+                const float* lse, const float* dout, TokenTags tags, float* dq, float* dk,
+                float* dv, PhaseClock& clock) override;
+  size_t bytes_sent() const { return kv_ring_.bytes_sent + dkv_ring_.bytes_sent; }
+
+ private:
+  int n_;
+  int64_t kvd_;
+  FlashAttention flash_;
+  MpiRingTransport kv_ring_, dkv_ring_;
+  KvBlocks kv_;                        // two: the block in hand and the one arriving
+  Buffer<float> o_part_, lse_part_, delta_;
+  Buffer<float> dkv_[2], dkv_in_;      // [dk | dv] of the block in hand, alternating; arriving
+};
+
+class AllGatherAttention : public AttentionOp {
+ public:
+  AllGatherAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
+                     AttnBlocks blocks);
+  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
+               float* o, float* lse, PhaseClock& clock) override;
+  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
+                const float* lse, const float* dout, TokenTags tags, float* dq, float* dk,
+                float* dv, PhaseClock& clock) override;
+  size_t bytes_sent() const { return bytes_sent_; }
+
+ private:
+  void gather(const float* k, const float* v, TokenTags tags, int64_t Tl);  // into all_*
+  MPI_Comm comm_;
+  int n_;
+  int64_t kvd_;
+  size_t bytes_sent_ = 0;
+  FlashAttention flash_;
+  KvBlocks own_, gathered_;
+  Buffer<float> k_all_, v_all_, dk_all_, dv_all_, dkv_send_, dkv_own_, delta_;
+  Buffer<int32_t> idx_all_, doc_all_;
+};
+
+}  // namespace lct
