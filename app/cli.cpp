@@ -177,6 +177,14 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
         "peak for MFU in GFLOP/s per rank (0 = measure sgemm at start-up)");
   r.add(c, "--force", o.force, false, "start over in a run directory that holds a previous run");
+  r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / cp)");
+  r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence");
+  r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
+        "context-parallel attention: ring (K/V travel the ring) or allgather (Llama 3)")
+      ->check(CLI::IsMember({"ring", "allgather"}));
+  r.add(c, "--cp-split", o.cp_split, std::string("zigzag"),
+        "how sequences are cut across cp ranks: zigzag (balanced) or contiguous (for comparison)")
+      ->check(CLI::IsMember({"zigzag", "contiguous"}));
   r.add(c, "--dry-run", o.dry_run, false,
         "check everything and print the start-up table and memory estimate, then stop");
 }

@@ -58,6 +58,8 @@ struct TrainOptions {
   int64_t seed, checkpoint_every, keep_checkpoints, log_every;
   double peak_gflops;
   bool force, dry_run;
+  int64_t dp, cp;
+  std::string cp_algo, cp_split;
 };
 
 struct EvalOptions {

@@ -31,7 +31,9 @@ void write_timing_file(const std::string& path, const TimingTable& t, const Prov
     std::string order;
     for (const TimingColumn& c : t.columns) {
       const std::string name = "steps/" + c.name;
-      h5::write_array(f, f.h, name, c.values.data(), {int64_t(c.values.size())});
+      const int64_t rows = int64_t(c.values.size()) / c.width;
+      h5::write_array(f, f.h, name, c.values.data(),
+                      c.width > 1 ? std::vector<int64_t>{rows, c.width} : std::vector<int64_t>{rows});
       h5::Handle d(H5Dopen2(f.h, name.c_str(), H5P_DEFAULT), H5Dclose);
       h5::write_attr(d, "unit", c.unit);
       h5::write_attr(d, "help", c.help);
@@ -61,6 +63,7 @@ TimingTable read_timing_file(const std::string& path) {
     const std::string name = "steps/" + c.name;
     const h5::ArrayInfo info = h5::array_info(f, f.h, name);
     c.values.resize(size_t(info.numel()));
+    c.width = info.shape.size() > 1 ? info.shape[1] : 1;
     h5::read_array(f, f.h, name, c.values.data());
     h5::Handle d(H5Dopen2(f.h, name.c_str(), H5P_DEFAULT), H5Dclose);
     c.unit = h5::read_string(d, "unit", h5::where(f, name));

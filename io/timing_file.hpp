@@ -12,13 +12,14 @@ namespace lct {
 
 struct TimingColumn {
   std::string name, unit, help;
-  std::vector<double> values;
+  std::vector<double> values;  // [rows * width], row-major
+  int64_t width = 1;           // > 1: one value per rank, a [rows, width] dataset
 };
 
 struct TimingTable {
   std::vector<TimingColumn> columns;
   std::vector<std::pair<std::string, Value>> summary;  // root attributes (figure of merit, ...)
-  size_t rows() const { return columns.empty() ? 0 : columns[0].values.size(); }
+  size_t rows() const { return columns.empty() ? 0 : columns[0].values.size() / size_t(columns[0].width); }
   TimingColumn& column(const std::string& name);
   const TimingColumn* find(const std::string& name) const;
 };

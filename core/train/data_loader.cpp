@@ -24,13 +24,15 @@ void DataLoader::seek(int64_t epoch, int64_t cursor) {
   shuffle();
 }
 
-Batch DataLoader::next(int64_t B) {
+std::vector<const PackedSequence*> DataLoader::take(int64_t n) {
   std::vector<const PackedSequence*> seqs;
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < n; ++b) {
     if (cursor_ >= int64_t(order_.size())) seek(epoch_ + 1, 0);
     seqs.push_back(&packing_.sequences[size_t(order_[size_t(cursor_++)])]);
   }
-  return make_batch(ds_, seqs, packing_.seq_len);
+  return seqs;
 }
+
+Batch DataLoader::next(int64_t B) { return make_batch(ds_, take(B), packing_.seq_len); }
 
 }  // namespace lct

@@ -15,6 +15,8 @@ class DataLoader {
   DataLoader(const TokenDataset& ds, int64_t seq_len, uint64_t seed);
   // The next B sequences as one micro-batch.
   Batch next(int64_t B);
+  // The next n sequences (every rank draws the same ones and keeps its slice).
+  std::vector<const PackedSequence*> take(int64_t n);
   int64_t epoch() const { return epoch_; }
   int64_t cursor() const { return cursor_; }
   void seek(int64_t epoch, int64_t cursor);

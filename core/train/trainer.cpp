@@ -12,12 +12,22 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
     s.valid_targets += b.valid_targets();
     s.real_tokens += b.real_tokens();
   }
+  if (reducer_) {  // the step's loss is the mean over every rank's targets
+    s.valid_targets = reducer_->sum(s.valid_targets);
+    s.real_tokens = reducer_->sum(s.real_tokens);
+    clock.lap(Phase::Allreduce);
+  }
   // Normalise by the whole step's valid targets, never by per-micro-batch means.
   const float grad_scale = s.valid_targets > 0 ? 1.0f / float(s.valid_targets) : 0.0f;
   model_.zero_grads();
   clock.lap(Phase::Other);
   double loss_sum = 0;
   for (const Batch& b : micro_batches) loss_sum += model_.forward_backward(b, grad_scale, clock);
+  if (reducer_) {  // gradients of replicated parameters: summed over every rank
+    reducer_->sum_gradients(model_.grads(), model_.layout().total);
+    loss_sum = reducer_->sum(loss_sum);
+    clock.lap(Phase::Allreduce);
+  }
   s.loss = s.valid_targets > 0 ? loss_sum / double(s.valid_targets) : 0.0;
 
   s.grad_norm = global_norm(model_.grads(), model_.layout().total);

@@ -21,9 +21,19 @@ struct StepStats {
   bool skipped = false;      // non-finite loss or gradient: no update
 };
 
+// Sums across the ranks that hold pieces of the batch (dp x cp); absent on one rank.
+class StepReducer {
+ public:
+  virtual ~StepReducer() = default;
+  virtual int64_t sum(int64_t local) = 0;
+  virtual double sum(double local) = 0;
+  virtual void sum_gradients(float* grads, size_t n) = 0;
+};
+
 class Trainer {
  public:
-  Trainer(LlamaModel& model, const AdamWConfig& config) : model_(model), opt_(model.layout(), config) {}
+  Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer = nullptr)
+      : model_(model), opt_(model.layout(), config), reducer_(reducer) {}
   // `step` is the 1-based number of the step being taken.
   StepStats train_step(const std::vector<Batch>& micro_batches, int64_t step, PhaseClock& clock);
   AdamW& optimizer() { return opt_; }
@@ -31,6 +41,7 @@ class Trainer {
  private:
   LlamaModel& model_;
   AdamW opt_;
+  StepReducer* reducer_;
 };
 
 }  // namespace lct

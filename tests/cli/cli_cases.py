@@ -271,6 +271,53 @@ def bench_attention_writes_its_table():
         assert np.all(f["steps/fwd_gflops"][:] > 0) and np.all(f["steps/sgemm_gflops"][:] > 0)
 
 
+def mpi_run(ranks, run_dir, *extra, steps=5):
+    """tiny training run on `ranks` ranks (oversubscribed: functional, not fast)."""
+    return ok("--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", run_dir,
+              "--seq-len", "600", "--steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2",
+              "--block-q", "32", "--block-k", "32", "--peak-gflops", "100", *extra, ranks=ranks)
+
+
+def parallel_fixture():
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
+    ok("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "one", "--seq-len", "600", "--steps", "5",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2")
+    return timing("one")[0]["loss"]
+
+
+def assert_same_losses(ref, run_dir, what):
+    got = timing(run_dir)[0]["loss"]
+    rel = np.max(np.abs(got - ref) / ref)
+    print(f"{what}: losses {got}, max rel diff to one rank {rel:.2e}")
+    assert rel < 1e-4, (what, got, ref)
+
+
+@case
+def parallel_cp2_and_cp4_match_one_rank():
+    ref = parallel_fixture()
+    p = mpi_run(2, "cp2", "--cp", "2", "--batch-size", "2")
+    assert "rank layout (dp=1 x cp=2)" in p.stdout and "comm" in p.stdout and "imb" in p.stdout, p.stdout
+    assert p.stdout.count("verification:") == 1, "rank 0 alone prints"
+    assert_same_losses(ref, "cp2", "cp=2 ring")
+    mpi_run(4, "cp4", "--cp", "4", "--batch-size", "2")
+    assert_same_losses(ref, "cp4", "cp=4 ring")
+    steps, attrs = timing("cp4")
+    assert steps["rank_seconds"].shape == (5, 4) and np.all(steps["rank_bytes_sent"] > 0)
+    assert attrs["cp"] == 4 and 0 <= attrs["median_exposed_comm_frac"] < 1
+
+
+@case
+def parallel_dp2_cp2_and_allgather_match_one_rank():
+    ref = parallel_fixture()
+    mpi_run(4, "dp2cp2", "--cp", "2", "--dp", "2", "--batch-size", "1")
+    assert_same_losses(ref, "dp2cp2", "dp=2 x cp=2 ring")
+    mpi_run(2, "ag", "--cp", "2", "--batch-size", "2", "--cp-algo", "allgather")
+    assert_same_losses(ref, "ag", "cp=2 allgather")
+    mpi_run(2, "dp2", "--dp", "2", "--batch-size", "1")
+    assert_same_losses(ref, "dp2", "dp=2")
+
+
 # --- bad input ---------------------------------------------------------------------------
 
 @case
@@ -559,6 +606,26 @@ def bad_train_does_not_fit_in_memory():
 @case
 def bad_bench_sequence_list():
     expect_error(["bench", "attention", "--seq-len", "4096,abc"], "'abc' is not a positive integer")
+
+
+@case
+def bad_parallel_degrees_do_not_match_world():
+    good_model()
+    good_dataset()
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r",
+                  "--seq-len", "600", "--cp", "4"], "dp=1 x cp=4 = 4 ranks", "the job has 2 MPI ranks", ranks=2)
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r",
+                  "--seq-len", "600", "--cp", "2", "--dp", "2"], "dp=2 x cp=2 = 4 ranks", "has 2 MPI ranks",
+                 ranks=2)
+
+
+@case
+def bad_sequence_not_divisible_by_twice_cp():
+    good_model()
+    good_dataset()
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r",
+                  "--seq-len", "602", "--cp", "2"], "--seq-len 602 is not divisible by 2 x cp = 4", "604",
+                 ranks=2)
 
 
 def main():
