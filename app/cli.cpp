@@ -202,8 +202,9 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
 }
 
 void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
-  r.add(c, "what", o.what, std::string("attention"), "what to measure: attention")
-      ->check(CLI::IsMember({"attention"}));
+  r.add(c, "what", o.what, std::string("attention"),
+        "what to measure: attention (kernel vs sgemm) or ring (permute bandwidth, attention per step)")
+      ->check(CLI::IsMember({"attention", "ring"}));
   r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"), "sequence lengths, comma-separated");
   r.add(c, "--heads", o.heads, int64_t(8), "query heads");
   r.add(c, "--kv-heads", o.kv_heads, int64_t(8), "key/value heads");
@@ -213,6 +214,8 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
   r.add(c, "--causal", o.causal, true, "causal mask (FLOPs halved)");
   r.add(c, "--backward", o.backward, true, "also time forward+backward");
+  r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
+        "ring: message sizes in KiB, comma-separated");
   r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file");
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }

@@ -69,10 +69,11 @@ struct EvalOptions {
 };
 
 struct BenchOptions {
-  std::string what;  // attention
+  std::string what;  // attention | ring
   std::string seq_lens;  // comma-separated
   int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;
   bool causal, backward;
+  std::string sizes;  // ring: message sizes in KiB
   std::string out;
   bool force;
 };

@@ -52,8 +52,11 @@ void fill_random(Buffer<float>& x, uint64_t stream) {
 
 }  // namespace
 
+int cmd_bench_ring(Context& ctx);
+
 int cmd_bench(Context& ctx) {
   const BenchOptions& o = ctx.inv.bench;
+  if (o.what == "ring") return cmd_bench_ring(ctx);
   ctx.print_startup("bench " + o.what, true);
   if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1 || o.repeats < 1)
     fail("bench: --heads must be a positive multiple of --kv-heads, --head-dim and --repeats positive");

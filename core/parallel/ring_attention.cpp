@@ -18,8 +18,7 @@ void add_into(float* y, const float* x, int64_t n) {
 }  // namespace
 
 KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, int count)
-    : tokens_(tokens), kvd_(kvd),
-      bytes_(size_t(tokens) * (2 * size_t(kvd) * sizeof(float) + 2 * sizeof(int32_t))),
+    : tokens_(tokens), kvd_(kvd), bytes_(bytes_for(tokens, kvd)),
       data_(bytes_ * size_t(count)) {}
 
 void KvBlocks::pack(int i, const float* k, const float* v, TokenTags t) {

@@ -24,6 +24,9 @@ namespace lct {
 class KvBlocks {
  public:
   KvBlocks(int64_t tokens, int64_t kvd, int count);  // `count` blocks of `tokens` tokens
+  static size_t bytes_for(int64_t tokens, int64_t kvd) {
+    return size_t(tokens) * (2 * size_t(kvd) * sizeof(float) + 2 * sizeof(int32_t));
+  }
   size_t bytes() const { return bytes_; }
   char* block(int i) { return data_.data() + size_t(i) * bytes_; }
   float* k(int i) { return reinterpret_cast<float*>(block(i)); }

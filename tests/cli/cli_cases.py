@@ -220,7 +220,8 @@ def train_loss_falls_and_outputs_are_readable():
                 "other_s", "optimizer_s", "io_s", "peak_rss_mib"]:
         assert col in steps, col
     assert np.all(steps["attn_fwd_s"] > 0) and np.all(steps["gemm_s"] > 0)
-    parts = sum(steps[c] for c in ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s", "comm_s"])
+    parts = sum(steps[c] for c in ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s",
+                                   "comm_s", "allreduce_s"])
     assert np.allclose(parts, steps["seconds"], rtol=1e-6), (parts, steps["seconds"])
     assert attrs["verification"] == "PASSED" and attrs["figure_of_merit_tokens_per_s"] > 0
     ckpts = sorted(os.listdir("run/checkpoints"))

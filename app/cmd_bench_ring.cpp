@@ -1,0 +1,141 @@
+// lctrain bench ring: what the context-parallel ring costs between the ranks it is started
+// with. (1) Ring permute: every rank sends a message to the next and receives from the
+// previous, for each size: latency (median time per permute) and bandwidth per rank.
+// (2) Attention per ring step: the flash kernel on a zigzag shard against one remote
+// block, for each --seq-len, beside the time to move that block: whether a link hides it.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "app/context.hpp"
+#include "common/error.hpp"
+#include "common/rng.hpp"
+#include "io/atomic.hpp"
+#include "io/timing_file.hpp"
+#include "model/shard.hpp"
+#include "parallel/ring.hpp"
+#include "parallel/ring_attention.hpp"
+
+namespace lct {
+
+namespace {
+
+std::vector<int64_t> list_of(const std::string& s, const char* flag) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1)
+      fail(flag, " '", s, "': '", item, "' is not a positive integer; give a comma-separated list");
+    out.push_back(v);
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench_ring(Context& ctx) {
+  const BenchOptions& o = ctx.inv.bench;
+  const World& w = ctx.world;
+  std::ostream& out = ctx.out();
+  ctx.print_startup("bench ring", true);
+  const std::vector<int64_t> sizes = list_of(o.sizes, "--sizes");
+  const std::vector<int64_t> lens = list_of(o.seq_lens, "--seq-len");
+  if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");
+  if (w.size < 2) out << "note: one rank: the ring sends to itself (a memory copy)\n";
+
+  TimingTable permute, steps;
+  for (const char* c : {"ranks", "bytes", "seconds", "gib_per_s"}) permute.columns.push_back({c, "", "", {}, 1});
+  for (const char* c : {"ranks", "seq_len", "block_bytes", "attn_step_s", "transfer_s", "hidden"})
+    steps.columns.push_back({c, "", "", {}, 1});
+  auto add = [](TimingTable& t, std::initializer_list<double> row) {
+    size_t i = 0;
+    for (double v : row) t.columns[i++].values.push_back(v);
+  };
+
+  out << "ring permute between " << w.size << " ranks (median of " << o.repeats * 5 << "):\n"
+      << "     KiB     latency us   GiB/s per rank\n";
+  MpiRingTransport ring(w.comm, 21);
+  for (const int64_t kib : sizes) {
+    const size_t bytes = size_t(kib) * 1024;
+    Buffer<char> send(bytes), recv(bytes);
+    std::vector<double> t;
+    for (int64_t r = 0; r <= o.repeats * 5; ++r) {
+      MPI_Barrier(w.comm);
+      const double t0 = omp_get_wtime();
+      ring.start(send.data(), recv.data(), bytes);
+      ring.wait();
+      double dt = omp_get_wtime() - t0;
+      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, w.comm);
+      if (r > 0) t.push_back(dt);
+    }
+    const double s = median(t), gibs = double(bytes) / s / double(1u << 30);
+    char line[128];
+    std::snprintf(line, sizeof line, "%8lld %14.1f %16.2f\n", (long long)kib, s * 1e6, gibs);
+    out << line;
+    add(permute, {double(w.size), double(bytes), s, gibs});
+  }
+
+  out << "attention per ring step (remote block, " << o.heads << " heads x " << o.head_dim
+      << ", KV heads " << o.kv_heads << ") vs moving that block:\n"
+      << "  seq_len   block MiB   attn step s   transfer s   hidden\n";
+  const int64_t N = std::max(2, w.size), H = o.heads, KV = o.kv_heads, D = o.head_dim;
+  for (const int64_t S : lens) {
+    if (S % (2 * N) != 0) fail("--seq-len ", S, " is not divisible by 2 x ranks = ", 2 * N);
+    const int64_t Tl = S / N;
+    const std::vector<int64_t> mine = shard_indices(1, S, N, 1, CpSplit::Zigzag);   // rank 1's
+    const std::vector<int64_t> theirs = shard_indices(1, S, N, 0, CpSplit::Zigzag); // rank 0's
+    std::vector<int32_t> qi(mine.begin(), mine.end()), ki(theirs.begin(), theirs.end());
+    std::vector<int32_t> doc(size_t(Tl), 0);
+    Buffer<float> q(size_t(Tl * H * D)), k(size_t(Tl * KV * D)), v(k.size()), ob(q.size()), lse(size_t(H * Tl));
+    for (size_t i = 0; i < q.size(); ++i) q[i] = float(normal_at(3, 1, i));
+    for (size_t i = 0; i < k.size(); ++i) k[i] = float(normal_at(3, 2, i)), v[i] = float(normal_at(3, 3, i));
+    FlashAttention flash(Tl, D, {o.block_q, o.block_k});
+    std::vector<double> ta;
+    for (int64_t r = 0; r <= o.repeats; ++r) {
+      const double t0 = omp_get_wtime();
+      flash.forward({Tl, Tl, H, KV, D}, q.data(), k.data(), v.data(), {qi.data(), doc.data()},
+                    {ki.data(), doc.data()}, ob.data(), lse.data());
+      if (r > 0) ta.push_back(omp_get_wtime() - t0);
+    }
+    const size_t bytes = KvBlocks::bytes_for(Tl, KV * D);
+    Buffer<char> send(bytes), recv(bytes);
+    std::vector<double> tt;
+    for (int64_t r = 0; r <= o.repeats; ++r) {
+      MPI_Barrier(w.comm);
+      const double t0 = omp_get_wtime();
+      ring.start(send.data(), recv.data(), bytes);
+      ring.wait();
+      if (r > 0) tt.push_back(omp_get_wtime() - t0);
+    }
+    const double a = median(ta), x = median(tt);
+    char line[128];
+    std::snprintf(line, sizeof line, "%9lld %11.2f %13.4f %12.4f   %s\n", (long long)S,
+                  double(bytes) / double(1 << 20), a, x, a > x ? "yes" : "no");
+    out << line;
+    add(steps, {double(w.size), double(S), double(bytes), a, x, a > x ? 1.0 : 0.0});
+  }
+  out << std::flush;
+  if (!o.out.empty() && w.root()) {
+    // Two tables in one file would need a richer writer; the permute table goes to --out,
+    // the per-step table beside it.
+    write_timing_file(o.out, permute, ctx.provenance(), "bench");
+    const std::string second = o.out.substr(0, o.out.rfind('.')) + "-steps.h5";
+    check_can_write(second, o.force, "bench output");
+    write_timing_file(second, steps, ctx.provenance(), "bench");
+    out << "wrote " << o.out << " and " << second << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace lct
