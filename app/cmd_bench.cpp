@@ -10,6 +10,7 @@
 
 #include "app/context.hpp"
 #include "common/error.hpp"
+#include "common/stats.hpp"
 #include "common/rng.hpp"
 #include "io/atomic.hpp"
 #include "io/timing_file.hpp"
@@ -19,29 +20,6 @@
 namespace lct {
 
 namespace {
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(item, &used);
-      if (used != item.size() || v < 1) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      fail("--seq-len '", s, "': '", item, "' is not a positive integer; give a comma-separated list");
-    }
-  }
-  if (out.empty()) fail("--seq-len is empty; give a comma-separated list such as 4096,16384");
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 void fill_random(Buffer<float>& x, uint64_t stream) {
   float* p = x.data();
@@ -60,7 +38,7 @@ int cmd_bench(Context& ctx) {
   ctx.print_startup("bench " + o.what, true);
   if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1 || o.repeats < 1)
     fail("bench: --heads must be a positive multiple of --kv-heads, --head-dim and --repeats positive");
-  const std::vector<int64_t> lens = parse_list(o.seq_lens);
+  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
   const int threads = ctx.topo.threads;
   const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;

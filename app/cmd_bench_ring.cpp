@@ -12,6 +12,7 @@
 
 #include "app/context.hpp"
 #include "common/error.hpp"
+#include "common/stats.hpp"
 #include "common/rng.hpp"
 #include "io/atomic.hpp"
 #include "io/timing_file.hpp"
@@ -23,25 +24,6 @@ namespace lct {
 
 namespace {
 
-std::vector<int64_t> list_of(const std::string& s, const char* flag) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1)
-      fail(flag, " '", s, "': '", item, "' is not a positive integer; give a comma-separated list");
-    out.push_back(v);
-  }
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int cmd_bench_ring(Context& ctx) {
@@ -49,8 +31,8 @@ int cmd_bench_ring(Context& ctx) {
   const World& w = ctx.world;
   std::ostream& out = ctx.out();
   ctx.print_startup("bench ring", true);
-  const std::vector<int64_t> sizes = list_of(o.sizes, "--sizes");
-  const std::vector<int64_t> lens = list_of(o.seq_lens, "--seq-len");
+  const std::vector<int64_t> sizes = parse_int_list(o.sizes, "--sizes");
+  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");
   if (w.size < 2) out << "note: one rank: the ring sends to itself (a memory copy)\n";
 

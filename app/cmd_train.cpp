@@ -8,6 +8,7 @@
 
 #include "app/context.hpp"
 #include "common/error.hpp"
+#include "common/stats.hpp"
 #include "io/checkpoint.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
@@ -66,12 +67,6 @@ const ColumnSpec kRankColumns[] = {
     {"rank_allreduce_s", "s", "allreduce time per rank"},
     {"rank_bytes_sent", "bytes", "bytes sent per rank (ring transfers + allreduce volume)"},
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 std::string gib(double bytes) {
   char s[32];

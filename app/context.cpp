@@ -1,5 +1,7 @@
 #include "app/context.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -51,6 +53,22 @@ void Context::print_startup(const std::string& title, bool with_topology) const 
     }
   }
   o << std::flush;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    const std::string item = s.substr(start, end - start);
+    char* stop = nullptr;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || v < 1)
+      fail(flag, " '", s, "': '", item, "' is not a positive integer; give a comma-separated list");
+    out.push_back(v);
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace lct

@@ -2,7 +2,9 @@
 // once at start-up, and where rank 0 prints.
 #pragma once
 #include <iosfwd>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "app/cli.hpp"
 #include "common/provenance.hpp"
@@ -20,6 +22,9 @@ struct Context {
   Provenance provenance() const;        // for every file written now
   void print_startup(const std::string& title, bool with_topology) const;
 };
+
+// "4096,16384" -> {4096, 16384}; throws naming `flag` on anything but positive integers.
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag);
 
 int cmd_init(Context& ctx);
 int cmd_prepare(Context& ctx);

@@ -5,6 +5,7 @@
 #include <iomanip>
 
 #include "common/error.hpp"
+#include "common/stats.hpp"
 #include "data/packing.hpp"
 #include "data/tokenizer.hpp"
 #include "io/dataset_file.hpp"
@@ -67,12 +68,6 @@ void inspect_model(const InspectRequest& req, const std::string& kind, std::ostr
   print_provenance(provenance_of(req.path), out);
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 // Timing tables of training runs: a summary; bench tables: every row.
 void inspect_timing(const InspectRequest& req, const std::string& kind, std::ostream& out) {
   const TimingTable t = read_timing_file(req.path);
@@ -95,8 +90,8 @@ void inspect_timing(const InspectRequest& req, const std::string& kind, std::ost
         << *std::max_element(restart.begin(), restart.end()) << "\n"
         << "  loss: first " << loss->values.front() << ", last " << loss->values.back() << ", best "
         << best << "\n"
-        << "  median tokens/s " << median_of(t.find("tokens_per_s")->values) << ", median MFU "
-        << 100 * median_of(t.find("mfu")->values) << "%\n  time split:";
+        << "  median tokens/s " << median(t.find("tokens_per_s")->values) << ", median MFU "
+        << 100 * median(t.find("mfu")->values) << "%\n  time split:";
     double total = 0;
     for (const auto& c : t.columns)
       if (c.name.size() > 2 && c.name.substr(c.name.size() - 2) == "_s" && c.name != "tokens_per_s")

@@ -56,8 +56,10 @@ echo "== default job in $RUN_DIR"
 "$lctrain" --config "$cfg" init --out "$RUN_DIR/model.h5" --force
 "$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey.h5" --force
 "$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey-eval.h5" --num-docs 256 --seed 2 --force
-"$lctrain" --config "$cfg" train --model "$RUN_DIR/model.h5" --data "$RUN_DIR/passkey.h5" \
-  --run-dir "$RUN_DIR/run" --force
+# Two ranks with context parallelism (cp = 2 in the config): one core each on 2 cores.
+over=(); [ "$(nproc)" -ge 2 ] || over=(--oversubscribe)
+mpirun -n 2 "${over[@]}" "$lctrain" "${over[@]}" --config "$cfg" train --model "$RUN_DIR/model.h5" \
+  --data "$RUN_DIR/passkey.h5" --run-dir "$RUN_DIR/run" --force
 latest="$RUN_DIR/run/checkpoints/$(cat "$RUN_DIR/run/checkpoints/latest")"
 "$lctrain" --config "$cfg" eval --model "$latest" --data "$RUN_DIR/passkey-eval.h5" \
   --out "$RUN_DIR/eval.h5" --force

@@ -46,16 +46,10 @@ TokenDataset make_passkey_dataset(const PasskeySpec& spec) {
     fail("passkey: documents of ", spec.doc_length, " tokens cannot hold the task; with ",
          spec.key_digits, "-digit keys they need at least ", min_len, " tokens");
 
-  TokenDataset ds;
-  ds.vocab_size = ByteTokenizer::kVocabSize;
-  ds.tokenizer = ByteTokenizer::kName;
-  ds.bos_id = ByteTokenizer::kBos;
-  ds.eos_id = ByteTokenizer::kEos;
-  ds.pad_id = ByteTokenizer::kPad;
+  TokenDataset ds = ByteTokenizer::empty_dataset();
   ds.source = cat("synthetic passkey: ", spec.num_docs, " documents of ", spec.doc_length,
                   " tokens, ", spec.key_digits, "-digit keys, seed ", spec.seed);
   ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
-  ds.doc_offsets.push_back(0);
 
   const size_t filler_total = size_t(spec.doc_length - min_len);
   for (int64_t d = 0; d < spec.num_docs; ++d) {

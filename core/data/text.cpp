@@ -43,13 +43,7 @@ std::string unescape(const std::string& s) {
 }
 
 TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator) {
-  TokenDataset ds;
-  ds.vocab_size = ByteTokenizer::kVocabSize;
-  ds.tokenizer = ByteTokenizer::kName;
-  ds.bos_id = ByteTokenizer::kBos;
-  ds.eos_id = ByteTokenizer::kEos;
-  ds.pad_id = ByteTokenizer::kPad;
-  ds.doc_offsets.push_back(0);
+  TokenDataset ds = ByteTokenizer::empty_dataset();
   auto add = [&](std::string_view doc) {
     if (doc.empty()) return;
     ds.tokens.push_back(ByteTokenizer::kBos);

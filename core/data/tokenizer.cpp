@@ -2,6 +2,17 @@
 
 namespace lct {
 
+TokenDataset ByteTokenizer::empty_dataset() {
+  TokenDataset ds;
+  ds.vocab_size = kVocabSize;
+  ds.tokenizer = kName;
+  ds.bos_id = kBos;
+  ds.eos_id = kEos;
+  ds.pad_id = kPad;
+  ds.doc_offsets.push_back(0);
+  return ds;
+}
+
 void ByteTokenizer::append_bytes(std::string_view text, std::vector<int32_t>& out) {
   for (unsigned char ch : text) out.push_back(int32_t(ch));
 }

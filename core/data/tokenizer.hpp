@@ -6,12 +6,16 @@
 #include <string_view>
 #include <vector>
 
+#include "data/dataset.hpp"
+
 namespace lct {
 
 struct ByteTokenizer {
   static constexpr int32_t kBos = 256, kEos = 257, kPad = 258, kVocabSize = 259;
   static constexpr const char* kName = "byte";
 
+  // An empty dataset that declares this tokenizer (vocabulary, name, special ids).
+  static TokenDataset empty_dataset();
   // BOS + bytes + EOS: one document.
   static std::vector<int32_t> encode_document(std::string_view text);
   static void append_bytes(std::string_view text, std::vector<int32_t>& out);

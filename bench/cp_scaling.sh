@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Context parallelism on one node: the 30m model at each SEQ_LEN, trained by
+#   1 rank x T threads            (no context parallelism)
+#   T ranks x 1 thread, cp = T    zigzag split
+#   T ranks x 1 thread, cp = T    contiguous split (for comparison)
+# and for each: median tokens/s (steps after the first), exposed communication (share of
+# step time blocked on ring transfers) and attention-time imbalance (max / mean over ranks
+# of each rank's attention compute), from the runs' timing tables.
+#   bash bench/cp_scaling.sh "16384 32768" [STEPS] [T]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LENS=${1:-"16384 32768"}
+STEPS=${2:-3}
+T=${3:-2}
+L=build/app/lctrain
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+W=$(mktemp -d /tmp/lct_cp.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+$L init -o "$W/m.h5" --preset 30m > /dev/null
+for S in $LENS; do
+  $L prepare --synthetic passkey --num-docs $((STEPS + 1)) --doc-length "$S" -o "$W/d$S.h5" > /dev/null
+  common=(train --model "$W/m.h5" --data "$W/d$S.h5" --seq-len "$S" --steps "$STEPS" --log-every 1000)
+  $L --threads "$T" "${common[@]}" --run-dir "$W/one$S" > /dev/null
+  mpirun -n "$T" --map-by core --bind-to core "$L" --threads 1 "${common[@]}" --cp "$T" --run-dir "$W/zig$S" > /dev/null
+  mpirun -n "$T" --map-by core --bind-to core "$L" --threads 1 "${common[@]}" --cp "$T" --cp-split contiguous \
+    --run-dir "$W/con$S" > /dev/null
+  /usr/bin/python3 - "$W" "$S" "$T" <<'PY'
+import sys, h5py, numpy as np
+w, S, T = sys.argv[1], sys.argv[2], sys.argv[3]
+def stats(run):
+    s = h5py.File(f"{w}/{run}{S}/timing.h5")["steps"]
+    tps = np.median(s["tokens_per_s"][1:])
+    out = {"tps": tps}
+    if "rank_attn_s" in s and s["rank_attn_s"].ndim > 1:
+        a = s["rank_attn_s"][1:]
+        out["imb"] = np.median(a.max(1) / a.mean(1))
+        out["comm"] = np.median(s["exposed_comm_frac"][1:])
+    return out
+one, zig, con = stats("one"), stats("zig"), stats("con")
+print(f"S={S}: 1 rank x {T} threads {one['tps']:.1f} tok/s | {T} ranks x 1 thread cp={T}: "
+      f"zigzag {zig['tps']:.1f} tok/s = {zig['tps'] / one['tps']:.2f} of 1 rank, exposed comm "
+      f"{100 * zig['comm']:.2f}%, attention imbalance {zig['imb']:.3f} | contiguous {con['tps']:.1f} tok/s "
+      f"= {con['tps'] / one['tps']:.2f}, attention imbalance {con['imb']:.3f}")
+PY
+done
