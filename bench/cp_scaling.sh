@@ -15,7 +15,8 @@ T=${3:-2}
 L=build/app/lctrain
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=$(mktemp -d /tmp/lct_cp.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+# KEEP=1 keeps the runs' timing tables (e.g. to read a run that had to be stopped).
+if [ "${KEEP:-0}" = 1 ]; then echo "runs in $W"; else trap 'rm -rf "$W"' EXIT; fi
 $L init -o "$W/m.h5" --preset 30m > /dev/null
 for S in $LENS; do
   $L prepare --synthetic passkey --num-docs $((STEPS + 1)) --doc-length "$S" -o "$W/d$S.h5" > /dev/null
