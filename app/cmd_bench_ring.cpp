@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 #include "app/context.hpp"
 #include "common/error.hpp"

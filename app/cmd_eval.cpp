@@ -18,9 +18,7 @@ int cmd_eval(Context& ctx) {
   if (o.seq_len < 2 || o.batch_size < 1) fail("--seq-len must be at least 2 and --batch-size at least 1");
   ModelData m = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
-  if (ds.vocab_size > m.config.vocab_size)
-    fail("dataset '", o.data, "' uses a vocabulary of ", ds.vocab_size, " ids but model '", o.model,
-         "' has vocab_size ", m.config.vocab_size);
+  check_fits_model(ds, o.data, m.config.vocab_size, o.model);
   // Forward only: keeping only layer inputs is enough and smallest.
   LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
                               {o.block_q, o.block_k}});

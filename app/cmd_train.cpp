@@ -84,10 +84,7 @@ std::string duration(double s) {
 
 // Everything that can be checked before any rank allocates or writes anything.
 void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp) {
-  if (ds.vocab_size > mc.vocab_size)
-    fail("dataset '", o.data, "' uses a vocabulary of ", ds.vocab_size, " ids but model '", o.model,
-         "' has vocab_size ", mc.vocab_size, "; prepare the data with the model's tokenizer or "
-         "init a model with --vocab-size ", ds.vocab_size);
+  check_fits_model(ds, o.data, mc.vocab_size, o.model);
   if (o.seq_len < 2) fail("--seq-len ", o.seq_len, " is too short: it must be at least 2");
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
     fail("--batch-size, --grad-accum and --steps must be at least 1");

@@ -33,4 +33,12 @@ void validate(const TokenDataset& ds, const std::string& where) {
   }
 }
 
+void check_fits_model(const TokenDataset& ds, const std::string& data, int64_t model_vocab,
+                      const std::string& model) {
+  if (ds.vocab_size > model_vocab)
+    fail("dataset '", data, "' uses a vocabulary of ", ds.vocab_size, " ids but model '", model,
+         "' has vocab_size ", model_vocab, "; prepare the data with the model's tokenizer or "
+         "init a model with --vocab-size ", ds.vocab_size);
+}
+
 }  // namespace lct

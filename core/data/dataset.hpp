@@ -31,4 +31,8 @@ struct TokenDataset {
 // match the document count; throws lct::Error naming `where` otherwise.
 void validate(const TokenDataset& ds, const std::string& where);
 
+// Throws unless every id of `ds` (read from `data`) fits a model of `model_vocab` ids.
+void check_fits_model(const TokenDataset& ds, const std::string& data, int64_t model_vocab,
+                      const std::string& model);
+
 }  // namespace lct

@@ -33,6 +33,4 @@ std::vector<const PackedSequence*> DataLoader::take(int64_t n) {
   return seqs;
 }
 
-Batch DataLoader::next(int64_t B) { return make_batch(ds_, take(B), packing_.seq_len); }
-
 }  // namespace lct

@@ -13,8 +13,6 @@ namespace lct {
 class DataLoader {
  public:
   DataLoader(const TokenDataset& ds, int64_t seq_len, uint64_t seed);
-  // The next B sequences as one micro-batch.
-  Batch next(int64_t B);
   // The next n sequences (every rank draws the same ones and keeps its slice).
   std::vector<const PackedSequence*> take(int64_t n);
   int64_t epoch() const { return epoch_; }
