@@ -172,7 +172,21 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--seed", o.seed, int64_t(1), "data order seed");
   r.add(c, "--checkpoint-every", o.checkpoint_every, int64_t(0),
         "write a checkpoint every N steps (0 = only at the end)");
-  r.add(c, "--keep-checkpoints", o.keep_checkpoints, int64_t(2), "keep the newest K checkpoints");
+  r.add(c, "--keep-checkpoints", o.keep_checkpoints, int64_t(2), "keep the newest K checkpoints (K >= 2)");
+  r.add(c, "--keep-every", o.keep_every, int64_t(0),
+        "also keep every checkpoint whose step is a multiple of N (0 = none)");
+  r.add(c, "--resume", o.resume, std::string("none"),
+        "none; auto (the newest complete checkpoint in --run-dir, if any; a damaged one falls "
+        "back to the previous); or a checkpoint file");
+  r.add(c, "--time-limit", o.time_limit, 0.0,
+        "seconds from start: checkpoint and exit 85 before it, exit 86 at it (0 = none; the "
+        "Slurm scripts pass the job's remaining time)");
+  r.add(c, "--comm-timeout", o.comm_timeout, 600.0,
+        "abort the job when a rank waits this many seconds in one communication call (0 = never)");
+  r.add(c, "--stop-at", o.stop_at, int64_t(0),
+        "stop after this step as on SIGUSR1: checkpoint, exit 85 (0 = run to --steps)");
+  r.add(c, "--max-skips", o.max_skips, int64_t(10),
+        "stop after this many consecutive steps skipped for a non-finite loss or gradient");
   r.add(c, "--log-every", o.log_every, int64_t(1), "print a step line every N steps");
   r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
         "peak for MFU in GFLOP/s per rank (0 = measure sgemm at start-up)");

@@ -55,7 +55,12 @@ struct TrainOptions {
   double grad_clip;
   std::string checkpointing;
   int64_t block_q, block_k;
-  int64_t seed, checkpoint_every, keep_checkpoints, log_every;
+  int64_t seed, checkpoint_every, keep_checkpoints, keep_every, log_every;
+  std::string resume;         // none | auto | checkpoint path
+  double time_limit;          // seconds since start; 0 = none
+  double comm_timeout;        // seconds a rank may wait in one communication call; 0 = none
+  int64_t max_skips;
+  int64_t stop_at;            // stop as on a signal after this step; 0 = none          // consecutive non-finite steps before the run stops
   double peak_gflops;
   bool force, dry_run;
   int64_t dp, cp;

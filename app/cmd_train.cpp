@@ -2,14 +2,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <thread>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 
 #include "app/context.hpp"
+#include "app/train_checkpoint.hpp"
+#include "app/train_record.hpp"
 #include "common/error.hpp"
-#include "common/stats.hpp"
-#include "io/checkpoint.hpp"
+#include "io/atomic.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
 #include "io/run_dir.hpp"
@@ -20,6 +26,8 @@
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/watchdog.hpp"
+#include "sys/stop.hpp"
 #include "train/data_loader.hpp"
 #include "train/trainer.hpp"
 
@@ -27,59 +35,10 @@ namespace lct {
 
 namespace {
 
-struct ColumnSpec {
-  const char* name;
-  const char* unit;
-  const char* help;
-};
-
-// One value per step (the step's, or the mean over ranks).
-const ColumnSpec kColumns[] = {
-    {"step", "", "optimizer step, 1-based"},
-    {"restart", "", "times the run had been resumed when this step ran"},
-    {"loss", "nats", "mean cross-entropy over the step's valid targets (all ranks)"},
-    {"lr", "", "learning rate of the update"},
-    {"grad_norm", "", "global gradient L2 norm before clipping"},
-    {"skipped", "", "1 when the update was skipped (loss or gradient not finite)"},
-    {"tokens", "tokens", "real (non-padding) tokens of the step, all ranks"},
-    {"valid_targets", "tokens", "scored targets of the step, all ranks"},
-    {"seconds", "s", "wall time of the step (rank 0)"},
-    {"tokens_per_s", "tokens/s", "tokens / seconds"},
-    {"gflops", "GFLOP/s", "model FLOPs per rank (recomputation excluded) / seconds"},
-    {"mfu", "", "gflops / peak_gflops (per rank)"},
-    {"attn_fwd_s", "s", "flash attention forward, recomputations included (rank 0)"},
-    {"attn_bwd_s", "s", "flash attention backward (rank 0)"},
-    {"gemm_s", "s", "linear layers and LM head (rank 0)"},
-    {"other_s", "s", "norms, RoPE, SwiGLU, embedding, data (rank 0)"},
-    {"optimizer_s", "s", "gradient norm, clipping, AdamW (rank 0)"},
-    {"io_s", "s", "checkpoint written at this step"},
-    {"comm_s", "s", "time blocked on context-parallel transfers: exposed communication (rank 0)"},
-    {"allreduce_s", "s", "gradient, loss and count allreduce (rank 0)"},
-    {"exposed_comm_frac", "", "mean over ranks of comm_s / seconds"},
-    {"imbalance", "", "max / mean over ranks of the busy time (seconds - comm - allreduce)"},
-    {"peak_rss_mib", "MiB", "process high-water resident memory (rank 0)"},
-};
-// One value per rank per step: [steps, ranks] datasets.
-const ColumnSpec kRankColumns[] = {
-    {"rank_seconds", "s", "step time per rank before the gradient allreduce"},
-    {"rank_attn_s", "s", "attention compute per rank (forward + backward)"},
-    {"rank_comm_s", "s", "exposed context-parallel communication per rank"},
-    {"rank_allreduce_s", "s", "allreduce time per rank"},
-    {"rank_bytes_sent", "bytes", "bytes sent per rank (ring transfers + allreduce volume)"},
-};
-
 std::string gib(double bytes) {
   char s[32];
   std::snprintf(s, sizeof s, "%.2f GiB", bytes / double(1u << 30));
   return s;
-}
-
-std::string duration(double s) {
-  char out[32];
-  if (s < 120) std::snprintf(out, sizeof out, "%.0fs", s);
-  else if (s < 7200) std::snprintf(out, sizeof out, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
-  else std::snprintf(out, sizeof out, "%.0fh%02.0fm", std::floor(s / 3600), std::fmod(s / 60, 60));
-  return out;
 }
 
 // Everything that can be checked before any rank allocates or writes anything.
@@ -89,6 +48,11 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
     fail("--batch-size, --grad-accum and --steps must be at least 1");
   if (o.block_q < 1 || o.block_k < 1) fail("--block-q and --block-k must be at least 1");
+  if (o.keep_checkpoints < 2)
+    fail("--keep-checkpoints ", o.keep_checkpoints, " must be at least 2, so that a damaged ",
+         "newest checkpoint always leaves a complete one to resume from");
+  if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
+    fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
   if (cp > 1 && o.seq_len % (2 * cp) != 0)
     fail("--seq-len ", o.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
          ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
@@ -107,12 +71,51 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
   return {dp, o.cp};
 }
 
+// Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
+// makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
+// (hang) or exit at once (exit).
+std::string latest_or_none(const RunDirectory* run) {  // rank 0's view; rank 0 prints
+  const std::string p = run ? run->latest() : "";
+  return p.empty() ? "none written yet" : "'" + p + "'";
+}
+
+struct Fault {
+  std::string kind;
+  int rank = -1;
+  int64_t step = -1;
+  void maybe_fire(int my_rank, int64_t now) const {
+    if (my_rank != rank || now != step) return;
+    if (kind == "throw") throw std::runtime_error("injected fault (LCT_INJECT_FAULT)");
+    if (kind == "exit") std::_Exit(3);
+    if (kind == "hang")
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+};
+
+Fault injected_fault() {
+  Fault f;
+  if (const char* v = std::getenv("LCT_INJECT_FAULT")) {
+    char kind[16] = "";
+    long long step = -1;
+    if (std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) != 3)
+      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang or exit");
+    f.kind = kind;
+    f.step = step;
+  }
+  return f;
+}
+
 }  // namespace
 
 int cmd_train(Context& ctx) {
   const TrainOptions& o = ctx.inv.train;
   const World& world = ctx.world;
   std::ostream& out = ctx.out();
+  install_stop_handlers();
+  watchdog_start(o.comm_timeout, o.time_limit, world.rank);
+  struct StopWatchdog {
+    ~StopWatchdog() { watchdog_stop(); }
+  } stop_watchdog_on_return;
   ctx.print_startup("train", true);
 
   const auto [dp, cp] = degrees(o, world.size);
@@ -123,6 +126,7 @@ int cmd_train(Context& ctx) {
   ModelData init = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_inputs(o, init.config, ds, cp);
+  const Fault fault = injected_fault();
   const ModelConfig& mc = init.config;
   const int64_t local_tokens = o.batch_size * o.seq_len / cp;
   const ModelShape shape{local_tokens, o.seq_len, parse_checkpointing(o.checkpointing),
@@ -148,14 +152,15 @@ int cmd_train(Context& ctx) {
   }
   // Every check passed: only now touch the disk (rank 0 writes; the others wait to agree).
   std::unique_ptr<RunDirectory> run;
-  const std::string setup_error = run_agreed(world, [&] {
+  agreed(world, [&] {
     if (!world.root()) return;
     run = std::make_unique<RunDirectory>(o.run_dir);
-    if (run->has_previous_run() && !o.force)
+    run->remove_stale_temporaries();
+    if (run->has_previous_run() && !o.force && o.resume == "none")
       fail("run directory '", o.run_dir, "' holds a previous run (timing.h5 or checkpoints); ",
-           "pass --force to start over in it, or choose another --run-dir");
+           "pass --resume auto to continue it, --force to start over in it, or choose another --run-dir");
+    check_free_space(run->checkpoint_path(0), checkpoint_bytes(init.layout), "a checkpoint in");
   });
-  if (!setup_error.empty()) throw Error(setup_error);
   if (o.seq_len > mc.max_position_embeddings)
     out << "warning: --seq-len " << o.seq_len << " exceeds the model's max_position_embeddings "
         << mc.max_position_embeddings << "\n";
@@ -184,6 +189,44 @@ int cmd_train(Context& ctx) {
   Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr);
   DataLoader loader(ds, o.seq_len, uint64_t(o.seed));
   const CpSplit split = o.cp_split == "zigzag" ? CpSplit::Zigzag : CpSplit::Contiguous;
+
+  // Resume: weights, AdamW moments, step, data position and counters from a checkpoint.
+  const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum};
+  TrainState state;
+  state.data_seed = o.seed;
+  TrainRecord record(world.size);
+  if (o.resume != "none") {
+    std::string used;
+    const std::optional<TrainState> loaded = resume_checkpoint(
+        world, out,
+        {o.resume, o.run_dir, &mc, &model.layout(),
+         {model.params(), trainer.optimizer().m(), trainer.optimizer().v()}, layout,
+         {dp_rank, cp_rank, 0, 0}},
+        &used);
+    if (loaded) {
+      if (loaded->data_seed != o.seed)
+        throw AgreedError(cat("checkpoint '", used, "' was trained with --seed ", loaded->data_seed,
+                              " but this run has --seed ", o.seed, "; resume with the same seed"));
+      state = *loaded;
+      state.restarts += 1;
+      loader.seek(state.data_epoch, state.data_cursor);
+      agreed(world, [&] {  // rank 0 keeps the timing table going
+        if (world.root() && std::filesystem::exists(run->timing_path()) &&
+            !record.continue_from(read_timing_file(run->timing_path())))
+          fail("timing table '", run->timing_path(), "' does not match this run's columns; move it ",
+               "away to resume");
+      });
+      out << "resumed from '" << used << "' at step " << state.step << " (restart " << state.restarts
+          << ", " << state.tokens_seen << " tokens seen)\n";
+    } else {
+      out << "no checkpoint in '" << o.run_dir << "/checkpoints': starting from '" << o.model << "'\n";
+    }
+  }
+  if (state.step >= o.steps) {
+    out << "the run is already complete: step " << state.step << " of --steps " << o.steps << "\n";
+    return kExitOk;
+  }
+
   const double peak = o.peak_gflops > 0 ? o.peak_gflops : measure_gemm_gflops();
   out << "data: " << loader.packing().sequences.size() << " sequences of " << o.seq_len
       << " tokens (packing efficiency " << std::fixed << std::setprecision(1)
@@ -196,141 +239,122 @@ int cmd_train(Context& ctx) {
       << (o.peak_gflops > 0 ? "--peak-gflops" : "sgemm measured now on rank 0's threads") << ")\n"
       << std::flush;
 
-  TimingTable table;
-  for (const ColumnSpec& c : kColumns) table.columns.push_back({c.name, c.unit, c.help, {}, 1});
-  for (const ColumnSpec& c : kRankColumns)
-    table.columns.push_back({c.name, c.unit, c.help, {}, int64_t(world.size)});
-  TrainState state;
-  state.data_seed = o.seed;
-  const Provenance prov = ctx.provenance();
-  PhaseClock clock;
-  double last_timing_write = omp_get_wtime(), bytes_before = 0;
-  const double run_start = omp_get_wtime();
-  // Rank 0 writes; every rank learns the outcome, so a failed write stops all of them.
-  auto agreed_write = [&](const std::function<void()>& write) {
-    const std::string err = run_agreed(world, [&] {
-      if (world.root()) write();
+  // Files written by several ranks carry identical attributes: rank 0's date and host.
+  Provenance prov = ctx.provenance();
+  prov.date = broadcast_string(prov.date, world.comm);
+  prov.host = broadcast_string(prov.host, world.comm);
+  const RetentionPolicy keep{o.keep_checkpoints, o.keep_every};
+  auto checkpoint = [&] {
+    state.data_epoch = loader.epoch();
+    state.data_cursor = loader.cursor();
+    save_checkpoint(world, run.get(), o.run_dir,
+                    {&mc, &model.layout(), model.params(), trainer.optimizer().m(),
+                     trainer.optimizer().v(), state, layout,
+                     {dp_rank, cp_rank, state.data_epoch, state.data_cursor}},
+                    prov, keep);
+  };
+  auto write_timing = [&] {
+    agreed(world, [&] {
+      if (world.root()) write_timing_file(run->timing_path(), record.table(), prov);
     });
-    if (!err.empty()) throw Error(err);
   };
 
-  for (int64_t step = 1; step <= o.steps; ++step) {
-    clock.reset();
-    std::vector<Batch> micro;
-    double pairs = 0;
-    for (int64_t a = 0; a < o.grad_accum; ++a) {
-      std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
-      seqs = {seqs.begin() + dp_rank * o.batch_size, seqs.begin() + (dp_rank + 1) * o.batch_size};
-      Batch full = make_batch(ds, seqs, o.seq_len);
-      pairs += visible_pairs(full);
-      micro.push_back(cp > 1 ? shard_batch(full, cp, cp_rank, split) : std::move(full));
-    }
-    clock.lap(Phase::Other);
-    const StepStats st = trainer.train_step(micro, step, clock);
-    state.step = step;
-    state.tokens_seen += st.real_tokens;
+  PhaseClock clock;
+  double last_timing_write = omp_get_wtime(), bytes_before = 0, slowest_step = 0, last_io = 0;
+  const double run_start = omp_get_wtime();
+  const int64_t first_step = state.step + 1;
+  try {
+    for (int64_t step = first_step; step <= o.steps; ++step) {
+      watchdog_set_context(cat("step ", step));
+      fault.maybe_fire(world.rank, step);
+      clock.reset();
+      std::vector<Batch> micro;
+      double pairs = 0;
+      for (int64_t a = 0; a < o.grad_accum; ++a) {
+        std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
+        seqs = {seqs.begin() + dp_rank * o.batch_size, seqs.begin() + (dp_rank + 1) * o.batch_size};
+        Batch full = make_batch(ds, seqs, o.seq_len);
+        pairs += visible_pairs(full);
+        micro.push_back(cp > 1 ? shard_batch(full, cp, cp_rank, split) : std::move(full));
+      }
+      clock.lap(Phase::Other);
+      const StepStats st = trainer.train_step(micro, step, clock);
+      state.step = step;
+      state.tokens_seen += st.real_tokens;
+      state.skipped_steps += st.skipped;
+      state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
 
-    // Per-rank figures before the checkpoint (which only rank 0 does).
-    const auto& ph = clock.seconds;
-    const double comm = ph[size_t(Phase::Comm)], allreduce = ph[size_t(Phase::Allreduce)];
-    const double bytes = cp_bytes() + double(reducer.bytes_sent);
-    const double mine[5] = {clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
-                            comm, allreduce, bytes - bytes_before};
-    bytes_before = bytes;
-    std::vector<double> ranks(size_t(5 * world.size));
-    MPI_Allgather(mine, 5, MPI_DOUBLE, ranks.data(), 5, MPI_DOUBLE, world.comm);
-    double busy_max = 0, busy_sum = 0, comm_frac = 0;
-    for (int r = 0; r < world.size; ++r) {
-      const double* x = &ranks[size_t(5 * r)];
-      const double busy = x[0] - x[2] - x[3];
-      busy_max = std::max(busy_max, busy);
-      busy_sum += busy;
-      comm_frac += x[2] / x[0] / world.size;
-    }
-    const double imbalance = busy_max / (busy_sum / world.size);
-    clock.lap(Phase::Allreduce);
+      // Every rank's figures, and whether any rank must stop (a signal, or too close to
+      // --time-limit for another step and a checkpoint), in one collective.
+      const auto& ph = clock.seconds;
+      const double bytes = cp_bytes() + double(reducer.bytes_sent);
+      slowest_step = std::max(slowest_step, clock.total());
+      const bool near_limit =
+          o.time_limit > 0 && process_seconds() + 1.5 * (slowest_step + last_io) + 2 > o.time_limit;
+      const double mine[RankFigures::kCount] = {
+          clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
+          ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before,
+          double(stop_signal() != 0 || near_limit || step == o.stop_at)};
+      bytes_before = bytes;
+      RankFigures ranks{std::vector<double>(size_t(RankFigures::kCount * world.size)), world.size};
+      {
+        WaitScope w("the allgather of the step's per-rank figures");
+        MPI_Allgather(mine, RankFigures::kCount, MPI_DOUBLE, ranks.all.data(), RankFigures::kCount,
+                      MPI_DOUBLE, world.comm);
+      }
+      clock.lap(Phase::Allreduce);
+      if (state.consecutive_skips >= o.max_skips)  // every rank sees the same reduced loss
+        throw AgreedError(cat(
+            state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
+            "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
+            "good checkpoint intact (", latest_or_none(run.get()), "); lower --lr, raise ",
+            "--warmup-steps or check the data, then resume"));
 
-    const bool ckpt = step == o.steps || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
-    if (ckpt) {
-      state.data_epoch = loader.epoch();
-      state.data_cursor = loader.cursor();
-      agreed_write([&] {
-        write_checkpoint(run->checkpoint_path(state.step),
-                         {&mc, &model.layout(), model.params(), trainer.optimizer().m(),
-                          trainer.optimizer().v(), state},
-                         prov);
-        run->mark_latest(state.step);
-        run->prune(o.keep_checkpoints);
-      });
-    }
-    clock.lap(Phase::IO);
+      const bool stop = ranks.any_stop();
+      const bool due = step == o.steps || stop ||
+                       (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
+      // A skip streak does not push good checkpoints out, unless the run must stop now.
+      if (due && (state.consecutive_skips == 0 || stop)) {
+        checkpoint();
+        clock.lap(Phase::IO);
+        last_io = clock.seconds[size_t(Phase::IO)];
+      }
 
-    const double secs = clock.total();
-    const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * o.seq_len), pairs);
-    const double gflops = f.total() / double(cp) / secs / 1e9;  // this rank's share
-    const double row[] = {double(step), double(state.restarts), st.loss, st.lr, st.grad_norm,
-                          double(st.skipped), double(st.real_tokens), double(st.valid_targets), secs,
-                          double(st.real_tokens) / secs, gflops, gflops / peak,
-                          ph[size_t(Phase::AttnFwd)], ph[size_t(Phase::AttnBwd)], ph[size_t(Phase::Gemm)],
-                          ph[size_t(Phase::Other)], ph[size_t(Phase::Optimizer)], ph[size_t(Phase::IO)],
-                          comm, ph[size_t(Phase::Allreduce)], comm_frac, imbalance, peak_rss_mib()};
-    for (size_t c = 0; c < std::size(kColumns); ++c) table.columns[c].values.push_back(row[c]);
-    for (size_t c = 0; c < std::size(kRankColumns); ++c)
-      for (int r = 0; r < world.size; ++r)
-        table.columns[std::size(kColumns) + c].values.push_back(ranks[size_t(5 * r) + c]);
-
-    if (step % o.log_every == 0 || step == 1 || step == o.steps) {
-      const double eta = (omp_get_wtime() - run_start) / double(step) * double(o.steps - step);
-      char line[320], par[64] = "";
-      if (world.size > 1) std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f", 100 * comm_frac, imbalance);
-      std::snprintf(line, sizeof line,
-                    "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
-                    "MFU %.1f%%%s  eta %s%s",
-                    (long long)step, (long long)o.steps, st.loss, st.lr, st.grad_norm, secs,
-                    double(st.real_tokens) / secs, gflops, 100 * gflops / peak, par,
-                    duration(eta).c_str(), st.skipped ? "  SKIPPED (non-finite)" : "");
-      out << line << std::endl;
+      const double secs = clock.total();
+      const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * o.seq_len), pairs);
+      const StepFigures fig{st, state.restarts, o.steps, secs, f.total() / double(cp) / secs / 1e9,
+                            peak, &clock, &ranks};
+      record.add(fig);
+      if (step % o.log_every == 0 || step == first_step || step == o.steps || stop)
+        out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *
+                                         double(o.steps - step))
+            << std::endl;
+      if (due || omp_get_wtime() - last_timing_write > 10) {
+        write_timing();
+        last_timing_write = omp_get_wtime();
+      }
+      if (stop) {
+        out << "stopping at step " << step << " of " << o.steps << " ("
+            << (step == o.stop_at ? "--stop-at"
+                : stop_signal() ? stop_signal_name()
+                                : "--time-limit near")
+            << " on some rank); "
+            << "checkpoint '" << RunDirectory::path_of(o.run_dir, step)
+            << "' written; continue with --resume auto (exit code " << int(kExitRequeue) << ")"
+            << std::endl;
+        return kExitRequeue;
+      }
     }
-    if (ckpt || omp_get_wtime() - last_timing_write > 10) {
-      agreed_write([&] { write_timing_file(run->timing_path(), table, prov); });
-      last_timing_write = omp_get_wtime();
-    }
+  } catch (const AgreedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // One rank failed alone while the others may be waiting for it in a collective call.
+    if (world.size == 1) throw;
+    abort_job(world, e.what());
   }
 
-  // Verification and the figure of merit, as HPC codes end a run.
-  const auto& loss = table.column("loss").values;
-  const size_t k = std::max<size_t>(1, std::min<size_t>(5, loss.size() / 4));
-  double first = 0, last = 0;
-  for (size_t i = 0; i < k; ++i) {
-    first += loss[i] / double(k);
-    last += loss[loss.size() - 1 - i] / double(k);
-  }
-  const bool falling = std::isfinite(last) && last < first;
-  const size_t skip = loss.size() > 1 ? 1 : 0;
-  const auto tail = [&](const char* name) {
-    const auto& v = table.column(name).values;
-    return median(std::vector<double>(v.begin() + long(skip), v.end()));
-  };
-  const double fom = tail("tokens_per_s");
-  table.summary = {{"figure_of_merit_tokens_per_s", fom},
-                   {"median_mfu", tail("mfu")},
-                   {"median_exposed_comm_frac", tail("exposed_comm_frac")},
-                   {"median_imbalance", tail("imbalance")},
-                   {"peak_gflops", peak},
-                   {"dp", dp},
-                   {"cp", cp},
-                   {"verification", std::string(falling ? "PASSED" : "FAILED")},
-                   {"loss_first", first},
-                   {"loss_last", last}};
-  agreed_write([&] { write_timing_file(run->timing_path(), table, prov); });
-  out << std::setprecision(4) << "verification: loss " << first << " (first " << k << " steps) -> "
-      << last << " (last " << k << "): " << (falling ? "falling, PASSED" : "not falling, FAILED") << "\n"
-      << std::setprecision(1) << "figure of merit: " << fom << " tokens/s (median over steps"
-      << (skip ? " after the first" : "") << "), MFU " << 100 * tail("mfu") << "%";
-  if (world.size > 1)
-    out << ", exposed communication " << 100 * tail("exposed_comm_frac") << "%, imbalance "
-        << std::setprecision(2) << tail("imbalance");
-  out << "\n";
+  record.finish(out, dp, cp, peak);
+  write_timing();
   if (world.root()) out << "wrote " << run->timing_path() << " and " << run->latest() << std::endl;
   return kExitOk;
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,6 +49,17 @@ void check_can_write(const std::string& final_, bool force, const std::string& w
   if (::access(dir.c_str(), W_OK) != 0)
     fail(what, " '", final_, "': directory '", dir, "' is not writable (", std::strerror(errno),
          "); choose a directory you can write to");
+}
+
+void check_free_space(const std::string& path, double bytes, const std::string& what) {
+  struct statvfs fs;
+  const std::string dir = parent_dir(path);
+  if (::statvfs(dir.c_str(), &fs) != 0) return;  // unknown: the write itself will tell
+  const double free = double(fs.f_bavail) * double(fs.f_frsize);
+  if (free < 1.01 * bytes)
+    fail(what, " '", path, "' needs about ", cat(int64_t(bytes / (1 << 20) + 1)), " MiB but only ",
+         int64_t(free / (1 << 20)), " MiB are free in '", dir,
+         "'; free some space (or lower --keep-checkpoints), or choose another --run-dir");
 }
 
 AtomicTarget::~AtomicTarget() {

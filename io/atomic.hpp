@@ -26,6 +26,9 @@ class AtomicTarget {
 // not an existing file (unless force) or a directory. Lets long runs fail before working.
 void check_can_write(const std::string& path, bool force, const std::string& what);
 
+// Throws unless the file system holding `path` has `bytes` free (plus a 1% margin).
+void check_free_space(const std::string& path, double bytes, const std::string& what);
+
 // Directory part of a path ("." when it has none).
 std::string parent_dir(const std::string& path);
 void fsync_path(const std::string& path, const std::string& what);

@@ -1,8 +1,11 @@
 #include "io/checkpoint.hpp"
 
+#include <optional>
+
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "io/model_schema.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 
@@ -10,43 +13,91 @@ namespace {
 constexpr const char* kAvg = "optimizer/exp_avg/";
 constexpr const char* kAvgSq = "optimizer/exp_avg_sq/";
 
-template <class Visit>
-void for_each_state_field(TrainState& s, Visit&& v) {
+template <class State, class Visit>
+void for_each_state_field(State& s, Visit&& v) {
   v("step", s.step);
   v("data_epoch", s.data_epoch);
   v("data_cursor", s.data_cursor);
   v("data_seed", s.data_seed);
   v("tokens_seen", s.tokens_seen);
   v("restarts", s.restarts);
+  v("skipped_steps", s.skipped_steps);
+  v("consecutive_skips", s.consecutive_skips);
+}
+
+template <class Layout, class Visit>
+void for_each_layout_field(Layout& l, Visit&& v) {
+  v("world_size", l.world_size);
+  v("dp", l.dp);
+  v("cp", l.cp);
+  v("seq_len", l.seq_len);
+  v("batch_size", l.batch_size);
+  v("grad_accum", l.grad_accum);
+}
+
+constexpr const char* kRankColumns = "dp_rank, cp_rank, data_epoch, data_cursor";
+
+void write_contents(const h5::File& f, const CheckpointView& c, const Provenance& prov) {
+  h5::write_kind(f, "checkpoint", kModelFormatVersion);
+  write_model_contents(f, f.h, "", *c.config, *c.layout, c.params);
+  h5::create_group(f, f.h, "optimizer");
+  h5::create_group(f, f.h, "optimizer/exp_avg");
+  h5::create_group(f, f.h, "optimizer/exp_avg_sq");
+  for (const TensorSpec& t : c.layout->tensors) {
+    h5::write_array(f, f.h, kAvg + t.name, c.exp_avg + t.offset, t.shape);
+    h5::write_array(f, f.h, kAvgSq + t.name, c.exp_avg_sq + t.offset, t.shape);
+  }
+  h5::Handle g = h5::create_group(f, f.h, "train_state");
+  for_each_state_field(c.state, [&](const char* name, int64_t v) { h5::write_attr(g, name, v); });
+  for_each_layout_field(c.run, [&](const char* name, int64_t v) { h5::write_attr(g, name, v); });
+  h5::Handle r = h5::create_group(f, f.h, "ranks");
+  h5::write_rank_rows(f, r, "state",
+                      {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
+  h5::Handle d(H5Dopen2(r, "state", H5P_DEFAULT), H5Dclose);
+  h5::write_attr(d, "columns", std::string(kRankColumns));
+  h5::write_provenance(f, prov);
 }
 }  // namespace
 
-void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov) {
-  AtomicTarget target(path, true, "checkpoint");
-  {
-    h5::File f = h5::File::create(target.temp_path());
-    h5::write_kind(f, "checkpoint", kModelFormatVersion);
-    write_model_contents(f, f.h, "", *c.config, *c.layout, c.params);
-    h5::create_group(f, f.h, "optimizer");
-    h5::create_group(f, f.h, "optimizer/exp_avg");
-    h5::create_group(f, f.h, "optimizer/exp_avg_sq");
-    for (const TensorSpec& t : c.layout->tensors) {
-      h5::write_array(f, f.h, kAvg + t.name, c.exp_avg + t.offset, t.shape);
-      h5::write_array(f, f.h, kAvgSq + t.name, c.exp_avg_sq + t.offset, t.shape);
+double checkpoint_bytes(const ParamLayout& layout) {
+  return 3.0 * 4.0 * double(layout.total) + double(1 << 20);
+}
+
+void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov,
+                      MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // Rank 0 owns the temporary name and the final rename; the others learn the name, or
+  // the reason it cannot be written, before any collective HDF5 call.
+  std::optional<AtomicTarget> target;
+  std::string temp_or_error;
+  if (rank == 0) {
+    try {
+      target.emplace(path, true, "checkpoint");
+      check_free_space(path, checkpoint_bytes(*c.layout), "checkpoint");
+      temp_or_error = "ok:" + target->temp_path();
+    } catch (const Error& e) {
+      temp_or_error = e.what();
     }
-    h5::Handle g = h5::create_group(f, f.h, "train_state");
-    TrainState s = c.state;
-    for_each_state_field(s, [&](const char* name, int64_t v) { h5::write_attr(g, name, v); });
-    h5::write_provenance(f, prov);
-    g.reset();
-    f.close();
   }
-  target.commit();
+  temp_or_error = broadcast_string(temp_or_error, comm);
+  if (temp_or_error.rfind("ok:", 0) != 0) throw Error(temp_or_error);
+
+  h5::File f = h5::File::create_parallel(temp_or_error.substr(3), comm);
+  write_contents(f, c, prov);
+  std::string close_error;
+  try {
+    f.close();  // collective: the metadata is written here
+  } catch (const Error& e) {
+    close_error = e.what();
+  }
+  h5::agree(f, close_error.empty(), close_error);
+  if (target) target->commit();  // rank 0; the caller agrees on its outcome
 }
 
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
-                           const ParamLayout& layout, float* params, float* exp_avg,
-                           float* exp_avg_sq) {
+                           const ParamLayout& layout, const CheckpointBuffers& out,
+                           const RunLayout& run, int world_rank, const RankState& rank) {
   h5::File f = h5::File::open_read(path, "checkpoint");
   h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
   const ModelConfig c = read_model_config(f);
@@ -56,14 +107,34 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
       fail("checkpoint '", path, "' was written for ", mine[i].first, " = ",
            to_string(mine[i].second), " but this run's model has ", to_string(wanted[i].second),
            "; resume with the model the checkpoint was made from");
-  read_tensors(f, "", c, layout, params);
-  read_tensors(f, kAvg, c, layout, exp_avg);
-  read_tensors(f, kAvgSq, c, layout, exp_avg_sq);
   h5::Handle g = h5::open_group(f, "train_state");
-  TrainState s;
-  for_each_state_field(s, [&](const char* name, int64_t& v) {
-    v = h5::read_int(g, name, h5::where(f, "train_state"));
+  const std::string w = h5::where(f, "train_state");
+  for_each_layout_field(run, [&](const char* name, int64_t want) {
+    const int64_t had = h5::read_int(g, name, w);
+    if (had != want)
+      fail("checkpoint '", path, "' was written with ", name, " = ", had, " but this run has ",
+           want, "; resume with the same parallel degrees and batch shape (or start a new run)");
   });
+  TrainState s;
+  for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
+
+  const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
+  if (info.shape != std::vector<int64_t>{run.world_size, 4} || info.type_class != H5T_INTEGER)
+    fail(h5::where(f, "ranks/state"), ": shape ", h5::shape_str(info.shape), ", expected [",
+         run.world_size, ", 4]; the file is damaged");
+  std::vector<int64_t> rows(size_t(info.numel()));
+  h5::read_array(f, f.h, "ranks/state", rows.data());
+  const int64_t* row = &rows[size_t(4 * world_rank)];
+  if (row[0] != rank.dp_rank || row[1] != rank.cp_rank || row[2] != s.data_epoch ||
+      row[3] != s.data_cursor)
+    fail("checkpoint '", path, "': rank ", world_rank, " was at (dp ", row[0], ", cp ", row[1],
+         ") with data at ", row[2], ":", row[3], " but is now at (dp ", rank.dp_rank, ", cp ",
+         rank.cp_rank, ") with the run at ", s.data_epoch, ":", s.data_cursor,
+         "; the ranks must keep their places to resume: launch the same way as before");
+
+  read_tensors(f, "", c, layout, out.params);
+  read_tensors(f, kAvg, c, layout, out.exp_avg);
+  read_tensors(f, kAvgSq, c, layout, out.exp_avg_sq);
   return s;
 }
 

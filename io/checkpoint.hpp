@@ -1,7 +1,14 @@
 // Checkpoints: the model-file schema (so a checkpoint is accepted wherever a model file is)
 // plus the AdamW moments under /optimizer/exp_avg/NAME and /optimizer/exp_avg_sq/NAME (the
-// names torch.optim uses) and the training state as attributes of /train_state.
+// names torch.optim uses), the training state and run layout as attributes of /train_state,
+// and one row per rank in /ranks/state.
+//
+// With several ranks the file is written once, collectively, with parallel HDF5: replicated
+// tensors by rank 0, each rank's own row by that rank. It appears under its final name only
+// once complete and flushed (temporary name, fsync, rename).
 #pragma once
+#include <mpi.h>
+
 #include <string>
 
 #include "common/provenance.hpp"
@@ -10,6 +17,16 @@
 
 namespace lct {
 
+// What must be the same to resume bit-exactly.
+struct RunLayout {
+  int64_t world_size = 1, dp = 1, cp = 1, seq_len = 0, batch_size = 1, grad_accum = 1;
+};
+
+// One rank's own state: its mesh coordinates and where its data loader stands.
+struct RankState {
+  int64_t dp_rank = 0, cp_rank = 0, data_epoch = 0, data_cursor = 0;
+};
+
 struct CheckpointView {  // what to write; pointers into the live buffers
   const ModelConfig* config;
   const ParamLayout* layout;
@@ -17,14 +34,30 @@ struct CheckpointView {  // what to write; pointers into the live buffers
   const float* exp_avg;
   const float* exp_avg_sq;
   TrainState state;
+  RunLayout run;
+  RankState rank;
 };
 
-void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov);
+// Collective over `comm` (every rank calls it, with its own `rank` state). Throws the same
+// error on every rank when any part fails, including a full disk; the previous file of
+// that name, if any, is untouched then.
+void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov,
+                      MPI_Comm comm);
 
-// Reads into buffers of `layout` size; verifies kind, version, config (equal to `expected`)
-// and every shape.
+// Bytes a checkpoint of `layout` takes on disk, roughly (for a free-space check).
+double checkpoint_bytes(const ParamLayout& layout);
+
+struct CheckpointBuffers {  // each of layout.total floats
+  float* params;
+  float* exp_avg;
+  float* exp_avg_sq;
+};
+
+// Reads every tensor and verifies kind, format version, config (equal to `expected`),
+// shapes, checksums, the run layout (equal to `run`) and this rank's row (`rank`'s mesh
+// coordinates). Returns the training state.
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
-                           const ParamLayout& layout, float* params, float* exp_avg,
-                           float* exp_avg_sq);
+                           const ParamLayout& layout, const CheckpointBuffers& out,
+                           const RunLayout& run, int world_rank, const RankState& rank);
 
 }  // namespace lct

@@ -87,12 +87,8 @@ std::string last_error() {
   return msg;
 }
 
-File File::create(const std::string& path, hid_t fapl) {
-  Handle own_fapl;
-  if (fapl == H5P_DEFAULT) {
-    own_fapl = Handle(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    fapl = own_fapl;
-  }
+namespace {
+File create_with(const std::string& path, hid_t fapl) {
   // 1.8+ object headers and superblock carry checksums: damaged metadata is detected.
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
   // Closing fails while any object is still open, instead of silently deferring the flush.
@@ -102,6 +98,38 @@ File File::create(const std::string& path, hid_t fapl) {
   f.h = Handle(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), H5Fclose);
   if (!f.h.valid()) throw Error(with_reason(cat("cannot create HDF5 file '", path, "'")));
   return f;
+}
+}  // namespace
+
+File File::create(const std::string& path) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  return create_with(path, fapl);
+}
+
+File File::create_parallel(const std::string& path, MPI_Comm comm) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  // Metadata written collectively at close, instead of many small writes from each rank.
+  H5Pset_coll_metadata_write(fapl, true);
+  File f;
+  std::string err;
+  try {
+    f = create_with(path, fapl);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  f.path = path;
+  f.comm = comm;
+  MPI_Comm_rank(comm, &f.rank);
+  agree(f, err.empty(), err.empty() ? "" : err);
+  return f;
+}
+
+void agree(const File& f, bool ok, const std::string& what) {
+  int mine = ok ? 1 : 0, all = mine;
+  if (f.parallel()) MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, f.comm);
+  if (!ok) throw Error(what);
+  if (!all) fail(where(f, ""), ": writing failed on another rank (see its message)");
 }
 
 File File::open_read(const std::string& path, const std::string& what) {
@@ -253,6 +281,23 @@ std::string read_string(hid_t obj, const std::string& name, const std::string& w
   fail(where, ": attribute '", name, "' must be a string, found ", to_string(v));
 }
 
+namespace {
+// Parallel files allocate space at creation: never write fill values first.
+Handle create_dataset(const File& f, hid_t loc, const std::string& name, hid_t type, hid_t space,
+                      hid_t dcpl) {
+  Handle own;
+  if (dcpl == H5P_DEFAULT) {
+    own = Handle(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    dcpl = own;
+  }
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  Handle d(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
+  const bool ok = d.valid();
+  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": cannot create dataset")));
+  return d;
+}
+}  // namespace
+
 template <class T>
 void write_array(const File& f, hid_t loc, const std::string& name, const T* data,
                  const std::vector<int64_t>& shape) {
@@ -270,12 +315,34 @@ void write_array(const File& f, hid_t loc, const std::string& name, const T* dat
     H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
     H5Pset_fletcher32(dcpl);
   }
-  Handle d(H5Dcreate2(loc, name.c_str(), native_type<T>(), space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-           H5Dclose);
-  if (!d.valid()) throw Error(with_reason(cat(where(f, name), ": cannot create dataset")));
-  if (numel > 0)
-    check(H5Dwrite(d, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
-          cat(where(f, name), ": write failed (disk full or I/O error?)"));
+  const std::string name_where = where(f, name);
+  Handle d = create_dataset(f, loc, name, native_type<T>(), space, dcpl);
+  if (numel == 0) return;
+  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (f.parallel()) {
+    // Filtered datasets can only be written collectively: every rank takes part, rank 0
+    // alone with a non-empty selection.
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    if (f.rank != 0) H5Sselect_none(space);
+  }
+  const bool ok = H5Dwrite(d, native_type<T>(), space, space, dxpl, data) >= 0;
+  agree(f, ok, ok ? "" : with_reason(cat(name_where, ": write failed (disk full or I/O error?)")));
+}
+
+void write_rank_rows(const File& f, hid_t loc, const std::string& name,
+                     const std::vector<int64_t>& row) {
+  int ranks = 1;
+  if (f.parallel()) MPI_Comm_size(f.comm, &ranks);
+  const hsize_t dims[2] = {hsize_t(ranks), hsize_t(row.size())};
+  Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  Handle d = create_dataset(f, loc, name, H5T_NATIVE_INT64, space, H5P_DEFAULT);
+  const hsize_t start[2] = {hsize_t(f.rank), 0}, count[2] = {1, hsize_t(row.size())};
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+  Handle mem(H5Screate_simple(1, &count[1], nullptr), H5Sclose);
+  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (f.parallel()) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  const bool ok = H5Dwrite(d, H5T_NATIVE_INT64, mem, space, dxpl, row.data()) >= 0;
+  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": write failed (disk full or I/O error?)")));
 }
 
 int64_t ArrayInfo::numel() const {

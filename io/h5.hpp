@@ -51,8 +51,15 @@ std::string last_error();
 struct File {
   Handle h;
   std::string path;
-  // A new file (HDF5 1.8+ format: checksummed metadata). fapl may carry an MPI-IO driver.
-  static File create(const std::string& path, hid_t fapl = H5P_DEFAULT);
+  // Set for a file created by every rank of `comm` (parallel HDF5, MPI-IO driver): creating
+  // objects is collective, and write_array writes rank 0's data once, collectively.
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  bool parallel() const { return comm != MPI_COMM_NULL; }
+  // A new file (HDF5 1.8+ format: checksummed metadata).
+  static File create(const std::string& path);
+  // Collective over `comm`: every rank calls it with the same path.
+  static File create_parallel(const std::string& path, MPI_Comm comm);
   // Existing file, read-only; `what` names it in messages ("model file").
   static File open_read(const std::string& path, const std::string& what);
   void close();  // flushes and closes; throws on failure (a full disk shows up here)
@@ -75,10 +82,18 @@ double read_double(hid_t obj, const std::string& name, const std::string& where)
 bool read_bool(hid_t obj, const std::string& name, const std::string& where);
 std::string read_string(hid_t obj, const std::string& name, const std::string& where);
 
-// Arrays: chunked, fletcher32-checksummed, so a corrupted byte is caught on read.
+// Arrays: chunked, fletcher32-checksummed, so a corrupted byte is caught on read. In a
+// parallel file only rank 0's `data` is written (a replicated tensor, stored once).
 template <class T>
 void write_array(const File& f, hid_t loc, const std::string& name, const T* data,
                  const std::vector<int64_t>& shape);
+// Parallel file: a [ranks, row.size()] int64 dataset, row r written by rank r.
+void write_rank_rows(const File& f, hid_t loc, const std::string& name,
+                     const std::vector<int64_t>& row);
+
+// Parallel file: throws on every rank when `ok` is false on any (one rank's failed write
+// must not leave the others inside the next collective call). Serial: throws when !ok.
+void agree(const File& f, bool ok, const std::string& what);
 
 struct ArrayInfo {
   std::vector<int64_t> shape;

@@ -26,10 +26,20 @@ bool RunDirectory::has_previous_run() const {
   return fs::exists(timing_path()) || !checkpoint_steps().empty();
 }
 
-std::string RunDirectory::checkpoint_path(int64_t step) const {
+std::string RunDirectory::checkpoint_name(int64_t step) {
   char name[64];
-  std::snprintf(name, sizeof name, "/checkpoints/step_%08lld.h5", static_cast<long long>(step));
-  return dir_ + name;
+  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(step));
+  return name;
+}
+
+std::string RunDirectory::path_of(const std::string& dir, int64_t step) {
+  return dir + "/checkpoints/" + checkpoint_name(step);
+}
+
+void RunDirectory::remove_stale_temporaries() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ + "/checkpoints", ec))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(e.path(), ec);
 }
 
 void RunDirectory::mark_latest(int64_t step) {
@@ -37,7 +47,7 @@ void RunDirectory::mark_latest(int64_t step) {
   AtomicTarget t(target, true, "checkpoint pointer");
   {
     std::ofstream out(t.temp_path());
-    out << fs::path(checkpoint_path(step)).filename().string() << "\n";
+    out << checkpoint_name(step) << "\n";
     if (!out) fail("cannot write '", t.temp_path(), "'");
   }
   t.commit();
@@ -65,10 +75,10 @@ std::vector<int64_t> RunDirectory::checkpoint_steps() const {
   return steps;
 }
 
-void RunDirectory::prune(int64_t keep) {
+void RunDirectory::prune(int64_t keep_last, int64_t keep_every) {
   const std::vector<int64_t> steps = checkpoint_steps();
-  for (size_t i = 0; i + size_t(std::max<int64_t>(1, keep)) < steps.size(); ++i)
-    fs::remove(checkpoint_path(steps[i]));
+  for (size_t i = 0; i + size_t(std::max<int64_t>(1, keep_last)) < steps.size(); ++i)
+    if (keep_every <= 0 || steps[i] % keep_every != 0) fs::remove(checkpoint_path(steps[i]));
 }
 
 }  // namespace lct

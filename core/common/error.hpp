@@ -30,6 +30,8 @@ enum ExitCode : int {
   kExitError = 1,     // bad input or a failure at run time
   kExitUsage = 2,     // the command line or config file could not be parsed
   kExitRequeue = 85,  // stopped cleanly on a signal or time limit after a checkpoint
+  kExitPrompt = 86,   // stopped at once (second signal, hard deadline): resume from the last one
+  kExitAborted = 87,  // the whole job was aborted: a rank failed alone or hung in communication
 };
 
 }  // namespace lct

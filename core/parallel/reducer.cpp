@@ -3,16 +3,20 @@
 #include <algorithm>
 #include <vector>
 
+#include "parallel/watchdog.hpp"
+
 namespace lct {
 
 int64_t MpiStepReducer::sum(int64_t local) {
   int64_t out = 0;
+  WaitScope w("the allreduce of the step's token counts");
   MPI_Allreduce(&local, &out, 1, MPI_INT64_T, MPI_SUM, comm_);
   return out;
 }
 
 double MpiStepReducer::sum(double local) {
   double out = 0;
+  WaitScope w("the allreduce of the step's loss");
   MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_SUM, comm_);
   return out;
 }
@@ -27,6 +31,7 @@ void MpiStepReducer::sum_gradients(float* g, size_t n) {
     MPI_Iallreduce(MPI_IN_PLACE, g + off, int(std::min(bucket_, n - off)), MPI_FLOAT, MPI_SUM, comm_,
                    &reqs.back());
   }
+  WaitScope w("the gradient allreduce");
   MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   bytes_sent += 2 * n * sizeof(float) * size_t(size - 1) / size_t(size);  // ring allreduce volume
 }

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "common/error.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace lct {
 
@@ -12,6 +13,12 @@ MpiRingTransport::MpiRingTransport(MPI_Comm comm, int tag) : comm_(comm), tag_(t
   MPI_Comm_size(comm, &size);
   next_ = (rank + 1) % size;
   prev_ = (rank + size - 1) % size;
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_translate_ranks(group, 1, &prev_, world, &prev_world_);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
 }
 
 MpiRingTransport::~MpiRingTransport() { wait(); }
@@ -29,6 +36,9 @@ void MpiRingTransport::progress() {
   MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE);
 }
 
-void MpiRingTransport::wait() { MPI_Waitall(2, req_, MPI_STATUSES_IGNORE); }
+void MpiRingTransport::wait() {
+  WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);
+  MPI_Waitall(2, req_, MPI_STATUSES_IGNORE);
+}
 
 }  // namespace lct

@@ -30,6 +30,7 @@ class MpiRingTransport : public RingTransport {
  private:
   MPI_Comm comm_;
   int tag_, next_, prev_;
+  int prev_world_ = -1;  // prev_ in MPI_COMM_WORLD, for the watchdog's message
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 

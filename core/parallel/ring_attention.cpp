@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "parallel/watchdog.hpp"
+
 namespace lct {
 
 namespace {
@@ -107,6 +109,7 @@ AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64
 
 void AllGatherAttention::gather(const float* k, const float* v, TokenTags tags, int64_t Tl) {
   own_.pack(0, k, v, tags);
+  WaitScope w("the context-parallel K/V all-gather");
   MPI_Allgather(own_.block(0), int(own_.bytes()), MPI_BYTE, gathered_.block(0), int(own_.bytes()),
                 MPI_BYTE, comm_);
   bytes_sent_ += own_.bytes() * size_t(n_ - 1);
@@ -145,6 +148,7 @@ void AllGatherAttention::backward(const AttnDims& d, const float* q, const float
     std::memcpy(dkv_send_.data() + (2 * r + 1) * f, dv_all_.data() + r * f, size_t(f) * sizeof(float));
   }
   clock.lap(Phase::AttnBwd);
+  WaitScope w("the context-parallel dK/dV reduce-scatter");
   MPI_Reduce_scatter_block(dkv_send_.data(), dkv_own_.data(), int(2 * f), MPI_FLOAT, MPI_SUM, comm_);
   bytes_sent_ += size_t(2 * f) * sizeof(float) * size_t(n_ - 1);
   clock.lap(Phase::Comm);

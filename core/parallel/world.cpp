@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <set>
 #include <vector>
 
 #include "common/error.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace lct {
 
@@ -58,6 +60,7 @@ std::string run_agreed(const World& w, const std::function<void()>& body) {
     msg = cat("internal error: ", e.what());
   }
   int mine = msg.empty() ? INT_MAX : w.rank, first = INT_MAX;
+  WaitScope wait("the other ranks to agree on an outcome");
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, w.comm);
   if (first == INT_MAX) return "";
   int len = int(msg.size());
@@ -70,8 +73,42 @@ std::string run_agreed(const World& w, const std::function<void()>& body) {
 
 bool any_rank(const World& w, bool flag) {
   int in = flag ? 1 : 0, out = 0;
+  WaitScope wait("the other ranks to agree on a flag");
   MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, w.comm);
   return out != 0;
+}
+
+}  // namespace lct
+
+namespace lct {
+
+void agreed(const World& w, const std::function<void()>& body) {
+  const std::string err = run_agreed(w, body);
+  if (!err.empty()) throw AgreedError(err);
+}
+
+void abort_job(const World& w, const std::string& what) {
+  std::fprintf(stderr, "lctrain: error on rank %d alone: %s; aborting every rank\n", w.rank,
+               what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, kExitAborted);
+  std::_Exit(kExitAborted);
+}
+
+std::string broadcast_string(std::string s, MPI_Comm comm) {
+  int n = int(s.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, comm);
+  s.resize(size_t(n));
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm);
+  return s;
+}
+
+std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm) {
+  int n = int(v.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, comm);
+  v.resize(size_t(n));
+  MPI_Bcast(v.data(), n, MPI_INT64_T, 0, comm);
+  return v;
 }
 
 }  // namespace lct

@@ -3,8 +3,12 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "common/error.hpp"
 
 #include "sys/topology.hpp"
 
@@ -34,5 +38,20 @@ std::string run_agreed(const World& w, const std::function<void()>& body);
 
 // True on every rank when `flag` is true on any.
 bool any_rank(const World& w, bool flag);
+
+// An error every rank has agreed on (thrown on all of them at the same point).
+struct AgreedError : Error {
+  using Error::Error;
+};
+// run_agreed, throwing AgreedError on every rank when `body` failed on any.
+void agreed(const World& w, const std::function<void()>& body);
+
+// For a failure on this rank alone, where the others may be inside a collective call:
+// prints it (with the rank) and aborts every rank of the job with kExitAborted.
+[[noreturn]] void abort_job(const World& w, const std::string& what);
+
+// Rank 0's value on every rank of `comm`.
+std::string broadcast_string(std::string s, MPI_Comm comm);
+std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm);
 
 }  // namespace lct

@@ -11,6 +11,8 @@ struct TrainState {
   int64_t data_seed = 0;
   int64_t tokens_seen = 0;  // real (non-padding) tokens trained on
   int64_t restarts = 0;     // how many times the run was resumed
+  int64_t skipped_steps = 0;      // updates skipped for a non-finite loss or gradient
+  int64_t consecutive_skips = 0;  // of those, how many in a row up to `step`
 };
 
 }  // namespace lct

@@ -1,0 +1,183 @@
+#include "app/train_record.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <ostream>
+
+#include "common/stats.hpp"
+#include "sys/memory.hpp"
+
+namespace lct {
+
+namespace {
+
+struct ColumnSpec {
+  const char* name;
+  const char* unit;
+  const char* help;
+};
+
+// One value per step (the step's, or the mean over ranks).
+const ColumnSpec kColumns[] = {
+    {"step", "", "optimizer step, 1-based"},
+    {"restart", "", "times the run had been resumed when this step ran"},
+    {"loss", "nats", "mean cross-entropy over the step's valid targets (all ranks)"},
+    {"lr", "", "learning rate of the update"},
+    {"grad_norm", "", "global gradient L2 norm before clipping"},
+    {"skipped", "", "1 when the update was skipped (loss or gradient not finite)"},
+    {"tokens", "tokens", "real (non-padding) tokens of the step, all ranks"},
+    {"valid_targets", "tokens", "scored targets of the step, all ranks"},
+    {"seconds", "s", "wall time of the step (rank 0)"},
+    {"tokens_per_s", "tokens/s", "tokens / seconds"},
+    {"gflops", "GFLOP/s", "model FLOPs per rank (recomputation excluded) / seconds"},
+    {"mfu", "", "gflops / peak_gflops (per rank)"},
+    {"attn_fwd_s", "s", "flash attention forward, recomputations included (rank 0)"},
+    {"attn_bwd_s", "s", "flash attention backward (rank 0)"},
+    {"gemm_s", "s", "linear layers and LM head (rank 0)"},
+    {"other_s", "s", "norms, RoPE, SwiGLU, embedding, data (rank 0)"},
+    {"optimizer_s", "s", "gradient norm, clipping, AdamW (rank 0)"},
+    {"io_s", "s", "checkpoint written at this step"},
+    {"comm_s", "s", "time blocked on context-parallel transfers: exposed communication (rank 0)"},
+    {"allreduce_s", "s", "gradient, loss and count allreduce (rank 0)"},
+    {"exposed_comm_frac", "", "mean over ranks of comm_s / seconds"},
+    {"imbalance", "", "max / mean over ranks of the busy time (seconds - comm - allreduce)"},
+    {"peak_rss_mib", "MiB", "process high-water resident memory (rank 0)"},
+};
+// One value per rank per step: [steps, ranks] datasets (the first 5 RankFigures values).
+const ColumnSpec kRankColumns[] = {
+    {"rank_seconds", "s", "step time per rank before the gradient allreduce"},
+    {"rank_attn_s", "s", "attention compute per rank (forward + backward)"},
+    {"rank_comm_s", "s", "exposed context-parallel communication per rank"},
+    {"rank_allreduce_s", "s", "allreduce time per rank"},
+    {"rank_bytes_sent", "bytes", "bytes sent per rank (ring transfers + allreduce volume)"},
+};
+
+}  // namespace
+
+bool RankFigures::any_stop() const {
+  for (int r = 0; r < ranks; ++r)
+    if (rank(r)[5] != 0) return true;
+  return false;
+}
+
+double RankFigures::exposed_comm_frac() const {
+  double f = 0;
+  for (int r = 0; r < ranks; ++r) f += rank(r)[2] / rank(r)[0] / ranks;
+  return f;
+}
+
+double RankFigures::imbalance() const {
+  double busy_max = 0, busy_sum = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const double busy = rank(r)[0] - rank(r)[2] - rank(r)[3];
+    busy_max = std::max(busy_max, busy);
+    busy_sum += busy;
+  }
+  return busy_max / (busy_sum / ranks);
+}
+
+TrainRecord::TrainRecord(int ranks) : ranks_(ranks) {
+  for (const ColumnSpec& c : kColumns) table_.columns.push_back({c.name, c.unit, c.help, {}, 1});
+  for (const ColumnSpec& c : kRankColumns)
+    table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks)});
+}
+
+bool TrainRecord::continue_from(TimingTable previous) {
+  if (previous.columns.size() != table_.columns.size()) return false;
+  for (size_t c = 0; c < table_.columns.size(); ++c)
+    if (previous.columns[c].name != table_.columns[c].name ||
+        previous.columns[c].width != table_.columns[c].width)
+      return false;
+  previous.summary.clear();
+  table_ = std::move(previous);
+  first_row_ = table_.rows();
+  return true;
+}
+
+void TrainRecord::add(const StepFigures& f) {
+  const StepStats& st = f.stats;
+  const auto& ph = f.clock->seconds;
+  const auto phase = [&](Phase p) { return ph[size_t(p)]; };
+  const double row[] = {double(st.step), double(f.restarts), st.loss, st.lr, st.grad_norm,
+                        double(st.skipped), double(st.real_tokens), double(st.valid_targets),
+                        f.seconds, double(st.real_tokens) / f.seconds, f.gflops,
+                        f.gflops / f.peak_gflops, phase(Phase::AttnFwd), phase(Phase::AttnBwd),
+                        phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
+                        phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
+                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), peak_rss_mib()};
+  static_assert(std::size(row) == std::size(kColumns));
+  for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
+  for (size_t c = 0; c < std::size(kRankColumns); ++c)
+    for (int r = 0; r < ranks_; ++r)
+      table_.columns[std::size(kColumns) + c].values.push_back(f.ranks->rank(r)[c]);
+}
+
+std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
+  const StepStats& st = f.stats;
+  char line[320], par[64] = "";
+  if (ranks_ > 1)
+    std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f", 100 * f.ranks->exposed_comm_frac(),
+                  f.ranks->imbalance());
+  std::snprintf(line, sizeof line,
+                "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
+                "MFU %.1f%%%s  eta %s%s",
+                (long long)st.step, (long long)f.steps, st.loss, st.lr, st.grad_norm, f.seconds,
+                double(st.real_tokens) / f.seconds, f.gflops, 100 * f.gflops / f.peak_gflops, par,
+                duration(eta).c_str(), st.skipped ? "  SKIPPED (non-finite)" : "");
+  return line;
+}
+
+void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak) {
+  // This run's rows only: after a restart the earlier rows belong to earlier runs.
+  const auto mine = [&](const char* name) {
+    const auto& v = table_.column(name).values;
+    return std::vector<double>(v.begin() + long(first_row_), v.end());
+  };
+  const std::vector<double> loss = mine("loss");
+  if (loss.empty()) return;
+  const size_t k = std::max<size_t>(1, std::min<size_t>(5, loss.size() / 4));
+  double first = 0, last = 0;
+  for (size_t i = 0; i < k; ++i) {
+    first += loss[i] / double(k);
+    last += loss[loss.size() - 1 - i] / double(k);
+  }
+  const bool falling = std::isfinite(last) && last < first;
+  const size_t skip = loss.size() > 1 ? 1 : 0;
+  const auto tail = [&](const char* name) {
+    const std::vector<double> v = mine(name);
+    return median(std::vector<double>(v.begin() + long(skip), v.end()));
+  };
+  const double fom = tail("tokens_per_s");
+  table_.summary = {{"figure_of_merit_tokens_per_s", fom},
+                    {"median_mfu", tail("mfu")},
+                    {"median_exposed_comm_frac", tail("exposed_comm_frac")},
+                    {"median_imbalance", tail("imbalance")},
+                    {"peak_gflops", peak},
+                    {"dp", dp},
+                    {"cp", cp},
+                    {"verification", std::string(falling ? "PASSED" : "FAILED")},
+                    {"loss_first", first},
+                    {"loss_last", last}};
+  out << std::setprecision(4) << "verification: loss " << first << " (first " << k
+      << " steps of this run) -> " << last << " (last " << k << "): "
+      << (falling ? "falling, PASSED" : "not falling, FAILED") << "\n"
+      << std::fixed << std::setprecision(1) << "figure of merit: " << fom
+      << " tokens/s (median over steps" << (skip ? " after the first" : "") << "), MFU "
+      << 100 * tail("mfu") << "%";
+  if (ranks_ > 1)
+    out << ", exposed communication " << 100 * tail("exposed_comm_frac") << "%, imbalance "
+        << std::setprecision(2) << tail("imbalance");
+  out << "\n";
+}
+
+std::string duration(double s) {
+  char out[32];
+  if (s < 120) std::snprintf(out, sizeof out, "%.0fs", s);
+  else if (s < 7200) std::snprintf(out, sizeof out, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
+  else std::snprintf(out, sizeof out, "%.0fh%02.0fm", std::floor(s / 3600), std::fmod(s / 60, 60));
+  return out;
+}
+
+}  // namespace lct

@@ -1,0 +1,56 @@
+// The training run's record: one timing-table row per step (plus one value per rank for the
+// per-rank columns), the step line printed by rank 0, and the verification and figure of
+// merit at the end. A resumed run continues the table it finds, tagging its rows with the
+// restart count; a step repeated after a restart appears once per run that took it.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "io/timing_file.hpp"
+#include "train/trainer.hpp"
+
+namespace lct {
+
+// What every rank measured in a step, gathered on every rank.
+struct RankFigures {
+  static constexpr int kCount = 6;  // seconds, attention, comm, allreduce, bytes, stop flag
+  std::vector<double> all;          // [ranks * kCount]
+  int ranks = 1;
+  const double* rank(int r) const { return &all[size_t(kCount * r)]; }
+  bool any_stop() const;            // some rank asks to stop at this step boundary
+  double exposed_comm_frac() const; // mean over ranks of comm / seconds
+  double imbalance() const;         // max / mean busy time (seconds - comm - allreduce)
+};
+
+struct StepFigures {
+  StepStats stats;
+  int64_t restarts = 0, steps = 0;
+  double seconds = 0, gflops = 0, peak_gflops = 0;
+  const PhaseClock* clock = nullptr;
+  const RankFigures* ranks = nullptr;
+};
+
+class TrainRecord {
+ public:
+  explicit TrainRecord(int ranks);
+  // Appends to a table read back from a previous run of the same layout; false (and the
+  // table left as it was) when it does not match.
+  bool continue_from(TimingTable previous);
+  void add(const StepFigures& f);
+  std::string step_line(const StepFigures& f, double eta_seconds) const;
+  // Fills the summary attributes and prints the verification and figure of merit.
+  void finish(std::ostream& out, int64_t dp, int64_t cp, double peak_gflops);
+  const TimingTable& table() const { return table_; }
+  size_t rows() const { return table_.rows(); }
+
+ private:
+  TimingTable table_;
+  size_t first_row_ = 0;  // this run's first row
+  int ranks_;
+};
+
+std::string duration(double seconds);  // "45s", "3m07s", "2h05m"
+
+}  // namespace lct
