@@ -57,6 +57,8 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
     fail("--seq-len ", o.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
          ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
          (o.seq_len / (2 * cp) + 1) * 2 * cp);
+  if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
+    fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
   const int64_t real = int64_t(ds.tokens.size());
   if (real < o.seq_len)
     fail("dataset '", o.data, "' holds ", real, " tokens, fewer than one sequence of --seq-len ",
@@ -303,13 +305,6 @@ int cmd_train(Context& ctx) {
                       MPI_DOUBLE, world.comm);
       }
       clock.lap(Phase::Allreduce);
-      if (state.consecutive_skips >= o.max_skips)  // every rank sees the same reduced loss
-        throw AgreedError(cat(
-            state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
-            "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
-            "good checkpoint intact (", latest_or_none(run.get()), "); lower --lr, raise ",
-            "--warmup-steps or check the data, then resume"));
-
       const bool stop = ranks.any_stop();
       const bool due = step == o.steps || stop ||
                        (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
@@ -329,6 +324,15 @@ int cmd_train(Context& ctx) {
         out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *
                                          double(o.steps - step))
             << std::endl;
+      if (state.consecutive_skips >= o.max_skips) {  // every rank sees the same reduced loss
+        write_timing();
+        throw AgreedError(cat(
+            state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
+            "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
+            "good checkpoint intact (", latest_or_none(run.get()), "); lower --lr, raise ",
+            "--warmup-steps or check the data, then resume"));
+      }
+
       if (due || omp_get_wtime() - last_timing_write > 10) {
         write_timing();
         last_timing_write = omp_get_wtime();

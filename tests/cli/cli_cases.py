@@ -27,15 +27,20 @@ def case(fn):
     return fn
 
 
-def run(*args, env=None, ranks=None):
+def command(*args, env=None, ranks=None):
+    """The argv and environment to run lctrain with, under mpiexec when ranks is given."""
     cmd = [LCTRAIN, *map(str, args)]
     if ranks:
         cmd = [MPIEXEC, "-n", str(ranks), "--oversubscribe"] + cmd
     e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
              OMPI_MCA_rmaps_base_oversubscribe="1")
     e.update(env or {})
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
-    return p
+    return cmd, e
+
+
+def run(*args, env=None, ranks=None):
+    cmd, e = command(*args, env=env, ranks=ranks)
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
 
 
 def ok(*args, **kw):
@@ -637,8 +642,8 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("case", nargs="?")
     a = ap.parse_args()
-    if a.list:
-        print(";".join(CASES))
+    if a.list:  # the cases of the script that was run (ops_cases.py imports this one)
+        print(";".join(n for n, fn in CASES.items() if fn.__module__ == "__main__"))
         return 0
     LCTRAIN, MPIEXEC = os.path.abspath(a.lctrain), a.mpiexec
     work = tempfile.mkdtemp(prefix=f"lct_{a.case}_")

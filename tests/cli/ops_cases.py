@@ -1,0 +1,290 @@
+#!/usr/bin/python3
+"""Operations: bit-exact resume, damaged checkpoints, signals, time limits, hung or failing
+ranks, non-finite steps, a full disk and an unwritable run directory.
+
+Each case is one ctest test. Helpers and the runner come from cli_cases.py.
+Run by hand: /usr/bin/python3 tests/cli/ops_cases.py --lctrain build/app/lctrain CASE
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, expect_error, flip_bytes_in, good_model, ok, run, timing  # noqa: E402
+
+# A run long enough to be interrupted: tiny model, 16 documents, 600-token sequences.
+TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
+         "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
+
+
+def fixture():
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
+
+
+def train(run_dir, *extra, ranks=None, env=None):
+    if ranks:
+        return run("--oversubscribe", *TRAIN, "--run-dir", run_dir, *extra, ranks=ranks, env=env)
+    return run(*TRAIN, "--run-dir", run_dir, *extra, env=env)
+
+
+def tensors(path):
+    """Every dataset of a checkpoint but the per-rank rows, as numpy arrays."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[:]) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def last_per_step(run_dir, column="loss"):
+    """{step: value} keeping the last run's row of each step (restarts may repeat steps)."""
+    steps = timing(run_dir)[0]
+    return {int(s): v for s, v in zip(steps["step"], steps[column])}
+
+
+def assert_bit_exact_resume(ranks, *degrees):
+    fixture()
+    straight = train("straight", "--steps", "20", "--checkpoint-every", "10", *degrees, ranks=ranks)
+    assert straight.returncode == 0, straight.stderr
+    first = train("split", "--steps", "20", "--checkpoint-every", "10", "--stop-at", "10", *degrees,
+                  ranks=ranks)
+    assert first.returncode == 85, (first.returncode, first.stdout, first.stderr)
+    assert "stopping at step 10 of 20 (--stop-at" in first.stdout, first.stdout
+    second = train("split", "--steps", "20", "--checkpoint-every", "10", "--resume", "auto", *degrees,
+                   ranks=ranks)
+    assert second.returncode == 0, second.stderr
+    assert "resumed from 'split/checkpoints/step_00000010.h5' at step 10 (restart 1" in second.stdout
+    a, b = last_per_step("straight"), last_per_step("split")
+    assert list(a) == list(range(1, 21)) and a == b, (a, b)  # identical floats, every step
+    steps = timing("split")[0]
+    assert list(steps["restart"]) == [0] * 10 + [1] * 10, steps["restart"]
+    ta, tb = tensors("straight/checkpoints/step_00000020.h5"), tensors("split/checkpoints/step_00000020.h5")
+    assert ta.keys() == tb.keys() and len(ta) > 20
+    differ = [n for n in ta if not np.array_equal(ta[n], tb[n])]
+    assert not differ, f"not bitwise identical: {differ}"
+    with h5py.File("split/checkpoints/step_00000020.h5", "r") as f:
+        assert f["train_state"].attrs["restarts"] == 1 and f["ranks/state"].shape[0] == (ranks or 1)
+    print(f"bit-exact over {ranks or 1} rank(s): 20 losses and {len(ta)} arrays identical")
+
+
+@case
+def resume_is_bit_exact_on_one_rank():
+    assert_bit_exact_resume(None)
+
+
+@case
+def resume_is_bit_exact_with_cp2():
+    assert_bit_exact_resume(2, "--cp", "2")
+
+
+@case
+def resume_falls_back_when_the_newest_checkpoint_is_damaged():
+    fixture()
+    ok(*TRAIN, "--run-dir", "r", "--steps", "20", "--checkpoint-every", "5", "--keep-checkpoints", "2",
+       "--keep-every", "10")
+    assert sorted(os.listdir("r/checkpoints")) == ["latest", "step_00000010.h5", "step_00000015.h5",
+                                                   "step_00000020.h5"], os.listdir("r/checkpoints")
+    flip_bytes_in("r/checkpoints/step_00000020.h5", "model.embed_tokens.weight")
+    with open("r/checkpoints/step_00000015.h5", "r+b") as f:  # and a torn one
+        f.truncate(os.path.getsize("r/checkpoints/step_00000015.h5") // 2)
+    p = train("r", "--steps", "25", "--checkpoint-every", "5", "--resume", "auto")
+    assert p.returncode == 0, p.stderr
+    assert "cannot resume from 'r/checkpoints/step_00000020.h5'" in p.stdout, p.stdout
+    assert "cannot resume from 'r/checkpoints/step_00000015.h5'" in p.stdout, p.stdout
+    assert "resumed from 'r/checkpoints/step_00000010.h5' at step 10" in p.stdout, p.stdout
+    assert last_per_step("r")[25] > 0
+
+
+@case
+def resume_auto_in_an_empty_run_dir_starts_fresh_and_a_finished_run_stays_finished():
+    fixture()
+    p = ok(*TRAIN, "--run-dir", "r", "--steps", "3", "--resume", "auto")
+    assert "no checkpoint in 'r/checkpoints': starting from 'm.h5'" in p.stdout, p.stdout
+    p = ok(*TRAIN, "--run-dir", "r", "--steps", "3", "--resume", "auto")
+    assert "already complete: step 3" in p.stdout, p.stdout
+
+
+@case
+def bad_resume_with_other_degrees():
+    fixture()
+    assert train("r", "--steps", "4", "--cp", "2", ranks=2).returncode == 0
+    keep = ["r/timing.h5", "r/checkpoints/step_00000004.h5"]
+    expect_error(["--oversubscribe", *TRAIN, "--run-dir", "r", "--steps", "8", "--resume", "auto",
+                  "--dp", "2"], "written with dp = 1 but this run has 2", "same parallel degrees",
+                 ranks=2, keep=keep)
+    expect_error([*TRAIN, "--run-dir", "r", "--steps", "8", "--resume", "auto"],
+                 "world_size = 2 but this run has 1", keep=keep)
+
+
+@case
+def bad_resume_checkpoint_missing_or_corrupt():
+    fixture()
+    expect_error([*TRAIN, "--run-dir", "r", "--resume", "nothere.h5"], "'nothere.h5' does not exist")
+    ok(*TRAIN, "--run-dir", "a", "--steps", "2")
+    os.makedirs("r")
+    flip_bytes_in("a/checkpoints/step_00000002.h5", "optimizer/exp_avg_sq/lm_head.weight")
+    expect_error([*TRAIN, "--run-dir", "r", "--steps", "4", "--resume", "a/checkpoints/step_00000002.h5"],
+                 "step_00000002.h5", "corrupt", keep=["a/checkpoints/step_00000002.h5"])
+
+
+def start(*args, ranks=None, env=None):
+    cmd, e = cc.command(*args, ranks=ranks, env=env)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+
+
+def wait_for_step(run_dir, timeout=60):
+    """Waits until the run has written a timing table (after its first steps)."""
+    t0 = time.time()
+    while not os.path.exists(f"{run_dir}/timing.h5"):
+        assert time.time() - t0 < timeout, "the run did not start"
+        time.sleep(0.2)
+
+
+@case
+def sigusr1_on_two_ranks_checkpoints_exits_85_and_resumes_to_the_same_loss():
+    fixture()
+    args = ["--steps", "3000", "--cp", "2", "--checkpoint-every", "1000"]
+    straight = train("straight", *args, "--stop-at", "300", ranks=2)
+    assert straight.returncode == 85, straight.stderr
+    p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2)
+    wait_for_step("r")
+    p.send_signal(signal.SIGUSR1)  # mpirun forwards SIGUSR1 to every rank
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 85, (p.returncode, out, err)
+    assert "(SIGUSR1 on some rank)" in out and "exit code 85" in out, out
+    stopped = int(open("r/checkpoints/latest").read().split("_")[1].split(".")[0])
+    assert 0 < stopped < 3000, stopped
+    print(f"stopped at step {stopped}")
+    res = train("r", *args, "--resume", "auto", "--stop-at", "300", ranks=2)
+    if stopped < 300:
+        assert res.returncode == 85, res.stderr
+        a, b = last_per_step("straight"), last_per_step("r")
+        assert a[300] == b[300], (a[300], b[300])
+
+
+@case
+def second_sigterm_exits_at_once_and_keeps_the_checkpoint():
+    fixture()
+    ok(*TRAIN, "--run-dir", "r", "--steps", "4")
+    # Resume, then stall at step 6 (a rank that stops answering) and ask twice to stop.
+    p = start(*TRAIN, "--run-dir", "r", "--steps", "50", "--resume", "auto",
+              env={"LCT_INJECT_FAULT": "hang:0:6"})
+    wait_for_step("r")
+    time.sleep(2)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 86 and time.time() - t0 < 5, (p.returncode, err)
+    assert "second stop signal" in err, err
+    assert open("r/checkpoints/latest").read().strip() == "step_00000004.h5"
+
+
+@case
+def time_limit_checkpoints_before_it_and_exits_85():
+    fixture()
+    t0 = time.time()
+    p = train("r", "--steps", "100000", "--time-limit", "6")
+    assert p.returncode == 85 and time.time() - t0 < 8, (p.returncode, p.stderr)
+    assert "--time-limit near" in p.stdout, p.stdout
+    latest = open("r/checkpoints/latest").read().strip()
+    assert os.path.exists(f"r/checkpoints/{latest}"), latest
+    # A step that outlasts the limit: the deadline ends the process at the limit.
+    t0 = time.time()
+    p = train("d", "--steps", "50", "--time-limit", "4", env={"LCT_INJECT_FAULT": "hang:0:3"})
+    assert p.returncode == 86 and time.time() - t0 < 7, (p.returncode, p.stderr)
+    assert "--time-limit of 4 s reached inside step 3" in p.stderr, p.stderr
+
+
+@case
+def hung_rank_is_reported_and_the_job_aborted():
+    fixture()
+    t0 = time.time()
+    p = train("r", "--steps", "50", "--cp", "2", "--comm-timeout", "3", ranks=2,
+              env={"LCT_INJECT_FAULT": "hang:1:4"})
+    took = time.time() - t0
+    assert p.returncode == 87 and took < 30, (p.returncode, took, p.stderr)
+    hung = [l for l in p.stderr.splitlines() if "hung: waited" in l]
+    assert hung and all("during step 4" in l and "--comm-timeout 3 s" in l for l in hung), p.stderr
+    print(f"aborted after {took:.1f} s:", *hung, sep="\n")
+
+
+@case
+def exception_or_exit_on_one_rank_stops_every_rank():
+    fixture()
+    for kind, code in [("throw", 87), ("exit", None)]:
+        t0 = time.time()
+        p = train(kind, "--steps", "50", "--cp", "2", ranks=2, env={"LCT_INJECT_FAULT": f"{kind}:1:4"})
+        took = time.time() - t0
+        assert p.returncode != 0 and took < 30, (kind, p.returncode, took)
+        if code:
+            assert p.returncode == code, p.returncode
+            assert "error on rank 1 alone: injected fault" in p.stderr, p.stderr
+        print(f"{kind} on rank 1: every rank stopped after {took:.1f} s, exit {p.returncode}")
+
+
+@case
+def non_finite_steps_are_skipped_counted_and_stop_the_run():
+    fixture()
+    keep_dir = "r/checkpoints/step_00000001.h5"
+    huge_lr = [a.replace("3e-3", "1e30").replace("--warmup-steps", "--min-lr") for a in TRAIN]
+    p = run(*huge_lr, "--run-dir", "r", "--steps", "50", "--max-skips", "3", "--checkpoint-every", "1")
+    assert p.returncode == 1, p.stderr
+    assert "3 consecutive steps (to step 4)" in p.stderr and "step_00000001.h5" in p.stderr, p.stderr
+    steps = timing("r")[0]
+    assert list(steps["skipped"]) == [0, 1, 1, 1], steps["skipped"]
+    assert open("r/checkpoints/latest").read().strip() == "step_00000001.h5"
+    with h5py.File(keep_dir, "r") as f:
+        assert np.all(np.isfinite(f["model.embed_tokens.weight"][:]))
+        assert f["train_state"].attrs["step"] == 1
+
+
+def mount_tmpfs(path, options):
+    os.makedirs(path)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path]).returncode != 0:
+        print(f"SKIP: cannot mount a tmpfs here (needs root); {path} not tested")
+        return False
+    return True
+
+
+@case
+def disk_full_at_a_checkpoint_keeps_the_earlier_ones():
+    fixture()
+    if not mount_tmpfs("small", "size=5m"):
+        return
+    try:
+        # One checkpoint is 1.7 MB: two fit, the third does not.
+        p = train("small/r", "--steps", "6", "--checkpoint-every", "2", "--cp", "2", ranks=2)
+        assert p.returncode == 1, p.stderr
+        errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
+        assert len(errors) == 1 and "step_00000006.h5' needs about" in errors[0], p.stderr
+        assert "MiB are free" in errors[0]
+        assert open("small/r/checkpoints/latest").read().strip() == "step_00000004.h5"
+        assert not [f for f in os.listdir("small/r/checkpoints") if ".tmp-" in f]
+        with h5py.File("small/r/checkpoints/step_00000004.h5", "r") as f:
+            assert f["train_state"].attrs["step"] == 4
+    finally:
+        subprocess.run(["umount", "small"])
+
+
+@case
+def bad_run_directory_not_writable():
+    fixture()
+    if not mount_tmpfs("ro", "ro,size=1m"):
+        return
+    try:
+        expect_error(["--oversubscribe", *TRAIN, "--run-dir", "ro/run", "--steps", "2"],
+                     "run directory 'ro/run' cannot be created", "Read-only", ranks=2)
+    finally:
+        subprocess.run(["umount", "ro"])
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
