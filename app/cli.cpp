@@ -141,7 +141,7 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
 }
 
 void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
-  r.add(c, "file", o.file, std::string(), "an HDF5 file (model, dataset, ...)")->required();
+  r.add(c, "file", o.file, std::string(), "an HDF5 file (model, dataset, ...) or a run directory")->required();
   r.add(c, "--seq-len", o.seq_len, int64_t(0), "datasets: report packing at this length (0 = no)");
   r.add(c, "--tensors", o.tensors, true, "models: list every tensor with its norm");
 }
@@ -267,7 +267,7 @@ Invocation parse_command_line(int argc, char** argv) {
   declare_init(reg, init, inv.init);
   CLI::App* prepare = app.add_subcommand("prepare", "tokenize text files or generate passkey data");
   declare_prepare(reg, prepare, inv.prepare);
-  CLI::App* inspect = app.add_subcommand("inspect", "show what an lctrain HDF5 file holds");
+  CLI::App* inspect = app.add_subcommand("inspect", "show what an lctrain HDF5 file or run directory holds");
   declare_inspect(reg, inspect, inv.inspect);
   CLI::App* train = app.add_subcommand("train", "train a model on a dataset");
   declare_train(reg, train, inv.train);

@@ -24,7 +24,7 @@ std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
   if (req.how == "auto") {
     std::vector<int64_t> steps;
     agreed(w, [&] {
-      if (w.root()) steps = RunDirectory(req.run_dir).checkpoint_steps();
+      if (w.root()) steps = RunDirectory(req.run_dir, false).checkpoint_steps();
     });
     steps = broadcast_ints(steps, w.comm);
     for (auto s = steps.rbegin(); s != steps.rend(); ++s)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 
 #include "common/error.hpp"
@@ -12,6 +13,8 @@
 #include "io/file_kind.hpp"
 #include "io/h5.hpp"
 #include "io/model_file.hpp"
+#include "io/model_schema.hpp"
+#include "io/run_dir.hpp"
 #include "io/timing_file.hpp"
 
 namespace lct {
@@ -69,7 +72,8 @@ void inspect_model(const InspectRequest& req, const std::string& kind, std::ostr
 }
 
 // Timing tables of training runs: a summary; bench tables: every row.
-void inspect_timing(const InspectRequest& req, const std::string& kind, std::ostream& out) {
+void inspect_timing(const InspectRequest& req, const std::string& kind, std::ostream& out,
+                    bool with_provenance = true) {
   const TimingTable t = read_timing_file(req.path);
   out << "lctrain " << kind << " file '" << req.path << "': " << t.rows() << " rows, columns:";
   for (const auto& c : t.columns) out << " " << c.name;
@@ -85,19 +89,25 @@ void inspect_timing(const InspectRequest& req, const std::string& kind, std::ost
   } else if (const TimingColumn* loss = t.find("loss"); loss && t.rows() > 0) {
     const auto& step = t.find("step")->values;
     const auto& restart = t.find("restart")->values;
-    const double best = *std::min_element(loss->values.begin(), loss->values.end());
+    const auto best = std::min_element(loss->values.begin(), loss->values.end());
+    double skipped = 0;
+    for (double x : t.find("skipped")->values) skipped += x;
     out << std::setprecision(5) << "  steps " << step.front() << " to " << step.back() << ", restarts "
-        << *std::max_element(restart.begin(), restart.end()) << "\n"
+        << *std::max_element(restart.begin(), restart.end()) << ", skipped updates " << skipped << "\n"
         << "  loss: first " << loss->values.front() << ", last " << loss->values.back() << ", best "
-        << best << "\n"
+        << *best << " (step " << step[size_t(best - loss->values.begin())] << ")\n"
         << "  median tokens/s " << median(t.find("tokens_per_s")->values) << ", median MFU "
         << 100 * median(t.find("mfu")->values) << "%\n  time split:";
+    const auto is_phase = [](const std::string& n) {  // attn_fwd_s, ...: rank 0's seconds
+      return n.size() > 2 && n.substr(n.size() - 2) == "_s" && n != "tokens_per_s" &&
+             n.rfind("rank_", 0) != 0;
+    };
     double total = 0;
     for (const auto& c : t.columns)
-      if (c.name.size() > 2 && c.name.substr(c.name.size() - 2) == "_s" && c.name != "tokens_per_s")
+      if (is_phase(c.name))
         for (double x : c.values) total += x;
     for (const auto& c : t.columns)
-      if (c.name.size() > 2 && c.name.substr(c.name.size() - 2) == "_s" && c.name != "tokens_per_s") {
+      if (is_phase(c.name)) {
         double sum = 0;
         for (double x : c.values) sum += x;
         out << " " << c.name.substr(0, c.name.size() - 2) << " " << std::setprecision(3)
@@ -105,7 +115,7 @@ void inspect_timing(const InspectRequest& req, const std::string& kind, std::ost
       }
     out << "\n";
   }
-  print_provenance(provenance_of(req.path), out);
+  if (with_provenance) print_provenance(provenance_of(req.path), out);
 }
 
 // Attributes at the root and in /train_state, for eval results and checkpoints.
@@ -183,9 +193,38 @@ void inspect_other(const InspectRequest& req, std::ostream& out) {
   h5::last_error();
 }
 
+// A run directory: its timing table and every checkpoint, each opened and checked.
+void inspect_run_dir(const InspectRequest& req, std::ostream& out) {
+  const RunDirectory run(req.path, false);
+  out << "run directory '" << req.path << "'\n";
+  if (std::filesystem::exists(run.timing_path()))
+    inspect_timing({run.timing_path(), 0, false}, "timing", out, false);
+  else
+    out << "  no timing table yet\n";
+  const std::vector<int64_t> steps = run.checkpoint_steps();
+  out << "checkpoints: " << steps.size() << " (latest -> "
+      << (run.latest().empty() ? "none" : run.latest()) << ")\n";
+  for (const int64_t s : steps) {
+    const std::string path = run.checkpoint_path(s);
+    out << "  " << RunDirectory::checkpoint_name(s) << std::fixed << std::setprecision(1) << "  "
+        << double(std::filesystem::file_size(path)) / double(1 << 20) << " MiB  ";
+    try {
+      h5::File f = h5::File::open_read(path, "checkpoint");
+      h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+      h5::Handle g = h5::open_group(f, "train_state");
+      const std::string w = h5::where(f, "train_state");
+      out << "step " << h5::read_int(g, "step", w) << ", restart " << h5::read_int(g, "restarts", w)
+          << ", " << h5::read_int(g, "tokens_seen", w) << " tokens seen, dp x cp = "
+          << h5::read_int(g, "dp", w) << " x " << h5::read_int(g, "cp", w) << "\n";
+    } catch (const Error& e) {
+      out << "DAMAGED: " << e.what() << "\n";
+    }
+  }
+}
 }  // namespace
 
 void inspect_file(const InspectRequest& req, std::ostream& out) {
+  if (std::filesystem::is_directory(req.path)) return inspect_run_dir(req, out);
   const std::string kind = file_kind(req.path);
   if (kind == "model") return inspect_model(req, kind, out);
   if (kind == "checkpoint") {

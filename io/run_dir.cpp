@@ -14,7 +14,8 @@ namespace lct {
 
 namespace fs = std::filesystem;
 
-RunDirectory::RunDirectory(std::string dir) : dir_(std::move(dir)) {
+RunDirectory::RunDirectory(std::string dir, bool create) : dir_(std::move(dir)) {
+  if (!create) return;
   std::error_code ec;
   fs::create_directories(dir_ + "/checkpoints", ec);
   if (ec) fail("run directory '", dir_, "' cannot be created: ", ec.message());

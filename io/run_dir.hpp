@@ -11,8 +11,9 @@ namespace lct {
 
 class RunDirectory {
  public:
-  // Creates the directory and checkpoints/ when missing; throws when it cannot.
-  explicit RunDirectory(std::string dir);
+  // Creates the directory and checkpoints/ when missing and checks it can be written;
+  // throws when it cannot. With create = false only reads an existing one.
+  explicit RunDirectory(std::string dir, bool create = true);
   const std::string& path() const { return dir_; }
   std::string timing_path() const { return dir_ + "/timing.h5"; }
   bool has_previous_run() const;  // a timing table or a checkpoint is there

@@ -1,0 +1,57 @@
+# Shared by the jobs/*.sbatch scripts (sourced, not run). Everything can be overridden from
+# the environment at sbatch time (sbatch exports it), e.g.
+#   LCT_RUN_DIR=/scratch/me/run1 LCT_CP=4 sbatch jobs/one_node.sbatch
+# Paths are relative to the directory sbatch was called from: submit from the repository.
+set -euo pipefail
+LCT_ROOT=${LCT_ROOT:-${SLURM_SUBMIT_DIR:-$(pwd)}}
+cd "$LCT_ROOT"
+LCTRAIN=${LCTRAIN:-$LCT_ROOT/build/app/lctrain}
+LCT_CONFIG=${LCT_CONFIG:-$LCT_ROOT/inputs/default.toml}
+LCT_WORK=${LCT_WORK:-$LCT_ROOT/runs/slurm}             # model and dataset, made once if missing
+LCT_MODEL=${LCT_MODEL:-$LCT_WORK/model.h5}
+LCT_DATA=${LCT_DATA:-$LCT_WORK/passkey.h5}
+LCT_RUN_DIR=${LCT_RUN_DIR:-$LCT_WORK/run-${SLURM_JOB_NAME:-job}}
+# Parallel degrees: flags of lctrain, with Slurm's task count as the default.
+LCT_CP=${LCT_CP:-${SLURM_NTASKS:-1}}
+LCT_DP=${LCT_DP:-0}                                   # 0: ranks / cp
+read -r -a LCT_EXTRA <<< "${LCT_TRAIN_ARGS:-}"         # more train flags, e.g. "--steps 2000"
+
+[ -x "$LCTRAIN" ] || { echo "lctrain not found at $LCTRAIN: build it (bash jobs/quickstart.sh run) or set LCTRAIN" >&2; exit 1; }
+
+# The model and dataset of the default job, made by one process before the parallel launch.
+make_inputs() {
+  mkdir -p "$LCT_WORK"
+  [ -f "$LCT_MODEL" ] || "$LCTRAIN" --config "$LCT_CONFIG" init --out "$LCT_MODEL"
+  [ -f "$LCT_DATA" ] || "$LCTRAIN" --config "$LCT_CONFIG" prepare --out "$LCT_DATA"
+}
+
+# One rank per task, threads bound to the task's cores; a rank that dies kills the step.
+launch() {
+  export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} OMP_PLACES=cores OMP_PROC_BIND=close
+  srun --mpi=pmix --cpu-bind=cores --kill-on-bad-exit=1 "$LCTRAIN" "$@"
+}
+
+# TRAIN_ARGS: the train command line from the settings above (call again after changing them).
+train_args() {
+  TRAIN_ARGS=(--config "$LCT_CONFIG" train --model "$LCT_MODEL" --data "$LCT_DATA"
+              --run-dir "$LCT_RUN_DIR" --cp "$LCT_CP" --dp "$LCT_DP" "${LCT_EXTRA[@]}")
+}
+
+# Seconds left in this job ("squeue %L": [D-]HH:MM:SS, MM:SS, or UNLIMITED).
+remaining_seconds() {
+  local left d=0 h=0 m=0 s=0
+  left=$(squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null || echo UNLIMITED)
+  case "$left" in UNLIMITED|NOT_SET|INVALID|"") echo 0; return ;; esac
+  [[ $left == *-* ]] && { d=${left%%-*}; left=${left#*-}; }
+  IFS=: read -r -a p <<< "$left"
+  case ${#p[@]} in 3) h=${p[0]}; m=${p[1]}; s=${p[2]} ;; 2) m=${p[0]}; s=${p[1]} ;; 1) s=${p[0]} ;; esac
+  echo $(( 10#$d * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$s ))
+}
+
+# LIMIT_ARGS: --time-limit for lctrain, a minute before the job's end (none when unlimited).
+time_limit_args() {
+  local left
+  left=$(remaining_seconds)
+  LIMIT_ARGS=()
+  if [ "$left" -gt 120 ]; then LIMIT_ARGS=(--time-limit "$(( left - 60 ))"); fi
+}
