@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include "common/error.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace lct {
 
@@ -10,7 +11,12 @@ void save_checkpoint(const World& w, RunDirectory* run, const std::string& run_d
                      const CheckpointView& c, const Provenance& prov, const RetentionPolicy& keep) {
   // Every rank knows the path: RunDirectory names it the same way everywhere.
   const std::string path = RunDirectory::path_of(run_dir, c.state.step);
-  agreed(w, [&] { write_checkpoint(path, c, prov, w.comm); });
+  agreed(w, [&] {
+    // HDF5's collective calls cannot be interrupted: a rank stuck in one (a hung file
+    // system) is caught by the watchdog instead.
+    WaitScope wait("the collective checkpoint write (parallel HDF5)");
+    write_checkpoint(path, c, prov, w.comm);
+  });
   agreed(w, [&] {
     if (!run) return;
     run->mark_latest(c.state.step);

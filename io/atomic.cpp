@@ -1,6 +1,7 @@
 #include "io/atomic.hpp"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -60,6 +61,29 @@ void check_free_space(const std::string& path, double bytes, const std::string& 
     fail(what, " '", path, "' needs about ", cat(int64_t(bytes / (1 << 20) + 1)), " MiB but only ",
          int64_t(free / (1 << 20)), " MiB are free in '", dir,
          "'; free some space (or lower --keep-checkpoints), or choose another --run-dir");
+}
+
+void reserve_space(const std::string& path, double bytes, const std::string& what,
+                   const std::string& shown) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) fail(what, " '", path, "' cannot be opened: ", std::strerror(errno));
+  const int rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, off_t(bytes));
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0) return;
+  if (err == EOPNOTSUPP || err == ENOSYS) return check_free_space(shown, bytes, what);
+  fail(what, " '", shown, "': cannot reserve ", int64_t(bytes / (1 << 20) + 1), " MiB on disk (",
+       std::strerror(err), "); free some space (or lower --keep-checkpoints), or choose another ",
+       "--run-dir");
+}
+
+void release_reserve(const std::string& path) {
+  // Truncating to the current size frees the blocks past it (ext4, xfs, tmpfs).
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) return;
+  struct stat st;
+  if (::fstat(fd, &st) == 0) [[maybe_unused]] const int rc = ::ftruncate(fd, st.st_size);
+  ::close(fd);
 }
 
 AtomicTarget::~AtomicTarget() {

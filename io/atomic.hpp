@@ -29,6 +29,17 @@ void check_can_write(const std::string& path, bool force, const std::string& wha
 // Throws unless the file system holding `path` has `bytes` free (plus a 1% margin).
 void check_free_space(const std::string& path, double bytes, const std::string& what);
 
+// Reserves `bytes` of disk blocks for the (existing, open elsewhere) file at `path` without
+// changing its size, so that writes up to that size cannot fail for lack of space.
+// Throws when the space is not there; falls back to check_free_space on file systems
+// without fallocate.
+// `shown` is the name messages give (the final name of a temporary file).
+void reserve_space(const std::string& path, double bytes, const std::string& what,
+                   const std::string& shown);
+
+// Gives back the reserved blocks past the end of the file once it is complete.
+void release_reserve(const std::string& path);
+
 // Directory part of a path ("." when it has none).
 std::string parent_dir(const std::string& path);
 void fsync_path(const std::string& path, const std::string& what);

@@ -60,7 +60,8 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Provenance
 }  // namespace
 
 double checkpoint_bytes(const ParamLayout& layout) {
-  return 3.0 * 4.0 * double(layout.total) + double(1 << 20);
+  // Three float arrays, plus chunk checksums, indexes, attributes and provenance.
+  return 1.02 * 3.0 * 4.0 * double(layout.total) + double(1 << 20);
 }
 
 void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov,
@@ -74,7 +75,6 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   if (rank == 0) {
     try {
       target.emplace(path, true, "checkpoint");
-      check_free_space(path, checkpoint_bytes(*c.layout), "checkpoint");
       temp_or_error = "ok:" + target->temp_path();
     } catch (const Error& e) {
       temp_or_error = e.what();
@@ -84,15 +84,40 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   if (temp_or_error.rfind("ok:", 0) != 0) throw Error(temp_or_error);
 
   h5::File f = h5::File::create_parallel(temp_or_error.substr(3), comm);
-  write_contents(f, c, prov);
-  std::string close_error;
   try {
-    f.close();  // collective: the metadata is written here
-  } catch (const Error& e) {
-    close_error = e.what();
+    // The disk space first, on rank 0: HDF5 itself cannot fail a collective write on one
+    // rank without stranding the others inside it.
+    std::string reserve_error;
+    if (rank == 0) {
+      try {
+        reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path);
+      } catch (const Error& e) {
+        reserve_error = e.what();
+      }
+    }
+    h5::agree(f, reserve_error.empty(), reserve_error);
+    write_contents(f, c, prov);  // every failure inside is agreed: all ranks land here
+    std::string close_error;
+    try {
+      f.close();  // collective: the metadata is written here
+    } catch (const Error& e) {
+      close_error = e.what();
+    }
+    h5::agree(f, close_error.empty(), close_error);
+  } catch (const Error&) {
+    f.abandon();  // then the temporary file is removed by `target`
+    throw;
   }
-  h5::agree(f, close_error.empty(), close_error);
-  if (target) target->commit();  // rank 0; the caller agrees on its outcome
+  std::string commit_error;  // rank 0 renames; every rank returns once the file is in place
+  if (target) {
+    try {
+      release_reserve(target->temp_path());
+      target->commit();
+    } catch (const Error& e) {
+      commit_error = e.what();
+    }
+  }
+  h5::agree(f, commit_error.empty(), commit_error);
 }
 
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,

@@ -38,9 +38,9 @@ struct CheckpointView {  // what to write; pointers into the live buffers
   RankState rank;
 };
 
-// Collective over `comm` (every rank calls it, with its own `rank` state). Throws the same
-// error on every rank when any part fails, including a full disk; the previous file of
-// that name, if any, is untouched then.
+// Collective over `comm` (every rank calls it, with its own `rank` state). Throws on every
+// rank when any part fails, a full disk included (rank 0's message names the cause); the
+// previous file of that name, if any, is untouched then, and no temporary file remains.
 void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov,
                       MPI_Comm comm);
 

@@ -149,6 +149,14 @@ void File::close() {
   check(H5Fclose(h.release()), cat("writing HDF5 file '", path, "' failed (disk full or I/O error?)"));
 }
 
+void File::abandon() {
+  if (!h.valid()) return;
+  if (rank == 0) [[maybe_unused]] const int rc = ::truncate(path.c_str(), 0);
+  if (parallel()) MPI_Barrier(comm);
+  H5Fclose(h.release());
+  last_error();
+}
+
 std::string where(const File& f, const std::string& object) {
   return object.empty() ? cat("'", f.path, "'") : cat("'", f.path, "': '", object, "'");
 }
@@ -293,7 +301,7 @@ Handle create_dataset(const File& f, hid_t loc, const std::string& name, hid_t t
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
   Handle d(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
   const bool ok = d.valid();
-  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": cannot create dataset")));
+  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": cannot create dataset (disk full or I/O error?)")));
   return d;
 }
 }  // namespace

@@ -63,6 +63,10 @@ struct File {
   // Existing file, read-only; `what` names it in messages ("model file").
   static File open_read(const std::string& path, const std::string& what);
   void close();  // flushes and closes; throws on failure (a full disk shows up here)
+  // After a failed write: empties the file on disk (rank 0) so that closing it, which
+  // flushes metadata, cannot fail again for lack of space, then closes it (collective for a
+  // parallel file), ignoring errors. The caller deletes the file.
+  void abandon();
 };
 
 // Where in a file we are, for messages: "'run/model.h5': dataset 'x'".

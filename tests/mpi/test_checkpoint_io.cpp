@@ -1,0 +1,138 @@
+// Checkpoints written collectively with parallel HDF5: one file whatever the rank count,
+// replicated tensors once, one row per rank; a write that fails on one rank (a full disk)
+// fails on all of them without a hang and leaves no file behind.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "common/error.hpp"
+#include "io/checkpoint.hpp"
+#include "model/config.hpp"
+#include "model/params.hpp"
+
+namespace lct {
+namespace {
+
+namespace fs = std::filesystem;
+
+int rank_of() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of() {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A directory every rank agrees on (rank 0's pid in its name), created by rank 0.
+std::string shared_dir(const char* tag) {
+  int pid = int(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string d = "/tmp/lct_mpi_" + std::string(tag) + "_" + std::to_string(pid);
+  if (rank_of() == 0) fs::create_directories(d);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return d;
+}
+
+struct Fixture {
+  ModelConfig config = model_preset("tiny");
+  ParamLayout layout;
+  std::vector<float> p, m, v;
+  explicit Fixture(int64_t vocab) {
+    config.vocab_size = vocab;
+    layout = ParamLayout::llama(config);
+    for (auto* x : {&p, &m, &v}) x->resize(layout.total);
+    for (size_t i = 0; i < layout.total; ++i) {  // distinct values per buffer
+      p[i] = float(i % 97) * 0.01f;
+      m[i] = float(i % 89) * -0.02f;
+      v[i] = float(i % 83) * 0.03f;
+    }
+  }
+  CheckpointView view(int64_t step) const {
+    const int r = rank_of(), n = size_of();
+    TrainState s;
+    s.step = step;
+    s.data_epoch = 1;
+    s.data_cursor = 7;
+    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, 1, n, 64, 1, 1},
+            {0, r, 1, 7}};
+  }
+};
+
+TEST(CheckpointIo, ParallelWriteReadsBackOnEveryRank) {
+  const std::string dir = shared_dir("ckpt");
+  const Fixture fx(256);
+  const std::string path = dir + "/c.h5";
+  write_checkpoint(path, fx.view(5), {}, MPI_COMM_WORLD);
+  std::vector<float> p(fx.layout.total), m(p.size()), v(p.size());
+  const CheckpointView c = fx.view(5);
+  const TrainState s = read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()},
+                                       c.run, rank_of(), c.rank);
+  EXPECT_EQ(s.step, 5);
+  EXPECT_EQ(s.data_cursor, 7);
+  EXPECT_EQ(p, fx.p);
+  EXPECT_EQ(m, fx.m);
+  EXPECT_EQ(v, fx.v);
+  // Another rank's coordinates, or another layout, are refused.
+  RankState other = c.rank;
+  other.cp_rank += 1;
+  EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, c.run,
+                               rank_of(), other),
+               Error);
+  RunLayout bigger = c.run;
+  bigger.seq_len *= 2;
+  EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, bigger,
+                               rank_of(), c.rank),
+               Error);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_of() == 0) fs::remove_all(dir);
+}
+
+TEST(CheckpointIo, FullDiskFailsOnEveryRankAndLeavesTheOldFile) {
+  const std::string dir = shared_dir("full");
+  int mounted = 0;
+  if (rank_of() == 0)
+    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") == 0 ? 1 : 0;
+  MPI_Bcast(&mounted, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!mounted) {
+    if (rank_of() == 0) fs::remove_all(dir);
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  }
+  const std::string path = dir + "/c.h5";
+  if (rank_of() == 0) std::ofstream(path) << "the previous checkpoint\n";
+  MPI_Barrier(MPI_COMM_WORLD);
+  const Fixture fx(4096);  // about 6 MB: does not fit in 1 MB
+  std::string message;
+  try {
+    write_checkpoint(path, fx.view(9), {}, MPI_COMM_WORLD);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_FALSE(message.empty()) << "the write must fail on every rank";
+  if (rank_of() == 0) {
+    EXPECT_NE(message.find("'" + path + "': cannot reserve"), std::string::npos) << message;
+    EXPECT_NE(message.find("No space left on device"), std::string::npos) << message;
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "the previous checkpoint");
+    for (const auto& e : fs::directory_iterator(dir))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    std::cout << "rank 0's message: " << message << std::endl;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_of() == 0) {
+    ::umount(dir.c_str());
+    fs::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace lct
