@@ -262,7 +262,8 @@ int cmd_train(Context& ctx) {
   };
 
   PhaseClock clock;
-  double last_timing_write = omp_get_wtime(), bytes_before = 0, slowest_step = 0, last_io = 0;
+  double last_timing_write = omp_get_wtime(), bytes_before = 0, slowest_step = 0;
+  double last_io = checkpoint_bytes(model.layout()) / 100e6;  // until one is measured: 100 MB/s
   const double run_start = omp_get_wtime();
   const int64_t first_step = state.step + 1;
   try {
