@@ -83,31 +83,29 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   temp_or_error = broadcast_string(temp_or_error, comm);
   if (temp_or_error.rfind("ok:", 0) != 0) throw Error(temp_or_error);
 
+  // Every failure inside is agreed, so all ranks leave together; `f` then abandons the
+  // temporary file (collectively) and `target` deletes it.
   h5::File f = h5::File::create_parallel(temp_or_error.substr(3), comm);
-  try {
-    // The disk space first, on rank 0: HDF5 itself cannot fail a collective write on one
-    // rank without stranding the others inside it.
-    std::string reserve_error;
-    if (rank == 0) {
-      try {
-        reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path);
-      } catch (const Error& e) {
-        reserve_error = e.what();
-      }
-    }
-    h5::agree(f, reserve_error.empty(), reserve_error);
-    write_contents(f, c, prov);  // every failure inside is agreed: all ranks land here
-    std::string close_error;
+  // The disk space first, on rank 0: HDF5 itself cannot fail a collective write on one
+  // rank without stranding the others inside it.
+  std::string reserve_error;
+  if (rank == 0) {
     try {
-      f.close();  // collective: the metadata is written here
+      reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path);
     } catch (const Error& e) {
-      close_error = e.what();
+      reserve_error = e.what();
     }
-    h5::agree(f, close_error.empty(), close_error);
-  } catch (const Error&) {
-    f.abandon();  // then the temporary file is removed by `target`
-    throw;
   }
+  h5::agree(f, reserve_error.empty(), reserve_error);
+  write_contents(f, c, prov);
+  std::string close_error;
+  try {
+    f.close();  // collective: the metadata is written here
+  } catch (const Error& e) {
+    close_error = e.what();
+  }
+  h5::agree(f, close_error.empty(), close_error);
+
   std::string commit_error;  // rank 0 renames; every rank returns once the file is in place
   if (target) {
     try {

@@ -97,6 +97,7 @@ File create_with(const std::string& path, hid_t fapl) {
   f.path = path;
   f.h = Handle(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), H5Fclose);
   if (!f.h.valid()) throw Error(with_reason(cat("cannot create HDF5 file '", path, "'")));
+  f.created = true;
   return f;
 }
 }  // namespace
@@ -146,11 +147,19 @@ File File::open_read(const std::string& path, const std::string& what) {
 
 void File::close() {
   if (!h.valid()) return;
-  check(H5Fclose(h.release()), cat("writing HDF5 file '", path, "' failed (disk full or I/O error?)"));
+  const hid_t id = h.release();
+  if (H5Fclose(id) >= 0) return;
+  const std::string msg = with_reason(cat("writing HDF5 file '", path, "' failed (disk full or I/O error?)"));
+  if (!parallel() && created) {  // HDF5 keeps a file it failed to flush: empty it, close again
+    [[maybe_unused]] const int rc = ::truncate(path.c_str(), 0);
+    H5Fclose(id);
+    last_error();
+  }
+  throw Error(msg);
 }
 
-void File::abandon() {
-  if (!h.valid()) return;
+File::~File() {
+  if (!h.valid() || !created) return;
   if (rank == 0) [[maybe_unused]] const int rc = ::truncate(path.c_str(), 0);
   if (parallel()) MPI_Barrier(comm);
   H5Fclose(h.release());

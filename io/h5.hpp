@@ -63,10 +63,17 @@ struct File {
   // Existing file, read-only; `what` names it in messages ("model file").
   static File open_read(const std::string& path, const std::string& what);
   void close();  // flushes and closes; throws on failure (a full disk shows up here)
-  // After a failed write: empties the file on disk (rank 0) so that closing it, which
-  // flushes metadata, cannot fail again for lack of space, then closes it (collective for a
-  // parallel file), ignoring errors. The caller deletes the file.
-  void abandon();
+
+  // A file created here and never closed successfully (an error was thrown while writing
+  // it) is abandoned: emptied on disk (rank 0) so that closing it, which flushes metadata,
+  // cannot fail again for lack of space, then closed (collectively for a parallel file),
+  // errors ignored. Otherwise HDF5 would keep it open until exit and fail there. The
+  // writer's AtomicTarget then deletes the temporary file.
+  File() = default;
+  File(File&&) = default;
+  File& operator=(File&&) = default;
+  ~File();
+  bool created = false;
 };
 
 // Where in a file we are, for messages: "'run/model.h5': dataset 'x'".

@@ -63,4 +63,4 @@ mpirun -n 2 "${over[@]}" "$lctrain" "${over[@]}" --config "$cfg" train --model "
 latest="$RUN_DIR/run/checkpoints/$(cat "$RUN_DIR/run/checkpoints/latest")"
 "$lctrain" --config "$cfg" eval --model "$latest" --data "$RUN_DIR/passkey-eval.h5" \
   --out "$RUN_DIR/eval.h5" --force
-"$lctrain" inspect "$RUN_DIR/run/timing.h5" | head -12
+"$lctrain" inspect "$RUN_DIR/run"

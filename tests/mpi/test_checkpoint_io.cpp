@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "io/checkpoint.hpp"
+#include "io/timing_file.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 
@@ -126,6 +127,14 @@ TEST(CheckpointIo, FullDiskFailsOnEveryRankAndLeavesTheOldFile) {
     for (const auto& e : fs::directory_iterator(dir))
       EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
     std::cout << "rank 0's message: " << message << std::endl;
+    // A file written by rank 0 alone (serial HDF5) on the full disk: an error, no file left
+    // open in HDF5 (the process must still exit cleanly) and nothing left behind.
+    TimingTable t;
+    t.columns.push_back({"x", "", "", std::vector<double>(400000, 1.0), 1});
+    EXPECT_THROW(write_timing_file(dir + "/timing.h5", t, {}), Error);
+    EXPECT_FALSE(fs::exists(dir + "/timing.h5"));
+    for (const auto& e : fs::directory_iterator(dir))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank_of() == 0) {
