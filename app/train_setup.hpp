@@ -1,0 +1,37 @@
+// What lctrain train checks and decides before it allocates or writes anything, and the
+// test hook for its failure paths.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "app/cli.hpp"
+#include "data/dataset.hpp"
+#include "io/run_dir.hpp"
+#include "model/config.hpp"
+
+namespace lct {
+
+std::string gib(double bytes);  // "1.25 GiB"
+
+// Everything about the options and inputs that can be checked on every rank alike.
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp);
+
+// {dp, cp} from the flags: dp = 0 takes what cp leaves of the world.
+std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
+
+// "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
+std::string latest_or_none(const RunDirectory* run);
+
+// Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
+// makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
+// (hang) or exit at once (exit).
+struct Fault {
+  std::string kind;
+  int rank = -1;
+  int64_t step = -1;
+  void maybe_fire(int my_rank, int64_t now) const;
+};
+Fault injected_fault();  // from the environment; none when unset
+
+}  // namespace lct
