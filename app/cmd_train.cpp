@@ -217,7 +217,8 @@ int cmd_train(Context& ctx) {
       const double mine[RankFigures::kCount] = {
           clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
           ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before,
-          double(stop_signal() != 0 || near_limit || step == o.stop_at)};
+          double(stop_signal() != 0 || near_limit || step == o.stop_at),
+          omp_get_wtime() - last_timing_write};
       bytes_before = bytes;
       RankFigures ranks{std::vector<double>(size_t(RankFigures::kCount * world.size)), world.size};
       {
@@ -226,7 +227,9 @@ int cmd_train(Context& ctx) {
                       MPI_DOUBLE, world.comm);
       }
       clock.lap(Phase::Allreduce);
-      const bool stop = ranks.any_stop();
+      // Decisions every rank must take alike come from the gathered figures only.
+      const bool stop = ranks.any_stop() && step < o.steps;  // the last step ends normally
+      const bool timing_due = ranks.rank(0)[6] > 10;          // rank 0's clock decides
       const bool due = step == o.steps || stop ||
                        (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
       // A skip streak does not push good checkpoints out, unless the run must stop now.
@@ -254,7 +257,7 @@ int cmd_train(Context& ctx) {
             "--warmup-steps or check the data, then resume"));
       }
 
-      if (due || omp_get_wtime() - last_timing_write > 10) {
+      if (due || timing_due) {
         write_timing();
         last_timing_write = omp_get_wtime();
       }

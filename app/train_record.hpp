@@ -15,7 +15,9 @@ namespace lct {
 
 // What every rank measured in a step, gathered on every rank.
 struct RankFigures {
-  static constexpr int kCount = 6;  // seconds, attention, comm, allreduce, bytes, stop flag
+  // seconds, attention, comm, allreduce, bytes sent, stop flag, seconds since the timing
+  // table was last written
+  static constexpr int kCount = 7;
   std::vector<double> all;          // [ranks * kCount]
   int ranks = 1;
   const double* rank(int r) const { return &all[size_t(kCount * r)]; }
