@@ -84,6 +84,11 @@ def resume_is_bit_exact_with_cp2():
 
 
 @case
+def resume_is_bit_exact_with_dp2_cp2():
+    assert_bit_exact_resume(4, "--cp", "2", "--dp", "2")
+
+
+@case
 def resume_falls_back_when_the_newest_checkpoint_is_damaged():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "20", "--checkpoint-every", "5", "--keep-checkpoints", "2",
