@@ -83,39 +83,21 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   temp_or_error = broadcast_string(temp_or_error, comm);
   if (temp_or_error.rfind("ok:", 0) != 0) throw Error(temp_or_error);
 
-  // Every failure inside is agreed, so all ranks leave together; `f` then abandons the
-  // temporary file (collectively) and `target` deletes it.
+  // Every failure below is agreed, so all ranks leave together: `f` then discards the
+  // temporary file (collectively, in its destructor) and `target` deletes it.
   h5::File f = h5::File::create_parallel(temp_or_error.substr(3), comm);
   // The disk space first, on rank 0: HDF5 itself cannot fail a collective write on one
   // rank without stranding the others inside it.
-  std::string reserve_error;
-  if (rank == 0) {
-    try {
-      reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path);
-    } catch (const Error& e) {
-      reserve_error = e.what();
-    }
-  }
-  h5::agree(f, reserve_error.empty(), reserve_error);
+  h5::agree_on(f, [&] {
+    if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path);
+  });
   write_contents(f, c, prov);
-  std::string close_error;
-  try {
-    f.close();  // collective: the metadata is written here
-  } catch (const Error& e) {
-    close_error = e.what();
-  }
-  h5::agree(f, close_error.empty(), close_error);
-
-  std::string commit_error;  // rank 0 renames; every rank returns once the file is in place
-  if (target) {
-    try {
-      release_reserve(target->temp_path());
-      target->commit();
-    } catch (const Error& e) {
-      commit_error = e.what();
-    }
-  }
-  h5::agree(f, commit_error.empty(), commit_error);
+  h5::agree_on(f, [&] { f.close(); });  // collective: the metadata is written here
+  h5::agree_on(f, [&] {  // rank 0 renames; every rank returns once the file is in place
+    if (!target) return;
+    release_reserve(target->temp_path());
+    target->commit();
+  });
 }
 
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,

@@ -113,16 +113,14 @@ File File::create_parallel(const std::string& path, MPI_Comm comm) {
   // Metadata written collectively at close, instead of many small writes from each rank.
   H5Pset_coll_metadata_write(fapl, true);
   File f;
-  std::string err;
-  try {
-    f = create_with(path, fapl);
-  } catch (const Error& e) {
-    err = e.what();
-  }
   f.path = path;
   f.comm = comm;
   MPI_Comm_rank(comm, &f.rank);
-  agree(f, err.empty(), err.empty() ? "" : err);
+  agree_on(f, [&] {
+    File made = create_with(path, fapl);
+    f.h = std::move(made.h);
+    f.created = true;
+  });
   return f;
 }
 
@@ -131,6 +129,16 @@ void agree(const File& f, bool ok, const std::string& what) {
   if (f.parallel()) MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, f.comm);
   if (!ok) throw Error(what);
   if (!all) fail(where(f, ""), ": writing failed on another rank (see its message)");
+}
+
+void agree_on(const File& f, const std::function<void()>& body) {
+  std::string err;
+  try {
+    body();
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  agree(f, err.empty(), err);
 }
 
 File File::open_read(const std::string& path, const std::string& what) {
@@ -145,25 +153,26 @@ File File::open_read(const std::string& path, const std::string& what) {
   return f;
 }
 
+void File::discard(hid_t id) {
+  if (rank == 0) [[maybe_unused]] const int rc = ::truncate(path.c_str(), 0);
+  if (parallel()) MPI_Barrier(comm);
+  H5Fclose(id);
+  last_error();
+}
+
 void File::close() {
   if (!h.valid()) return;
   const hid_t id = h.release();
   if (H5Fclose(id) >= 0) return;
   const std::string msg = with_reason(cat("writing HDF5 file '", path, "' failed (disk full or I/O error?)"));
-  if (!parallel() && created) {  // HDF5 keeps a file it failed to flush: empty it, close again
-    [[maybe_unused]] const int rc = ::truncate(path.c_str(), 0);
-    H5Fclose(id);
-    last_error();
-  }
+  // HDF5 keeps a file it failed to flush open. A parallel close that failed on one rank
+  // only cannot be retried collectively: the ranks' writes are agreed before it instead.
+  if (!parallel() && created) discard(id);
   throw Error(msg);
 }
 
 File::~File() {
-  if (!h.valid() || !created) return;
-  if (rank == 0) [[maybe_unused]] const int rc = ::truncate(path.c_str(), 0);
-  if (parallel()) MPI_Barrier(comm);
-  H5Fclose(h.release());
-  last_error();
+  if (h.valid() && created) discard(h.release());
 }
 
 std::string where(const File& f, const std::string& object) {
@@ -332,7 +341,6 @@ void write_array(const File& f, hid_t loc, const std::string& name, const T* dat
     H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
     H5Pset_fletcher32(dcpl);
   }
-  const std::string name_where = where(f, name);
   Handle d = create_dataset(f, loc, name, native_type<T>(), space, dcpl);
   if (numel == 0) return;
   Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
@@ -343,7 +351,7 @@ void write_array(const File& f, hid_t loc, const std::string& name, const T* dat
     if (f.rank != 0) H5Sselect_none(space);
   }
   const bool ok = H5Dwrite(d, native_type<T>(), space, space, dxpl, data) >= 0;
-  agree(f, ok, ok ? "" : with_reason(cat(name_where, ": write failed (disk full or I/O error?)")));
+  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": write failed (disk full or I/O error?)")));
 }
 
 void write_rank_rows(const File& f, hid_t loc, const std::string& name,

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -65,7 +66,7 @@ struct File {
   void close();  // flushes and closes; throws on failure (a full disk shows up here)
 
   // A file created here and never closed successfully (an error was thrown while writing
-  // it) is abandoned: emptied on disk (rank 0) so that closing it, which flushes metadata,
+  // it) is discarded: emptied on disk (rank 0) so that closing it, which flushes metadata,
   // cannot fail again for lack of space, then closed (collectively for a parallel file),
   // errors ignored. Otherwise HDF5 would keep it open until exit and fail there. The
   // writer's AtomicTarget then deletes the temporary file.
@@ -74,6 +75,9 @@ struct File {
   File& operator=(File&&) = default;
   ~File();
   bool created = false;
+
+ private:
+  void discard(hid_t id);  // empty on disk (rank 0), then close, errors ignored
 };
 
 // Where in a file we are, for messages: "'run/model.h5': dataset 'x'".
@@ -105,6 +109,8 @@ void write_rank_rows(const File& f, hid_t loc, const std::string& name,
 // Parallel file: throws on every rank when `ok` is false on any (one rank's failed write
 // must not leave the others inside the next collective call). Serial: throws when !ok.
 void agree(const File& f, bool ok, const std::string& what);
+// Runs `body` (which may do nothing on some ranks) and agrees on whether it threw.
+void agree_on(const File& f, const std::function<void()>& body);
 
 struct ArrayInfo {
   std::vector<int64_t> shape;
