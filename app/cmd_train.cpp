@@ -229,7 +229,7 @@ int cmd_train(Context& ctx) {
       clock.lap(Phase::Allreduce);
       // Decisions every rank must take alike come from the gathered figures only.
       const bool stop = ranks.any_stop() && step < o.steps;  // the last step ends normally
-      const bool timing_due = ranks.rank(0)[6] > 10;          // rank 0's clock decides
+      const bool timing_due = ranks.rank(0)[RankFigures::kSinceTimingWrite] > 10;  // rank 0's clock
       const bool due = step == o.steps || stop ||
                        (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
       // A skip streak does not push good checkpoints out, unless the run must stop now.

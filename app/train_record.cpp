@@ -45,7 +45,7 @@ const ColumnSpec kColumns[] = {
     {"imbalance", "", "max / mean over ranks of the busy time (seconds - comm - allreduce)"},
     {"peak_rss_mib", "MiB", "process high-water resident memory (rank 0)"},
 };
-// One value per rank per step: [steps, ranks] datasets (the first 5 RankFigures values).
+// One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kBytesSent).
 const ColumnSpec kRankColumns[] = {
     {"rank_seconds", "s", "step time per rank before the gradient allreduce"},
     {"rank_attn_s", "s", "attention compute per rank (forward + backward)"},
@@ -58,20 +58,20 @@ const ColumnSpec kRankColumns[] = {
 
 bool RankFigures::any_stop() const {
   for (int r = 0; r < ranks; ++r)
-    if (rank(r)[5] != 0) return true;
+    if (rank(r)[kStopFlag] != 0) return true;
   return false;
 }
 
 double RankFigures::exposed_comm_frac() const {
   double f = 0;
-  for (int r = 0; r < ranks; ++r) f += rank(r)[2] / rank(r)[0] / ranks;
+  for (int r = 0; r < ranks; ++r) f += rank(r)[kComm] / rank(r)[kSeconds] / ranks;
   return f;
 }
 
 double RankFigures::imbalance() const {
   double busy_max = 0, busy_sum = 0;
   for (int r = 0; r < ranks; ++r) {
-    const double busy = rank(r)[0] - rank(r)[2] - rank(r)[3];
+    const double busy = rank(r)[kSeconds] - rank(r)[kComm] - rank(r)[kAllreduce];
     busy_max = std::max(busy_max, busy);
     busy_sum += busy;
   }
@@ -108,6 +108,7 @@ void TrainRecord::add(const StepFigures& f) {
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
                         f.ranks->exposed_comm_frac(), f.ranks->imbalance(), peak_rss_mib()};
   static_assert(std::size(row) == std::size(kColumns));
+  static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
   for (size_t c = 0; c < std::size(kRankColumns); ++c)
     for (int r = 0; r < ranks_; ++r)

@@ -15,9 +15,13 @@ namespace lct {
 
 // What every rank measured in a step, gathered on every rank.
 struct RankFigures {
-  // seconds, attention, comm, allreduce, bytes sent, stop flag, seconds since the timing
-  // table was last written
-  static constexpr int kCount = 7;
+  // One rank's values, in this order; the first five are the per-rank timing columns.
+  enum Slot : int {
+    kSeconds, kAttention, kComm, kAllreduce, kBytesSent,
+    kStopFlag,          // this rank asks to stop at this step boundary
+    kSinceTimingWrite,  // seconds since the timing table was last written
+    kCount
+  };
   std::vector<double> all;          // [ranks * kCount]
   int ranks = 1;
   const double* rank(int r) const { return &all[size_t(kCount * r)]; }

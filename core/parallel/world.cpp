@@ -71,17 +71,6 @@ std::string run_agreed(const World& w, const std::function<void()>& body) {
   return msg;
 }
 
-bool any_rank(const World& w, bool flag) {
-  int in = flag ? 1 : 0, out = 0;
-  WaitScope wait("the other ranks to agree on a flag");
-  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, w.comm);
-  return out != 0;
-}
-
-}  // namespace lct
-
-namespace lct {
-
 void agreed(const World& w, const std::function<void()>& body) {
   const std::string err = run_agreed(w, body);
   if (!err.empty()) throw AgreedError(err);

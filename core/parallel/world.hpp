@@ -36,9 +36,6 @@ NodeShare node_share(const World& w);
 // waiting. `body` must not itself block in a collective a failing rank skips.
 std::string run_agreed(const World& w, const std::function<void()>& body);
 
-// True on every rank when `flag` is true on any.
-bool any_rank(const World& w, bool flag);
-
 // An error every rank has agreed on (thrown on all of them at the same point).
 struct AgreedError : Error {
   using Error::Error;
