@@ -18,9 +18,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_cases as cc  # noqa: E402
 from cli_cases import case, expect_error, flip_bytes_in, good_model, ok, run, timing  # noqa: E402
 
-# A run long enough to be interrupted: tiny model, 16 documents, 600-token sequences.
-TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
-         "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
+def train_command(lr="3e-3"):
+    """A run long enough to be interrupted: tiny model, 16 documents, 600-token sequences."""
+    return ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", lr,
+            "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
+
+
+TRAIN = train_command()
 
 
 def fixture():
@@ -261,8 +265,8 @@ def exception_or_exit_on_one_rank_stops_every_rank():
 def non_finite_steps_are_skipped_counted_and_stop_the_run():
     fixture()
     keep_dir = "r/checkpoints/step_00000001.h5"
-    huge_lr = [a.replace("3e-3", "1e30").replace("--warmup-steps", "--min-lr") for a in TRAIN]
-    p = run(*huge_lr, "--run-dir", "r", "--steps", "50", "--max-skips", "3", "--checkpoint-every", "1")
+    p = run(*train_command(lr="1e30"), "--run-dir", "r", "--steps", "50", "--max-skips", "3",
+            "--checkpoint-every", "1")
     assert p.returncode == 1, p.stderr
     assert "3 consecutive steps (to step 4)" in p.stderr and "step_00000001.h5" in p.stderr, p.stderr
     steps = timing("r")[0]
