@@ -91,6 +91,10 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
         "allow more threads x ranks than CPUs (functional tests only: it ruins speed)");
   r.add(&app, "--bind-threads", o.bind_threads, true,
         "pin OpenMP thread i to the i-th CPU of the rank's cpuset (unless OMP_PROC_BIND is set)");
+  r.add(&app, "--isa", o.isa, std::string("auto"),
+        "kernel path: auto (the widest this CPU runs), avx512_bf16, avx512, avx2 or generic "
+        "(a narrower one is for testing and comparison)")
+      ->check(CLI::IsMember({"auto", "avx512_bf16", "avx512", "avx2", "generic"}));
 }
 
 void declare_init(Registry& r, CLI::App* c, InitOptions& o) {

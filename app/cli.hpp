@@ -15,6 +15,7 @@ struct GlobalOptions {
   int threads;              // OpenMP threads per rank, 0 = automatic
   bool oversubscribe;       // allow more threads x ranks than CPUs
   bool bind_threads;
+  std::string isa;          // kernel path: auto | avx512_bf16 | avx512 | avx2 | generic
 };
 
 struct InitOptions {

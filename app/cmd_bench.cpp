@@ -63,7 +63,7 @@ int cmd_bench(Context& ctx) {
     for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
     const TokenTags tags{idx.data(), doc.data()};
     const AttnDims d{S, S, H, KV, D};
-    FlashAttention flash(S, D, {o.block_q, o.block_k});
+    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, ctx.topo.isa);
     const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
 
     std::vector<double> tf, tb, sg;

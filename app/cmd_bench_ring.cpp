@@ -81,7 +81,7 @@ int cmd_bench_ring(Context& ctx) {
     Buffer<float> q(size_t(Tl * H * D)), k(size_t(Tl * KV * D)), v(k.size()), ob(q.size()), lse(size_t(H * Tl));
     for (size_t i = 0; i < q.size(); ++i) q[i] = float(normal_at(3, 1, i));
     for (size_t i = 0; i < k.size(); ++i) k[i] = float(normal_at(3, 2, i)), v[i] = float(normal_at(3, 3, i));
-    FlashAttention flash(Tl, D, {o.block_q, o.block_k});
+    FlashAttention flash({Tl, Tl, H, KV, D}, {o.block_q, o.block_k}, ctx.topo.isa);
     std::vector<double> ta;
     for (int64_t r = 0; r <= o.repeats; ++r) {
       const double t0 = omp_get_wtime();

@@ -21,7 +21,7 @@ int cmd_eval(Context& ctx) {
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
   // Forward only: keeping only layer inputs is enough and smallest.
   LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
-                              {o.block_q, o.block_k}});
+                              {o.block_q, o.block_k}, ctx.topo.isa});
   std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
   PhaseClock clock;
   const double t0 = omp_get_wtime();

@@ -52,7 +52,7 @@ int cmd_train(Context& ctx) {
   const ModelConfig& mc = init.config;
   const int64_t local_tokens = o.batch_size * o.seq_len / cp;
   const ModelShape shape{local_tokens, o.seq_len, parse_checkpointing(o.checkpointing),
-                         {o.block_q, o.block_k}};
+                         {o.block_q, o.block_k}, ctx.topo.isa};
   const ModelMemory mem = LlamaModel::memory(mc, shape, ctx.topo.threads);
   const double ring_bytes = cp > 1 ? 7.0 * double(local_tokens * mc.num_key_value_heads * mc.head_dim()) * 4 : 0;
   const double need = double(mem.total()) + ring_bytes;
@@ -92,10 +92,12 @@ int cmd_train(Context& ctx) {
     const MPI_Comm c = mesh.comm("cp");
     if (o.cp_algo == "ring")
       cp_attention = std::make_unique<RingAttention>(c, local_tokens, mc.num_attention_heads,
-                                                     mc.num_key_value_heads, mc.head_dim(), shape.blocks);
+                                                     mc.num_key_value_heads, mc.head_dim(),
+                                                     shape.blocks, shape.isa);
     else
       cp_attention = std::make_unique<AllGatherAttention>(c, local_tokens, mc.num_attention_heads,
-                                                          mc.num_key_value_heads, mc.head_dim(), shape.blocks);
+                                                          mc.num_key_value_heads, mc.head_dim(),
+                                                          shape.blocks, shape.isa);
   }
   auto cp_bytes = [&]() -> double {
     if (auto* r = dynamic_cast<RingAttention*>(cp_attention.get())) return double(r->bytes_sent());

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     ctx.emplace(lct::Context{inv, world, lct::Topology::detect(lct::node_share(world))});
     lct::apply_thread_plan(ctx->topo, {inv.global.threads, inv.global.oversubscribe,
                                        inv.global.bind_threads});
+    lct::choose_isa(ctx->topo, inv.global.isa);
   });
   if (error.empty()) error = lct::run_agreed(world, [&] { code = dispatch(*ctx); });
   if (!error.empty()) {

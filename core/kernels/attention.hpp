@@ -9,11 +9,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "sys/isa.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
+
+struct IsaKernels;
 
 struct AttnDims {
   int64_t Tq = 0, Tk = 0;
@@ -34,10 +38,27 @@ struct AttnBlocks {
   int64_t k = 128;
 };
 
+// The largest call a FlashAttention object serves: its workspace is sized from these once.
+struct AttnLimits {
+  int64_t max_tq = 0, max_tk = 0;
+  int64_t heads = 1, kv_heads = 1, head_dim = 1;
+};
+
+// Tiles of [block.q, block.k] scores computed by the ISA's micro-kernels (kernels/isa/):
+// keys and values are packed once per call (transposed, padded to the micro-kernel's key
+// chunk), scores stay in registers through the online softmax, in log2 units.
+//
+// Forward: one task per (query head, query block), costliest first, dynamic schedule.
+// Backward: one task per (KV head, key block), taken in order; it owns its dK/dV rows and
+// walks the query blocks that see it. Its dQ contribution to a query block is added when
+// every earlier key block has added its own (a per-row turn passed on with release/acquire),
+// so dQ is summed in key order: the same bits on any thread count, no private dQ copies.
 class FlashAttention {
  public:
-  // Allocates every thread's scratch once (first-touched by its thread).
-  FlashAttention(int64_t max_tq, int64_t D, AttnBlocks blocks = {});
+  // Allocates every buffer once (per-thread scratch first-touched by its thread). A head
+  // dimension that is not a multiple of the ISA's vector width runs the generic path.
+  FlashAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa);
+  ~FlashAttention();
 
   // o and lse overwritten. Rows that see no key get o = 0, lse = -inf.
   void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags qt,
@@ -54,16 +75,22 @@ class FlashAttention {
   // progress); the kernel knows nothing of what it does.
   void set_progress(std::function<void()> hook) { progress_ = std::move(hook); }
 
+  Isa isa() const;  // the kernel path in use
   size_t workspace_bytes() const;
-  static size_t workspace_bytes_for(int64_t max_tq, int64_t D, AttnBlocks blocks, int threads);
+  static size_t workspace_bytes_for(const AttnLimits& limits, AttnBlocks blocks, int threads);
   const AttnBlocks& blocks() const { return blocks_; }
 
  private:
-  struct Scratch {
-    Buffer<float> s, dp, acc, m, l, dq;  // tiles [bq, bk], [bq, D], rows, private dQ [Tq, D]
-  };
+  struct Scratch;
+  struct Packed;
+  void check(const AttnDims& d) const;
+  void pack_keys(const AttnDims& d, const float* k, const float* v, TokenTags kt, bool backward);
+
+  const IsaKernels* kern_;
+  AttnLimits lim_;
   AttnBlocks blocks_;
-  int64_t max_tq_, D_;
+  int64_t np_, bqp_;  // key block padded to the key chunk, query block to the strip
+  std::unique_ptr<Packed> packed_;
   std::vector<Scratch> scratch_;  // one per thread
   std::function<void()> progress_;
 };

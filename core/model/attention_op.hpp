@@ -25,8 +25,8 @@ class AttentionOp {
 // Single rank: the flash kernel on the local tokens.
 class LocalAttention : public AttentionOp {
  public:
-  LocalAttention(int64_t max_tokens, int64_t H, int64_t D, AttnBlocks blocks)
-      : flash_(max_tokens, D, blocks), delta_(size_t(H * max_tokens)) {}
+  LocalAttention(int64_t max_tokens, int64_t H, int64_t KV, int64_t D, AttnBlocks blocks, Isa isa)
+      : flash_({max_tokens, max_tokens, H, KV, D}, blocks, isa), delta_(size_t(H * max_tokens)) {}
   void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
                float* o, float* lse, PhaseClock& clock) override {
     flash_.forward(d, q, k, v, tags, tags, o, lse);

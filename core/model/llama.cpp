@@ -88,9 +88,10 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
       grads_(layout_.total),
       rope_(shape.max_pos, config.head_dim(), config.rope_theta),
       own_attention_(attention ? nullptr
-                               : std::make_unique<LocalAttention>(shape.max_tokens,
-                                                                  config.num_attention_heads,
-                                                                  config.head_dim(), shape.blocks)),
+                               : std::make_unique<LocalAttention>(
+                                     shape.max_tokens, config.num_attention_heads,
+                                     config.num_key_value_heads, config.head_dim(), shape.blocks,
+                                     shape.isa)),
       attention_(attention ? attention : own_attention_.get()),
       xent_(shape.max_tokens, config.vocab_size) {
   w_ = carve(layout_, config_, params_.data());
@@ -112,7 +113,10 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
   m.optimizer = 2 * params * f;
   m.activations = carve_activations(Carver{nullptr}, config, shape, x_in, stored, lnf, rstdf) * f;
   m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, sp) * f +
-              FlashAttention::workspace_bytes_for(shape.max_tokens, config.head_dim(), shape.blocks, threads) +
+              FlashAttention::workspace_bytes_for({shape.max_tokens, shape.max_tokens,
+                                                   config.num_attention_heads,
+                                                   config.num_key_value_heads, config.head_dim()},
+                                                  shape.blocks, threads) +
               LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size);
   return m;
 }

@@ -33,6 +33,7 @@ struct ModelShape {
   int64_t max_pos;     // longest RoPE position + 1 (the sequence length)
   Checkpointing checkpointing = Checkpointing::None;
   AttnBlocks blocks = {};
+  Isa isa = Isa::Generic;  // kernel path: the caller's choice (Topology::isa)
 };
 
 // Activations of one layer, [T, ...] each.

@@ -31,8 +31,8 @@ void KvBlocks::pack(int i, const float* k, const float* v, TokenTags t) {
 }
 
 RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                             AttnBlocks blocks)
-    : n_(comm_size(cp)), kvd_(KV * D), flash_(Tl, D, blocks), kv_ring_(cp, 11), dkv_ring_(cp, 12),
+                             AttnBlocks blocks, Isa isa)
+    : n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, Tl, H, KV, D}, blocks, isa), kv_ring_(cp, 11), dkv_ring_(cp, 12),
       kv_(Tl, KV * D, 2), o_part_(size_t(Tl * H * D)), lse_part_(size_t(H * Tl)),
       delta_(size_t(H * Tl)), dkv_{Buffer<float>(size_t(2 * Tl * KV * D)), Buffer<float>(size_t(2 * Tl * KV * D))},
       dkv_in_(size_t(2 * Tl * KV * D)) {
@@ -100,8 +100,8 @@ void RingAttention::backward(const AttnDims& d, const float* q, const float* k, 
 }
 
 AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                                       AttnBlocks blocks)
-    : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), flash_(Tl, D, blocks), own_(Tl, KV * D, 1),
+                                       AttnBlocks blocks, Isa isa)
+    : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, comm_size(cp) * Tl, H, KV, D}, blocks, isa), own_(Tl, KV * D, 1),
       gathered_(Tl, KV * D, n_), k_all_(size_t(n_ * Tl * KV * D)), v_all_(k_all_.size()),
       dk_all_(k_all_.size()), dv_all_(k_all_.size()), dkv_send_(2 * k_all_.size()),
       dkv_own_(size_t(2 * Tl * KV * D)), delta_(size_t(H * Tl)), idx_all_(size_t(n_ * Tl)),

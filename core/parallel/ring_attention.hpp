@@ -45,7 +45,8 @@ class KvBlocks {
 
 class RingAttention : public AttentionOp {
  public:
-  RingAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D, AttnBlocks blocks);
+  RingAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
+                AttnBlocks blocks, Isa isa);
   void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
                float* o, float* lse, PhaseClock& clock) override;
   void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
@@ -66,7 +67,7 @@ class RingAttention : public AttentionOp {
 class AllGatherAttention : public AttentionOp {
  public:
   AllGatherAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
-                     AttnBlocks blocks);
+                     AttnBlocks blocks, Isa isa);
   void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
                float* o, float* lse, PhaseClock& clock) override;
   void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,

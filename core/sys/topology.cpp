@@ -50,7 +50,20 @@ Topology Topology::detect(const NodeShare& share) {
   for (int c : t.cpuset) t.cpuset_numa.push_back(have_numa ? std::max(0, numa_node_of_cpu(c)) : 0);
   t.share = share;
   if (t.share.node_cpus.empty()) t.share.node_cpus = t.cpuset;
+  t.cpu = detect_cpu();
+  t.isa = t.cpu.widest();
   return t;
+}
+
+void choose_isa(Topology& topo, const std::string& request) {
+  const Isa widest = topo.cpu.widest();
+  const Isa want = request == "auto" ? widest : parse_isa(request);
+  if (!topo.cpu.runs(want))
+    fail("--isa ", request, ": this CPU (", topo.cpu.model_name, ": ", topo.cpu.features(),
+         ") cannot run it; its widest kernel path is ", isa_name(widest),
+         " (use --isa auto or a narrower path)");
+  topo.isa = want;
+  topo.isa_forced = want != widest;
 }
 
 std::string Topology::describe() const {
@@ -62,7 +75,11 @@ std::string Topology::describe() const {
              share.ranks_on_node == 1 ? "" : "s", " on this host sharing CPUs ",
              cpu_list(share.node_cpus), "\n", "rank cpuset ", cpu_list(cpuset), " (NUMA ",
              numa_list, "); ", threads, " OpenMP thread", threads == 1 ? "" : "s",
-             threads_bound ? ", each bound to one CPU" : ", unbound");
+             threads_bound ? ", each bound to one CPU" : ", unbound", "\n", "cpu: ",
+             cpu.model_name, " (family ", cpu.family, " model ", cpu.model, "), ",
+             cpu.physical_cores, " cores / ", cpu.logical_cpus, " CPUs; ", cpu.features(), "\n",
+             "kernels: ", isa_name(isa),
+             isa_forced ? cat(" (forced by --isa; the CPU runs ", isa_name(cpu.widest()), ")") : "");
 }
 
 }  // namespace lct

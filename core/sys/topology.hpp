@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "sys/cpu.hpp"
+#include "sys/peak.hpp"
+
 namespace lct {
 
 struct NodeShare {
@@ -22,11 +25,19 @@ struct Topology {
   NodeShare share;
   int threads = 1;                // OpenMP threads of this rank (set by the thread plan)
   bool threads_bound = false;     // each thread pinned to one CPU of the cpuset
+  CpuInfo cpu;                    // what the processor executes
+  Isa isa = Isa::Generic;         // the kernel path this run uses (set by choose_isa)
+  bool isa_forced = false;        // narrower than the CPU's widest, by request
+  Peak peak;                      // measured on demand (train, eval, bench); zero until then
 
   // Reads the host, libnuma and this process's affinity mask.
   static Topology detect(const NodeShare& share);
   std::string describe() const;   // a few lines for the start-up table
 };
+
+// The kernel path for `request` ("auto" = the widest the CPU runs); throws when the CPU
+// cannot run the one asked for. Sets topo.isa and topo.isa_forced.
+void choose_isa(Topology& topo, const std::string& request);
 
 // This process's affinity mask as a sorted CPU list.
 std::vector<int> current_cpuset();

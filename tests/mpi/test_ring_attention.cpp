@@ -10,6 +10,7 @@
 
 #include "model/shard.hpp"
 #include "parallel/ring_attention.hpp"
+#include "test_isa.hpp"
 
 namespace lct {
 namespace {
@@ -61,7 +62,7 @@ Full make_full(Layout layout, int64_t H, int64_t KV, uint32_t seed, int perturb_
 
   const AttnDims d{f.T, f.T, H, KV, f.D};
   const TokenTags tags{f.idx.data(), f.doc.data()};
-  FlashAttention flash(f.T, f.D, {16, 24});
+  FlashAttention flash({f.T, f.T, H, KV, f.D}, {16, 24}, test_isa());
   f.o.resize(f.q.size());
   f.lse.resize(size_t(H * f.T));
   flash.forward(d, f.q.data(), f.k.data(), f.v.data(), tags, tags, f.o.data(), f.lse.data());
@@ -100,7 +101,7 @@ Local run_parallel(const Full& f) {
     idx.push_back(f.idx[size_t(row)]);
     doc.push_back(f.doc[size_t(row)]);
   }
-  Op op(MPI_COMM_WORLD, Tl, f.H, f.KV, f.D, {16, 24});
+  Op op(MPI_COMM_WORLD, Tl, f.H, f.KV, f.D, {16, 24}, test_isa());
   const AttnDims d{Tl, Tl, f.H, f.KV, f.D};
   const TokenTags tags{idx.data(), doc.data()};
   PhaseClock clock;

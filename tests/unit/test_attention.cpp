@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kernels/attention.hpp"
+#include "test_isa.hpp"
 
 namespace lct {
 namespace {
@@ -16,7 +17,12 @@ struct Case {
   int64_t S, H, KV, D;
   bool documents;  // packed documents with padding, or one causal sequence
   AttnBlocks blocks;
+  Isa isa = test_isa();
 };
+
+FlashAttention make_flash(const Case& c) {
+  return FlashAttention({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa);
+}
 
 struct Inputs {
   std::vector<float> q, k, v, dout;
@@ -66,7 +72,8 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref, doubl
 }
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << "S=" << c.S << " H=" << c.H << " KV=" << c.KV << " D=" << c.D << (c.documents ? " docs" : " causal");
+  *os << "S=" << c.S << " H=" << c.H << " KV=" << c.KV << " D=" << c.D << (c.documents ? " docs" : " causal")
+      << " " << isa_name(c.isa);
 }
 
 class FlashVsReference : public ::testing::TestWithParam<Case> {};
@@ -79,7 +86,7 @@ TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
 
   std::vector<float> o(nq), lse(nl), o_ref(nq), lse_ref(nl);
-  FlashAttention flash(c.S, c.D, c.blocks);
+  FlashAttention flash = make_flash(c);
   flash.forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o.data(), lse.data());
   attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o_ref.data(),
                               lse_ref.data());
@@ -98,9 +105,9 @@ TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
   for (int t = 0; t < 5; ++t) {
     double abs_diff;
     const double rel = max_rel(*got[t], *want[t], &abs_diff);
-    std::printf("S=%lld H=%lld KV=%lld %s %-3s max abs %.2e rel %.2e\n", (long long)c.S,
-                (long long)c.H, (long long)c.KV, c.documents ? "docs  " : "causal", names[t],
-                abs_diff, rel);
+    std::printf("%s S=%lld H=%lld KV=%lld %s %-3s max abs %.2e rel %.2e\n", isa_name(c.isa),
+                (long long)c.S, (long long)c.H, (long long)c.KV, c.documents ? "docs  " : "causal",
+                names[t], abs_diff, rel);
     EXPECT_LT(rel, 1e-5) << names[t];
   }
   // Padding rows see nothing: zero output, -inf lse, zero gradient, no NaN anywhere.
@@ -118,32 +125,41 @@ TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
     for (float x : *v) ASSERT_FALSE(std::isnan(x));
 }
 
+// Every kernel path this CPU runs, on sizes that are and are not multiples of the blocks,
+// the micro-kernels' strips and chunks; the longest sequence on the widest path only.
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (int64_t S : {1, 7, 64, 1000, 4096})
-    for (bool docs : {false, true})
-      for (int64_t kv : {4, 1}) {  // GQA ratio 1 and 4
-        if (docs && S < 7) continue;
-        const int64_t D = S >= 4096 ? 32 : 16;
-        const AttnBlocks b = S >= 1000 ? AttnBlocks{128, 128} : AttnBlocks{16, 24};
-        out.push_back({S, 4, kv, D, docs, b});
-      }
-  out.push_back({333, 2, 1, 64, true, {64, 48}});  // D 64, blocks that divide nothing
+  const std::vector<Isa> isas = test_isas();
+  for (Isa isa : isas) {
+    for (int64_t S : {1, 7, 64, 1000, 4096})
+      for (bool docs : {false, true})
+        for (int64_t kv : {4, 1}) {  // GQA ratio 1 and 4
+          if ((docs && S < 7) || (S == 4096 && isa != isas.front())) continue;
+          const int64_t D = S >= 4096 ? 32 : 16;
+          const AttnBlocks b = S >= 1000 ? AttnBlocks{128, 128} : AttnBlocks{16, 24};
+          out.push_back({S, 4, kv, D, docs, b, isa});
+        }
+    out.push_back({333, 2, 1, 64, true, {64, 48}, isa});   // D 64, blocks that divide nothing
+    out.push_back({130, 4, 2, 128, true, {33, 70}, isa});  // D 128, odd blocks
+    out.push_back({97, 3, 3, 24, false, {13, 9}, isa});    // D not a multiple of 16 (or 8)
+  }
   return out;
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashVsReference);
 INSTANTIATE_TEST_SUITE_P(Sizes, FlashVsReference, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return "S" + std::to_string(c.S) + (c.documents ? "_docs" : "_causal") +
-                                  "_gqa" + std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D);
+                                  "_gqa" + std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D) +
+                                  "_" + isa_name(c.isa);
                          });
 
 TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
   const Case c{600, 4, 2, 16, true, {32, 32}};
   Inputs in = make_inputs(c, 5);
   const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
-  FlashAttention flash(c.S, c.D, c.blocks);
+  FlashAttention flash = make_flash(c);
   auto run = [&](const Inputs& x, std::vector<float>& o, std::vector<float>& dq, std::vector<float>& dk) {
     const TokenTags t{x.idx.data(), x.doc.data()};
     std::vector<float> lse(size_t(c.H * c.S)), delta(size_t(c.H * c.S)), dv(dk.size(), 0.f);
@@ -189,7 +205,7 @@ TEST(FlashAttention, BackwardIsBitwiseRepeatable) {
   const Inputs in = make_inputs(c, 9);
   const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
   const TokenTags t{in.idx.data(), in.doc.data()};
-  FlashAttention flash(c.S, c.D, c.blocks);
+  FlashAttention flash = make_flash(c);
   std::vector<float> o(size_t(c.S * c.H * c.D)), lse(size_t(c.H * c.S)), delta(lse.size());
   flash.forward(d, in.q.data(), in.k.data(), in.v.data(), t, t, o.data(), lse.data());
   attention_delta(o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());

@@ -11,6 +11,7 @@
 #include "io/arrays.hpp"
 #include "io/model_file.hpp"
 #include "model/init.hpp"
+#include "test_isa.hpp"
 #include "train/trainer.hpp"
 
 #ifndef LCT_PYTHON
@@ -65,7 +66,7 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
   const Batch batch = make_batch(ds, seqs, S);
   ASSERT_GE(batch.B, 3);
 
-  LlamaModel model(c, {batch.tokens_total(), S, gc.checkpointing, {16, 16}});
+  LlamaModel model(c, {batch.tokens_total(), S, gc.checkpointing, {16, 16}, test_isa()});
   const ParamLayout& layout = model.layout();
   llama_init(layout, c, 11, model.params());
   for (const TensorSpec& t : layout.tensors)  // norms away from 1 so their scale is tested

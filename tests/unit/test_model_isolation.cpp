@@ -5,6 +5,7 @@
 
 #include "model/init.hpp"
 #include "model/llama.hpp"
+#include "test_isa.hpp"
 
 namespace lct {
 namespace {
@@ -25,7 +26,7 @@ TEST(LlamaModel, PerturbingOneDocumentChangesNoOtherDocumentsLossOrGradient) {
   ASSERT_EQ(p.sequences.size(), 1u);  // all four documents share one sequence
   Batch b = make_batch(ds, {&p.sequences[0]}, S);
 
-  LlamaModel model(c, {S, S, Checkpointing::None, {32, 32}});
+  LlamaModel model(c, {S, S, Checkpointing::None, {32, 32}, test_isa()});
   llama_init(model.layout(), c, 5, model.params());
   PhaseClock clock;
   // Score only documents 0, 2 and 3; then perturb a token in the middle of document 1.

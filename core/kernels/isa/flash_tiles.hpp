@@ -1,0 +1,190 @@
+// Flash-attention tiles for one ISA (the Simd of the including translation unit), fp32.
+// The including file defines LCT_ISA_NS, includes simd.hpp and defines
+//   struct Shape { R (query rows per strip), NV (vectors per key chunk),
+//                  DC (vectors of D per output pass), KC (keys per dK/dV pass) };
+// so that the accumulators of every micro-kernel fit the ISA's registers.
+//
+// Micro-kernels (all row-major, leading dimensions given):
+//   mk_abt  s[R][NC]  = a[R][K] . bt[K][NC]        scores (q kt), dP (dout vt)
+//   mk_ab   c[R][DC]  = c * scale + p[R][K] . b[K][DC]      o += p v, dq = ds k
+//   mk_atb  c[KC][DC] += a[rows][KC]^T . b[rows][DC]        dv += p^T dout, dk += ds^T q
+// Forward: per strip of R query rows and chunk of NC keys, scores stay in registers for the
+// online softmax; only p goes through L1 (R x NC floats) on its way into p . v.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/isa/kernels.hpp"
+
+namespace lct::LCT_ISA_NS {
+
+using V = Simd::V;
+constexpr int W = Simd::W, R = Shape::R, NV = Shape::NV, NC = NV * W, KC = Shape::KC;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+#define LCT_UNROLL _Pragma("GCC unroll 32")
+
+inline void mk_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t K,
+                   V (&s)[R][NV]) {
+  LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
+  for (int64_t k = 0; k < K; ++k) {
+    V b[NV];
+    LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = Simd::load(bt + k * ldb + v * W);
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
+      const V x = Simd::set1(a[r * lda + k]);
+      LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::fma(x, b[v], s[r][v]);
+    }
+  }
+}
+
+// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, DC vectors of columns.
+template <int DC>
+inline void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
+                  int64_t ldc, const float* scale, bool zero_c) {
+  V acc[R][DC];
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int v = 0; v < DC; ++v) {
+      if (zero_c) acc[r][v] = Simd::zero();
+      else if (scale) acc[r][v] = Simd::mul(Simd::load(c + r * ldc + v * W), Simd::set1(scale[r]));
+      else acc[r][v] = Simd::load(c + r * ldc + v * W);
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    V bb[DC];
+    LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = Simd::load(b + k * ldb + v * W);
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
+      const V x = Simd::set1(p[r * ldp + k]);
+      LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = Simd::fma(x, bb[v], acc[r][v]);
+    }
+  }
+  LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
+}
+
+template <int DC>
+inline void mk_atb(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
+                   float* c, int64_t ldc) {
+  V acc[KC][DC];
+  LCT_UNROLL for (int k = 0; k < KC; ++k)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = Simd::load(c + k * ldc + v * W);
+  for (int64_t r = 0; r < rows; ++r) {
+    V bb[DC];
+    LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = Simd::load(b + r * ldb + v * W);
+    LCT_UNROLL for (int k = 0; k < KC; ++k) {
+      const V x = Simd::set1(a[r * lda + k]);
+      LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = Simd::fma(x, bb[v], acc[k][v]);
+    }
+  }
+  LCT_UNROLL for (int k = 0; k < KC; ++k)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + k * ldc + v * W, acc[k][v]);
+}
+
+// Runs f(d0, DC-constant) over the head dimension in passes of at most Shape::DC vectors.
+template <class F>
+inline void over_d(int64_t D, F&& f) {
+  int64_t d0 = 0;
+  if constexpr (Shape::DC >= 4)
+    for (; d0 + 4 * W <= D; d0 += 4 * W) f(d0, std::integral_constant<int, 4>());
+  if constexpr (Shape::DC >= 2)
+    for (; d0 + 2 * W <= D; d0 += 2 * W) f(d0, std::integral_constant<int, 2>());
+  for (; d0 + W <= D; d0 += W) f(d0, std::integral_constant<int, 1>());
+}
+
+inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
+                        const int32_t* qidx, const int32_t* qdoc) {
+  LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int v = 0; v < NV; ++v)
+      s[r][v] = Simd::keep(Simd::visible(kidx + v * W, kdoc + v * W, qidx[r], qdoc[r]), s[r][v],
+                           Simd::set1(kNegInf));
+}
+
+void flash_fwd_tile(const FlashFwdTile& t) {
+  const int64_t D = t.D, np = t.np;
+  float* p = t.scratch;  // [R][np]
+  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
+    const float* q = t.q + r0 * D;
+    float* m = t.m + r0;
+    float* l = t.l + r0;
+    for (int64_t c0 = 0; c0 < np; c0 += NC) {
+      V s[R][NV];
+      mk_abt(q, D, t.kt + c0, np, D, s);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      // New running max per row, and the factor that rescales what was summed before.
+      float m_new[R], corr[R];
+      bool rescale = false;
+      LCT_UNROLL for (int r = 0; r < R; ++r) {
+        V x = s[r][0];
+        LCT_UNROLL for (int v = 1; v < NV; ++v) x = Simd::max(x, s[r][v]);
+        const float mx = Simd::reduce_max(x);
+        m_new[r] = m[r] < mx ? mx : m[r];
+        corr[r] = 1.0f;
+        if (m_new[r] != m[r]) {  // m was -inf (corr 0) or grew
+          alignas(64) float e[W] = {};
+          e[0] = m[r] - m_new[r];
+          Simd::store(e, Simd::exp2(Simd::load(e)));
+          corr[r] = e[0];
+          rescale = true;
+        }
+      }
+      LCT_UNROLL for (int r = 0; r < R; ++r) {
+        float* pr = p + r * np + c0;
+        if (m_new[r] == kNegInf) {  // nothing visible on this row so far
+          LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(pr + v * W, Simd::zero());
+          continue;
+        }
+        const V mv = Simd::set1(m_new[r]);
+        V sum = Simd::zero();
+        LCT_UNROLL for (int v = 0; v < NV; ++v) {
+          const V e = Simd::exp2(Simd::sub(s[r][v], mv));
+          Simd::store(pr + v * W, e);
+          sum = Simd::add(sum, e);
+        }
+        l[r] = l[r] * corr[r] + Simd::reduce_add(sum);
+        m[r] = m_new[r];
+      }
+      over_d(D, [&](int64_t d0, auto dc) {
+        mk_ab<decltype(dc)::value>(p + c0, np, t.v + c0 * D + d0, D, NC, t.acc + r0 * D + d0, D,
+                                   rescale ? corr : nullptr, false);
+      });
+    }
+  }
+}
+
+void flash_bwd_tile(const FlashBwdTile& t) {
+  const int64_t D = t.D, np = t.np;
+  // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k.
+  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
+    for (int64_t c0 = 0; c0 < np; c0 += NC) {
+      V s[R][NV];
+      mk_abt(t.q + r0 * D, D, t.kt + c0, np, D, s);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      LCT_UNROLL for (int r = 0; r < R; ++r) {
+        const V lse = Simd::set1(t.lse2[r0 + r]);
+        LCT_UNROLL for (int v = 0; v < NV; ++v)
+          Simd::store(t.p + (r0 + r) * np + c0 + v * W, Simd::exp2(Simd::sub(s[r][v], lse)));
+      }
+      mk_abt(t.dout + r0 * D, D, t.vt + c0, np, D, s);  // s now holds dP
+      LCT_UNROLL for (int r = 0; r < R; ++r) {
+        const V dl = Simd::set1(t.delta[r0 + r]);
+        const float* pr = t.p + (r0 + r) * np + c0;
+        float* dsr = t.ds + (r0 + r) * np + c0;
+        LCT_UNROLL for (int v = 0; v < NV; ++v)
+          Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
+      }
+    }
+    over_d(D, [&](int64_t d0, auto dc) {
+      mk_ab<decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
+                                 nullptr, true);
+    });
+  }
+  // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
+  for (int64_t k0 = 0; k0 < np; k0 += KC)
+    over_d(D, [&](int64_t d0, auto dc) {
+      mk_atb<decltype(dc)::value>(t.p + k0, np, t.dout + d0, D, t.rows, t.dv + k0 * D + d0, D);
+      mk_atb<decltype(dc)::value>(t.ds + k0, np, t.q + d0, D, t.rows, t.dk + k0 * D + d0, D);
+    });
+}
+
+}  // namespace lct::LCT_ISA_NS

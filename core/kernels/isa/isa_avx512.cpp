@@ -1,0 +1,22 @@
+// The avx512 kernel path: AVX-512 F/BW/VL/DQ, compiled with -march=x86-64-v4 only.
+#define LCT_ISA_NS avx512
+#define LCT_ISA_AVX512
+#include "kernels/isa/simd.hpp"
+
+namespace lct::LCT_ISA_NS {
+// 4 x 4 score vectors = 64 keys per chunk in 16 registers; p . v in 4 x 4 accumulators.
+struct Shape {
+  static constexpr int R = 4, NV = 4, DC = 4, KC = 4;
+};
+}  // namespace lct::LCT_ISA_NS
+
+#include "kernels/isa/flash_tiles.hpp"
+#include "kernels/isa/probe.hpp"
+
+namespace lct {
+const IsaKernels* isa_kernels_avx512() {
+  using namespace avx512;
+  static const IsaKernels k{Isa::Avx512, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile};
+  return &k;
+}
+}  // namespace lct

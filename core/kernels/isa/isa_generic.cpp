@@ -1,0 +1,21 @@
+// The generic kernel path: portable scalar C++ for any CPU and any head dimension, compiled
+// with the project's baseline flags.
+#define LCT_ISA_NS generic
+#include "kernels/isa/simd.hpp"
+
+namespace lct::LCT_ISA_NS {
+struct Shape {
+  static constexpr int R = 4, NV = 8, DC = 1, KC = 4;
+};
+}  // namespace lct::LCT_ISA_NS
+
+#include "kernels/isa/flash_tiles.hpp"
+#include "kernels/isa/probe.hpp"
+
+namespace lct {
+const IsaKernels* isa_kernels_generic() {
+  using namespace generic;
+  static const IsaKernels k{Isa::Generic, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile};
+  return &k;
+}
+}  // namespace lct

@@ -1,0 +1,154 @@
+// One vector type per kernel path, with the same static members, so that the tile kernels
+// are written once (flash_tiles.hpp) and compiled once per ISA. Included only by the ISA
+// translation units (isa_*.cpp), each compiled with exactly its ISA's flags and inside its
+// own namespace (LCT_ISA_NS), so no inline function of one ISA can be linked into another.
+// The unit says which path it is (LCT_ISA_AVX512, LCT_ISA_AVX2 or neither: generic); the
+// compiler's flags only have to allow it (the generic unit may well be built with AVX).
+//
+//   W         floats per vector
+//   V         the vector type
+//   exp2(x)   2^x, about 1 ulp; exactly 0 for x < -126 and for -inf (masked scores); NaN stays NaN
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(LCT_ISA_AVX512) && !defined(__AVX512F__)
+#error "the avx512 kernels need -march=x86-64-v4"
+#endif
+#if defined(LCT_ISA_AVX2) && !(defined(__AVX2__) && defined(__FMA__))
+#error "the avx2 kernels need -march=x86-64-v3"
+#endif
+
+#if defined(LCT_ISA_AVX512) || defined(LCT_ISA_AVX2)
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_ps() and then warn
+// about it (a known false positive); nothing of ours is uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
+#ifndef LCT_ISA_NS
+#error "simd.hpp is included only by the ISA translation units, which define LCT_ISA_NS"
+#endif
+
+namespace lct::LCT_ISA_NS {
+
+// 2^f for f in [-0.5, 0.5]: minimax polynomial (Cephes exp2f), relative error about 1e-7.
+#define LCT_EXP2_POLY(FMA, SET, f)                                          \
+  FMA(FMA(FMA(FMA(FMA(SET(1.535336188319500e-4f), f, SET(1.339887440266574e-3f)), f, \
+                  SET(9.618437357674640e-3f)), f, SET(5.550332471162809e-2f)), f,      \
+          SET(2.402264791363012e-1f)), f, SET(6.931472028550421e-1f))
+
+#if defined(LCT_ISA_AVX512)
+struct Simd {
+  static constexpr int W = 16;
+  using V = __m512;
+  using Mask = __mmask16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
+  static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
+  // lanes where the key is visible to the query: same document (>= 0) and idx <= query idx
+  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qdoc) {
+    const __m512i i = _mm512_loadu_si512(kidx), d = _mm512_loadu_si512(kdoc);
+    return _mm512_cmple_epi32_mask(i, _mm512_set1_epi32(qidx)) &
+           _mm512_cmpeq_epi32_mask(d, _mm512_set1_epi32(qdoc));
+  }
+  static V keep(Mask m, V v, V other) { return _mm512_mask_blend_ps(m, other, v); }
+  static V exp2(V x) {
+    const V hi = set1(128.0f), lo = set1(-127.0f);
+    const Mask under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(hi, x);  // operand order: a NaN x passes through min and max
+    x = _mm512_max_ps(lo, x);
+    const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V f = sub(x, n);
+    const V p = fma(LCT_EXP2_POLY(fma, set1, f), f, set1(1.0f));
+    const V r = _mm512_scalef_ps(p, n);  // p * 2^n
+    return _mm512_maskz_mov_ps(Mask(~under), r);
+  }
+};
+#elif defined(LCT_ISA_AVX2)
+struct Simd {
+  static constexpr int W = 8;
+  using V = __m256;
+  using Mask = __m256;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static float reduce_max(V v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
+  static float reduce_add(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qdoc) {
+    const __m256i i = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kidx));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kdoc));
+    const __m256i later = _mm256_cmpgt_epi32(i, _mm256_set1_epi32(qidx));
+    const __m256i same = _mm256_cmpeq_epi32(d, _mm256_set1_epi32(qdoc));
+    return _mm256_castsi256_ps(_mm256_andnot_si256(later, same));
+  }
+  static V keep(Mask m, V v, V other) { return _mm256_blendv_ps(other, v, m); }
+  static V exp2(V x) {
+    const V lo = set1(-127.0f);
+    const V under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(set1(128.0f), x);  // operand order: a NaN x passes through
+    x = _mm256_max_ps(lo, x);
+    const V n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V f = sub(x, n);
+    const V p = fma(LCT_EXP2_POLY(fma, set1, f), f, set1(1.0f));
+    // 2^n by the exponent field; n in [-127, 128]: split in two halves so both stay normal
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
+    const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
+    const V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
+    return _mm256_andnot_ps(under, mul(mul(p, s1), s2));
+  }
+};
+#else
+// Portable scalar path: any CPU, any head dimension.
+struct Simd {
+  static constexpr int W = 1;
+  using V = float;
+  using Mask = bool;
+  static V zero() { return 0.0f; }
+  static V set1(float x) { return x; }
+  static V load(const float* p) { return *p; }
+  static void store(float* p, V v) { *p = v; }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static V mul(V a, V b) { return a * b; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V max(V a, V b) { return a < b ? b : a; }
+  static float reduce_max(V v) { return v; }
+  static float reduce_add(V v) { return v; }
+  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qdoc) {
+    return *kidx <= qidx && *kdoc == qdoc;
+  }
+  static V keep(Mask m, V v, V other) { return m ? v : other; }
+  static V exp2(V x) { return std::exp2(x); }
+};
+#endif
+
+}  // namespace lct::LCT_ISA_NS
