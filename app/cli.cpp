@@ -95,6 +95,10 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
         "kernel path: auto (the widest this CPU runs), avx512_bf16, avx512, avx2 or generic "
         "(a narrower one is for testing and comparison)")
       ->check(CLI::IsMember({"auto", "avx512_bf16", "avx512", "avx2", "generic"}));
+  r.add(&app, "--gemm", o.gemm, std::string("onednn"),
+        "matrix-product library: onednn (kernels chosen from the CPU's features) or openblas "
+        "(the portable fallback; its kernels are the ones OpenBLAS detects)")
+      ->check(CLI::IsMember({"onednn", "openblas"}));
 }
 
 void declare_init(Registry& r, CLI::App* c, InitOptions& o) {

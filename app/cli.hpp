@@ -16,6 +16,7 @@ struct GlobalOptions {
   bool oversubscribe;       // allow more threads x ranks than CPUs
   bool bind_threads;
   std::string isa;          // kernel path: auto | avx512_bf16 | avx512 | avx2 | generic
+  std::string gemm;         // matrix-product library: onednn | openblas
 };
 
 struct InitOptions {

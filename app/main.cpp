@@ -7,6 +7,7 @@
 #include "app/cli.hpp"
 #include "app/context.hpp"
 #include "common/error.hpp"
+#include "kernels/gemm.hpp"
 #include "parallel/world.hpp"
 #include "sys/threads.hpp"
 
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     lct::apply_thread_plan(ctx->topo, {inv.global.threads, inv.global.oversubscribe,
                                        inv.global.bind_threads});
     lct::choose_isa(ctx->topo, inv.global.isa);
+    lct::gemm_setup(lct::parse_gemm_lib(inv.global.gemm), ctx->topo.isa);
   });
   if (error.empty()) error = lct::run_agreed(world, [&] { code = dispatch(*ctx); });
   if (!error.empty()) {

@@ -14,8 +14,9 @@ RUN_DIR=${RUN_DIR:-runs/default}
 JOBS=${JOBS:-$(nproc)}
 
 # --- packages: install only what is missing ----------------------------------------------
-build_pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev
-            hdf5-tools libnuma-dev numactl libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev)
+build_pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
+            libhdf5-openmpi-dev hdf5-tools libnuma-dev numactl libcli11-dev libgtest-dev libgmock-dev
+            libbenchmark-dev)
 py_pkgs=(python3-h5py python3-matplotlib)  # reading lctrain's files, plotting them
 [ "$mode" = test ] && py_pkgs+=(python3-torch)  # the independent reference of the golden tests
 missing() { for p in "$@"; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done; }
@@ -38,7 +39,7 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 echo "== building in $BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR.configure.log" 2>&1 ||
   { cat "$BUILD_DIR.configure.log"; exit 1; }
-grep -A12 "lctrain .* configuration" "$BUILD_DIR.configure.log" | sed 's/^-- //'
+grep -A13 "lctrain .* configuration" "$BUILD_DIR.configure.log" | sed 's/^-- //'
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
 if [ "$mode" = test ]; then

@@ -4,9 +4,24 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.hpp"
+
+extern "C" char* openblas_get_corename();
 
 namespace lct {
 
+namespace {
+
+GemmLib g_lib = GemmLib::OneDnn;
+
+// OpenBLAS: split the longer side of C into 2 tiles per thread (rounded to 16 for vector
+// alignment) so a slow core does not hold up the rest; dynamic schedule, fixed partition.
 void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
@@ -14,17 +29,14 @@ void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
               int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
+void gemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const double flops = 2.0 * double(M) * double(N) * double(K);
   if (threads == 1 || flops < 2e6) {
     sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  // Split the longer side of C into 2 tiles per thread (rounded to 16 for vector alignment)
-  // so a slow core does not hold up the rest; dynamic schedule, fixed partition.
   const bool split_rows = M >= N;
   const int64_t len = split_rows ? M : N;
   const int64_t want = int64_t(threads) * 2;
@@ -43,43 +55,176 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   }
 }
 
-}  // namespace lct
-
-#include <vector>
-
-namespace lct {
-
-namespace {
-template <class F>
-double best_gflops(int64_t n, int reps, F&& run) {
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = omp_get_wtime();
-    run();
-    best = std::max(best, 2.0 * double(n) * double(n) * double(n) / (omp_get_wtime() - t0) / 1e9);
+// oneDNN: one matmul primitive per distinct product (shape, strides, transposes, alpha,
+// beta), created on first use and kept; a product is then one primitive execution.
+struct MatmulKey {
+  int64_t M, N, K, lda, ldb, ldc;
+  bool ta, tb, accumulate;
+  float alpha, beta;
+  bool operator==(const MatmulKey&) const = default;
+};
+struct MatmulKeyHash {
+  size_t operator()(const MatmulKey& k) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
+    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.accumulate) << 2);
+    uint32_t a, b;
+    std::memcpy(&a, &k.alpha, 4);
+    std::memcpy(&b, &k.beta, 4);
+    mix(uint64_t(a) << 32 | b);
+    return h;
   }
-  return best;
+};
+struct Matmul {
+  dnnl::matmul prim;
+  dnnl::memory a, b, c;  // descriptors bound to the engine; handles set per call
+};
+
+struct OneDnn {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mutex;
+  std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> cache;
+
+  static OneDnn& get() {
+    static OneDnn instance;
+    return instance;
+  }
+
+  Matmul& matmul(const MatmulKey& k) {
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    // Row-major with leading dimensions; a transposed operand is the same memory read with
+    // swapped strides.
+    const dnnl::memory::desc a({k.M, k.K}, dt::f32, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
+    const dnnl::memory::desc b({k.K, k.N}, dt::f32, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
+    const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+    if (k.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(k.beta);
+      attr.set_post_ops(po);
+    }
+    try {
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
+      Matmul m{dnnl::matmul(pd), dnnl::memory(a, engine, nullptr), dnnl::memory(b, engine, nullptr),
+               dnnl::memory(c, engine, nullptr)};
+      return cache.emplace(k, std::move(m)).first->second;
+    } catch (const dnnl::error& e) {
+      fail("oneDNN cannot build the product [", k.M, " x ", k.K, "] x [", k.K, " x ", k.N,
+           "] (", e.what(), "); run with --gemm openblas");
+    }
+  }
+};
+
+void gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  OneDnn& d = OneDnn::get();
+  const std::lock_guard<std::mutex> lock(d.mutex);
+  Matmul& m = d.matmul({M, N, K, lda, ldb, ldc, ta, tb, beta != 0.0f, alpha, beta});
+  m.a.set_data_handle(const_cast<float*>(A));
+  m.b.set_data_handle(const_cast<float*>(B));
+  m.c.set_data_handle(C);
+  m.prim.execute(d.stream, {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}});
+  d.stream.wait();
 }
+
+dnnl::cpu_isa onednn_isa(Isa isa) {
+  switch (isa) {
+    case Isa::Generic: return dnnl::cpu_isa::sse41;
+    case Isa::Avx2: return dnnl::cpu_isa::avx2;
+    case Isa::Avx512: return dnnl::cpu_isa::avx512_core;
+    case Isa::Avx512Bf16: return dnnl::cpu_isa::all;  // and AMX where the CPU has it
+  }
+  return dnnl::cpu_isa::all;
+}
+
+const char* onednn_isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
 }  // namespace
+
+GemmLib parse_gemm_lib(const std::string& name) {
+  if (name == "onednn") return GemmLib::OneDnn;
+  if (name == "openblas") return GemmLib::OpenBlas;
+  fail("unknown GEMM library '", name, "': use onednn or openblas");
+}
+
+const char* gemm_lib_name(GemmLib lib) { return lib == GemmLib::OneDnn ? "onednn" : "openblas"; }
+
+void gemm_setup(GemmLib lib, Isa max_isa) {
+  g_lib = lib;
+  if (lib != GemmLib::OneDnn) return;
+  // Fails (harmlessly) once primitives exist or when DNNL_MAX_CPU_ISA already capped it.
+  try {
+    dnnl::set_max_cpu_isa(onednn_isa(max_isa));
+  } catch (const dnnl::error&) {
+  }
+}
+
+GemmLib gemm_lib() { return g_lib; }
+
+std::string openblas_kernels() { return openblas_get_corename(); }
+
+std::string gemm_description() {
+  if (g_lib == GemmLib::OpenBlas)
+    return cat("OpenBLAS ", openblas_get_config(), " (", openblas_get_corename(), " kernels)");
+  const dnnl_version_t* v = dnnl_version();
+  return cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (",
+             onednn_isa_name(dnnl::get_effective_cpu_isa()), " kernels)");
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // no product: C = beta * C
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  if (g_lib == GemmLib::OneDnn && !omp_in_parallel())
+    gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    gemm_openblas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += double(ta ? A[k * lda + i] : A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
+      const double prev = beta == 0.0f ? 0.0 : double(beta) * double(C[i * ldc + j]);
+      C[i * ldc + j] = float(double(alpha) * s + prev);
+    }
+}
 
 double measure_gemm_gflops(int64_t n, int reps) {
   std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
-  return best_gflops(n, reps, [&] {
+  double best = 0;
+  for (int r = 0; r <= reps; ++r) {  // the first run builds the primitive and warms up
+    const double t0 = omp_get_wtime();
     gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  });
-}
-
-double measure_openblas_sgemm_gflops(int64_t n, int threads, int reps) {
-  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
-  const int omp = omp_get_max_threads();
-  openblas_set_num_threads(threads);
-  const double g = best_gflops(n, reps, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(),
-                int(n), b.data(), int(n), 0.0f, c.data(), int(n));
-  });
-  openblas_set_num_threads(1);
-  omp_set_num_threads(omp);  // the OpenMP build of OpenBLAS changes it
-  return g;
+    const double dt = omp_get_wtime() - t0;
+    if (r > 0) best = std::max(best, 2.0 * double(n) * double(n) * double(n) / dt / 1e9);
+  }
+  return best;
 }
 
 }  // namespace lct

@@ -1,15 +1,38 @@
-// Row-major GEMM over all OpenMP threads: one coarse parallel region over tiles of C, each
-// tile one single-threaded cblas_sgemm (OpenBLAS stays at 1 thread, see sys/threads.hpp).
-// Every element of C is produced by one sgemm call with the whole K reduction, so results
-// are deterministic for a given thread count. Call from outside parallel regions.
+// Row-major matrix products over all of the rank's OpenMP threads, through one library
+// chosen once at start-up:
+//   onednn    oneDNN's matmul (JIT kernels picked from the CPU's features at run time: AVX2,
+//             AVX-512, AVX512_BF16, AMX), whatever OpenBLAS detects. The default.
+//   openblas  the portable fallback: one coarse OpenMP region over tiles of C, each tile one
+//             single-threaded cblas_sgemm (OpenBLAS stays at 1 thread, see sys/threads.hpp).
+// Both are deterministic for a given thread count. Call from outside parallel regions.
 #pragma once
 #include <cstdint>
+#include <string>
+
+#include "sys/isa.hpp"
 
 namespace lct {
+
+enum class GemmLib { OneDnn, OpenBlas };
+GemmLib parse_gemm_lib(const std::string& name);  // "onednn" | "openblas"
+const char* gemm_lib_name(GemmLib lib);
+
+// Once per process, before the first product: the library, and the widest ISA oneDNN may
+// use (it cannot be changed afterwards; oneDNN's own DNNL_MAX_CPU_ISA also caps it).
+void gemm_setup(GemmLib lib, Isa max_isa);
+GemmLib gemm_lib();
+// "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Cooperlake kernels)"
+std::string gemm_description();
+std::string openblas_kernels();  // openblas_get_corename(): "Cooperlake", "Haswell", ...
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(X) = X or X^T.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// The definition, in double: for tests.
+void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                    int64_t ldc);
 
 // The three products of a linear layer y = x W^T with W [out, in], x [T, in], y [T, out]:
 inline void linear_forward(float* y, const float* x, const float* w, int64_t T, int64_t in,
@@ -27,17 +50,7 @@ inline void linear_backward_weight(float* dw, const float* dy, const float* x, i
   gemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
-// Single-threaded sgemm, for use inside parallel regions (attention tiles).
-void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc);
-
-}  // namespace lct
-
-namespace lct {
-// GFLOP/s of gemm() on an n x n x n problem with the current OpenMP threads, best of `reps`
-// (the achievable peak that MFU is measured against).
+// GFLOP/s of gemm() on an n x n x n product with the current threads, best of `reps`.
 double measure_gemm_gflops(int64_t n = 2048, int reps = 3);
-// GFLOP/s of OpenBLAS's own threaded sgemm on `threads` threads (restores 1 afterwards).
-double measure_openblas_sgemm_gflops(int64_t n, int threads, int reps = 3);
+
 }  // namespace lct

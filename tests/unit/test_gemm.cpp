@@ -1,0 +1,83 @@
+// Both matrix-product libraries against the definition: transposes, leading dimensions wider
+// than the matrix, alpha and beta, and sizes that are not multiples of any kernel's blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/gemm.hpp"
+#include "test_isa.hpp"
+
+namespace lct {
+namespace {
+
+struct GemmCase {
+  int64_t M, N, K;
+  bool ta, tb;
+  float alpha, beta;
+};
+
+class GemmVsReference : public ::testing::TestWithParam<GemmLib> {
+ protected:
+  void TearDown() override { gemm_setup(GemmLib::OneDnn, test_isa()); }
+};
+
+TEST_P(GemmVsReference, EveryShapeMatches) {
+  gemm_setup(GetParam(), test_isa());
+  std::mt19937 gen(3);
+  std::normal_distribution<float> n(0.f, 1.f);
+  const GemmCase cases[] = {
+      {1, 1, 1, false, false, 1.f, 0.f},       {7, 5, 3, false, true, 1.f, 0.f},
+      {64, 48, 33, true, false, 1.f, 1.f},     {333, 129, 70, false, true, 1.f, 0.f},
+      {100, 259, 512, false, true, 1.f, 0.f},  {259, 64, 100, true, false, 1.f, 1.f},
+      {257, 200, 300, false, false, 0.5f, 1.f}, {31, 17, 1000, true, true, 2.f, 0.25f},
+      {4, 4, 0, false, false, 1.f, 0.5f}};
+  for (const GemmCase& c : cases) {
+    const int64_t pad = 3;  // leading dimensions wider than the rows
+    const int64_t ar = c.ta ? c.K : c.M, ac = c.ta ? c.M : c.K;
+    const int64_t br = c.tb ? c.N : c.K, bc = c.tb ? c.K : c.N;
+    const int64_t lda = ac + pad, ldb = bc + pad, ldc = c.N + pad;
+    std::vector<float> a(size_t(ar * lda)), b(size_t(br * ldb)), c0(size_t(c.M * ldc));
+    for (auto* v : {&a, &b, &c0})
+      for (float& x : *v) x = n(gen);
+    std::vector<float> got = c0, want = c0;
+    gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta, got.data(), ldc);
+    gemm_reference(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta,
+                   want.data(), ldc);
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t e = size_t(i * ldc + j);
+        if (j >= c.N) {  // the padding between rows is never written
+          ASSERT_EQ(got[e], c0[e]) << "wrote outside C at row " << i;
+          continue;
+        }
+        err = std::max(err, double(std::abs(got[e] - want[e])));
+        scale = std::max(scale, double(std::abs(want[e])));
+      }
+    EXPECT_LE(err, 1e-5 * std::max(1.0, scale))
+        << gemm_lib_name(GetParam()) << " " << c.M << "x" << c.N << "x" << c.K << " ta" << c.ta
+        << " tb" << c.tb;
+  }
+}
+
+TEST_P(GemmVsReference, RepeatedProductsAreBitwiseIdentical) {
+  gemm_setup(GetParam(), test_isa());
+  const int64_t M = 300, N = 200, K = 512;
+  std::vector<float> a(size_t(M * K)), b(size_t(K * N));
+  std::mt19937 gen(5);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (auto* v : {&a, &b})
+    for (float& x : *v) x = n(gen);
+  std::vector<float> c1(size_t(M * N)), c2(c1.size());
+  gemm(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c1.data(), N);
+  gemm(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c2.data(), N);
+  EXPECT_EQ(c1, c2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Libraries, GemmVsReference,
+                         ::testing::Values(GemmLib::OneDnn, GemmLib::OpenBlas),
+                         [](const auto& info) { return std::string(gemm_lib_name(info.param)); });
+
+}  // namespace
+}  // namespace lct
