@@ -197,7 +197,7 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "stop after this many consecutive steps skipped for a non-finite loss or gradient");
   r.add(c, "--log-every", o.log_every, int64_t(1), "print a step line every N steps");
   r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
-        "peak for MFU in GFLOP/s per rank (0 = measure sgemm at start-up)");
+        "peak for MFU in GFLOP/s per rank (0 = the multiply-add peak measured at start-up)");
   r.add(c, "--force", o.force, false, "start over in a run directory that holds a previous run");
   r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / cp)");
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence");
@@ -225,9 +225,12 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
 
 void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "what", o.what, std::string("attention"),
-        "what to measure: attention (kernel vs sgemm) or ring (permute bandwidth, attention per step)")
-      ->check(CLI::IsMember({"attention", "ring"}));
-  r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"), "sequence lengths, comma-separated");
+        "what to measure: attention (kernel vs the peak and the GEMM library), gemm (a training "
+        "step's matrix products, oneDNN vs OpenBLAS) or ring (permute bandwidth, attention per step)")
+      ->check(CLI::IsMember({"attention", "gemm", "ring"}));
+  r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"),
+        "sequence lengths (gemm: tokens per product), comma-separated");
+  r.add(c, "--preset", o.preset, std::string("30m"), "gemm: the model preset whose products are measured");
   r.add(c, "--heads", o.heads, int64_t(8), "query heads");
   r.add(c, "--kv-heads", o.kv_heads, int64_t(8), "key/value heads");
   r.add(c, "--head-dim", o.head_dim, int64_t(64), "head dimension");

@@ -76,7 +76,8 @@ struct EvalOptions {
 };
 
 struct BenchOptions {
-  std::string what;  // attention | ring
+  std::string what;  // attention | gemm | ring
+  std::string preset;  // gemm: the model whose products are measured
   std::string seq_lens;  // comma-separated
   int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;
   bool causal, backward;

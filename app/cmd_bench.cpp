@@ -1,20 +1,27 @@
-// lctrain bench attention: flash attention GFLOP/s beside OpenBLAS sgemm GFLOP/s measured
-// in the same run on the same threads. FLOPs the FlashAttention-2 way: forward 4 S^2 D H
-// (halved when causal), backward 2.5x forward. Medians of --repeats runs.
+// lctrain bench attention|gemm: kernel GFLOP/s against the machine's measured peak (FMA peak
+// of the widest fp32 ISA, on the run's own threads) and against a large product of the GEMM
+// library in use, measured in the same run on the same threads. Medians of --repeats runs.
+//   attention  FLOPs the FlashAttention-2 way: forward 4 S^2 D H (halved when causal),
+//              backward 2.5x forward
+//   gemm       the products of a training step of a model preset at T tokens: every linear
+//              layer forward (y = x W^T), backward to the input (dx = dy W) and to the weight
+//              (dW += dy^T x), with oneDNN and with OpenBLAS
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include "app/context.hpp"
 #include "common/error.hpp"
-#include "common/stats.hpp"
 #include "common/rng.hpp"
+#include "common/stats.hpp"
 #include "io/atomic.hpp"
 #include "io/timing_file.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
+#include "model/config.hpp"
 
 namespace lct {
 
@@ -27,31 +34,51 @@ void fill_random(Buffer<float>& x, uint64_t stream) {
   for (int64_t i = 0; i < n; ++i) p[i] = float(normal_at(7, stream, uint64_t(i)));
 }
 
-}  // namespace
+// The median of `repeats` timed runs of f, after one untimed run.
+template <class F>
+double median_seconds(int64_t repeats, F&& f) {
+  std::vector<double> t;
+  for (int64_t r = 0; r <= repeats; ++r) {
+    const double t0 = omp_get_wtime();
+    f();
+    if (r > 0) t.push_back(omp_get_wtime() - t0);
+  }
+  return median(t);
+}
 
-int cmd_bench_ring(Context& ctx);
+struct Table {
+  TimingTable data;
+  explicit Table(std::initializer_list<const char*> columns) {
+    for (const char* c : columns) data.columns.push_back({c, "", "", {}});
+  }
+  void add(const std::vector<double>& row) {
+    for (size_t c = 0; c < data.columns.size(); ++c) data.columns[c].values.push_back(row[c]);
+  }
+};
 
-int cmd_bench(Context& ctx) {
-  const BenchOptions& o = ctx.inv.bench;
-  if (o.what == "ring") return cmd_bench_ring(ctx);
-  ctx.print_startup("bench " + o.what, true);
-  if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1 || o.repeats < 1)
-    fail("bench: --heads must be a positive multiple of --kv-heads, --head-dim and --repeats positive");
-  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
-  if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
-  const int threads = ctx.topo.threads;
+void write_table(Context& ctx, const BenchOptions& o, Table& t, double peak) {
+  if (o.out.empty() || !ctx.world.root()) return;
+  t.data.summary = {{"peak_gflops", peak}, {"peak_how", ctx.topo.peak.fp32_how},
+                    {"gemm", gemm_description()}, {"isa", std::string(isa_name(ctx.topo.isa))}};
+  write_timing_file(o.out, t.data, ctx.provenance(), "bench");
+  ctx.out() << "wrote " << o.out << "\n";
+}
+
+int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
+  if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1)
+    fail("bench: --heads must be a positive multiple of --kv-heads, and --head-dim positive");
   const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;
+  const double peak = ctx.topo.peak.fp32;
   std::ostream& out = ctx.out();
   char line[256];
-  std::snprintf(line, sizeof line, "%8s %10s %10s %10s %10s %10s %8s %8s %10s\n", "S", "fwd s",
-                "fwd GF/s", "f+b s", "f+b GF/s", "sgemm GF/s", "fwd/sg", "f+b/sg", "work MiB");
+  std::snprintf(line, sizeof line, "%8s %9s %9s %6s %9s %9s %6s %9s %7s %7s %9s\n", "S", "fwd s",
+                "fwd GF/s", "%peak", "f+b s", "f+b GF/s", "%peak", "gemm GF/s", "fwd/gm",
+                "f+b/gm", "work MiB");
   out << line << std::flush;
-
-  TimingTable table;
-  for (const char* c : {"seq_len", "heads", "kv_heads", "head_dim", "threads", "fwd_s", "fwd_gflops",
-                        "fwdbwd_s", "fwdbwd_gflops", "sgemm_gflops", "fwd_ratio", "fwdbwd_ratio",
-                        "workspace_mib"})
-    table.columns.push_back({c, "", "", {}});
+  Table table({"seq_len", "heads", "kv_heads", "head_dim", "threads", "fwd_s", "fwd_gflops",
+               "fwd_peak_frac", "fwdbwd_s", "fwdbwd_gflops", "fwdbwd_peak_frac", "gemm_gflops",
+               "fwd_gemm_ratio", "fwdbwd_gemm_ratio", "workspace_mib"});
+  Isa used = ctx.topo.isa;
   for (const int64_t S : lens) {
     Buffer<float> q(size_t(S * H * D)), k(size_t(S * KV * D)), v(k.size()), o_(q.size()),
         dout(q.size()), dq(q.size()), dk(k.size()), dv(k.size()), lse(size_t(H * S)), delta(lse.size());
@@ -65,44 +92,107 @@ int cmd_bench(Context& ctx) {
     const AttnDims d{S, S, H, KV, D};
     FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, ctx.topo.isa);
     const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
-
-    std::vector<double> tf, tb, sg;
-    for (int64_t r = 0; r <= o.repeats; ++r) {  // run 0 warms up and is not counted
-      const double g = measure_gemm_gflops(2048, 1);
-      double t0 = omp_get_wtime();
-      flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data());
-      const double f = omp_get_wtime() - t0;
-      double b = 0;
-      if (o.backward) {
-        t0 = omp_get_wtime();
-        attention_delta(o_.data(), dout.data(), S, H, D, delta.data());
-        flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
-                       tags, dq.data(), dk.data(), dv.data());
-        b = omp_get_wtime() - t0;
-      }
-      if (r == 0) continue;
-      tf.push_back(f);
-      tb.push_back(f + b);
-      sg.push_back(g);
-    }
-    const double f = median(tf), fb = median(tb), g = median(sg);
+    auto forward = [&] { flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
+    auto both = [&] {
+      forward();
+      attention_delta(o_.data(), dout.data(), S, H, D, delta.data());
+      flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
+                     tags, dq.data(), dk.data(), dv.data());
+    };
+    const double g = measure_gemm_gflops(2048, int(o.repeats));
+    used = flash.isa();
+    const double f = median_seconds(o.repeats, forward);
+    const double fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
     const double gf = fwd_flops / f / 1e9, gfb = o.backward ? 3.5 * fwd_flops / fb / 1e9 : 0.0;
     const double ws = double(flash.workspace_bytes()) / double(1 << 20);
-    std::snprintf(line, sizeof line, "%8lld %10.3f %10.1f %10.3f %10.1f %10.1f %8.2f %8.2f %10.1f\n",
-                  (long long)S, f, gf, fb, gfb, g, gf / g, gfb / g, ws);
+    std::snprintf(line, sizeof line, "%8lld %9.3f %9.1f %5.1f%% %9.3f %9.1f %5.1f%% %9.1f %7.2f %7.2f %9.1f\n",
+                  (long long)S, f, gf, 100 * gf / peak, fb, gfb, 100 * gfb / peak, g, gf / g,
+                  gfb / g, ws);
     out << line << std::flush;
-    const double row[] = {double(S), double(H), double(KV), double(D), double(threads), f, gf,
-                          fb, gfb, g, gf / g, gfb / g, ws};
-    for (size_t c = 0; c < table.columns.size(); ++c) table.columns[c].values.push_back(row[c]);
+    table.add({double(S), double(H), double(KV), double(D), double(ctx.topo.threads), f, gf,
+               gf / peak, fb, gfb, gfb / peak, g, gf / g, gfb / g, ws});
   }
   out << "FLOPs: forward 4 S^2 D H" << (o.causal ? " / 2 (causal)" : "")
-      << ", forward+backward 3.5x that; sgemm: OpenBLAS 2048^3 on " << threads
-      << " threads, measured before each repetition; medians of " << o.repeats << " runs\n";
-  if (!o.out.empty() && ctx.world.root()) {
-    write_timing_file(o.out, table, ctx.provenance(), "bench");
-    out << "wrote " << o.out << "\n";
-  }
+      << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how
+      << "); gemm: " << gemm_description() << ", 2048^3 on the same threads; attention kernels "
+      << isa_name(used) << "; medians of " << o.repeats << " runs\n";
+  write_table(ctx, o, table, peak);
   return kExitOk;
+}
+
+int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
+  const ModelConfig c = model_preset(o.preset);
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t HD = c.num_attention_heads * c.head_dim(), KVD = c.num_key_value_heads * c.head_dim();
+  const double peak = ctx.topo.peak.fp32;
+  const GemmLib in_use = gemm_lib();
+  struct Layer {
+    const char* name;
+    int64_t in, out;
+  };
+  const Layer layers[] = {{"q_proj", C, HD}, {"k_proj", C, KVD}, {"o_proj", HD, C},
+                          {"gate_proj", C, I}, {"down_proj", I, C}, {"lm_head", C, V}};
+  std::ostream& out = ctx.out();
+  char line[256];
+  std::snprintf(line, sizeof line, "%7s %-10s %-8s %6s %6s %6s %11s %6s %11s %6s\n", "T", "layer",
+                "product", "M", "N", "K", "oneDNN GF/s", "%peak", "OpenBLAS", "%peak");
+  out << line << std::flush;
+  Table table({"tokens", "layer", "product", "M", "N", "K", "onednn_gflops", "onednn_peak_frac",
+               "openblas_gflops", "openblas_peak_frac"});
+  for (const int64_t T : lens) {
+    for (size_t li = 0; li < std::size(layers); ++li) {
+      const Layer& L = layers[li];
+      Buffer<float> x(size_t(T * L.in)), w(size_t(L.out * L.in)), y(size_t(T * L.out));
+      fill_random(x, 1);
+      fill_random(w, 2);
+      fill_random(y, 3);
+      struct Product {
+        const char* name;
+        std::function<void()> run;
+        int64_t M, N, K;
+      };
+      const Product products[] = {
+          {"forward", [&] { linear_forward(y.data(), x.data(), w.data(), T, L.in, L.out); }, T, L.out, L.in},
+          {"dinput", [&] { linear_backward_input(x.data(), y.data(), w.data(), T, L.in, L.out, false); }, T, L.in, L.out},
+          {"dweight", [&] { linear_backward_weight(w.data(), y.data(), x.data(), T, L.in, L.out); }, L.out, L.in, T}};
+      for (size_t pi = 0; pi < std::size(products); ++pi) {
+        const Product& p = products[pi];
+        const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K);
+        double g[2];
+        for (GemmLib lib : {GemmLib::OneDnn, GemmLib::OpenBlas}) {
+          gemm_setup(lib, ctx.topo.isa);
+          g[int(lib)] = flops / median_seconds(o.repeats, p.run) / 1e9;
+        }
+        std::snprintf(line, sizeof line, "%7lld %-10s %-8s %6lld %6lld %6lld %11.1f %5.1f%% %11.1f %5.1f%%\n",
+                      (long long)T, L.name, p.name, (long long)p.M, (long long)p.N, (long long)p.K,
+                      g[0], 100 * g[0] / peak, g[1], 100 * g[1] / peak);
+        out << line << std::flush;
+        table.add({double(T), double(li), double(pi), double(p.M), double(p.N), double(p.K), g[0],
+                   g[0] / peak, g[1], g[1] / peak});
+      }
+    }
+  }
+  gemm_setup(in_use, ctx.topo.isa);
+  out << "model " << o.preset << " (C " << C << ", I " << I << ", V " << V << ", q " << HD << ", kv "
+      << KVD << "); %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how << "); OpenBLAS "
+      << openblas_kernels() << " kernels; medians of " << o.repeats << " runs\n";
+  write_table(ctx, o, table, peak);
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_bench_ring(Context& ctx);
+
+int cmd_bench(Context& ctx) {
+  const BenchOptions& o = ctx.inv.bench;
+  if (o.what == "ring") return cmd_bench_ring(ctx);
+  ctx.print_startup("bench " + o.what, true);
+  if (o.repeats < 1) fail("bench: --repeats must be at least 1");
+  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
+  if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
+  ctx.measure_peak();
+  return o.what == "gemm" ? bench_gemm(ctx, o, lens) : bench_attention(ctx, o, lens);
 }
 
 }  // namespace lct

@@ -151,7 +151,9 @@ int cmd_train(Context& ctx) {
     return kExitOk;
   }
 
-  const double peak = o.peak_gflops > 0 ? o.peak_gflops : measure_gemm_gflops();
+  ctx.measure_peak();
+  const double peak = o.peak_gflops > 0 ? o.peak_gflops : ctx.topo.peak.fp32;
+  const std::string peak_how = o.peak_gflops > 0 ? "--peak-gflops" : "fp32, " + ctx.topo.peak.fp32_how;
   out << "data: " << loader.packing().sequences.size() << " sequences of " << o.seq_len
       << " tokens (packing efficiency " << std::fixed << std::setprecision(1)
       << 100 * loader.packing().efficiency() << "%); global batch " << o.batch_size * o.grad_accum * dp
@@ -159,8 +161,7 @@ int cmd_train(Context& ctx) {
       << (cp > 1 ? ", each sequence split over " + std::to_string(cp) + " ranks (" + o.cp_split +
                        ", " + o.cp_algo + ")"
                  : std::string())
-      << "\npeak for MFU: " << peak << " GFLOP/s per rank ("
-      << (o.peak_gflops > 0 ? "--peak-gflops" : "sgemm measured now on rank 0's threads") << ")\n"
+      << "\npeak for MFU: " << peak << " GFLOP/s per rank (" << peak_how << ")\n"
       << std::flush;
 
   // Files written by several ranks carry identical attributes: rank 0's date and host.
@@ -283,7 +284,7 @@ int cmd_train(Context& ctx) {
     abort_job(world, e.what());
   }
 
-  record.finish(out, dp, cp, peak);
+  record.finish(out, dp, cp, peak, peak_how);
   write_timing();
   if (world.root()) out << "wrote " << run->timing_path() << " and " << run->latest() << std::endl;
   return kExitOk;

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "common/error.hpp"
+#include "kernels/gemm.hpp"
 #include "lct_build_info.hpp"
 
 namespace lct {
@@ -51,8 +52,23 @@ void Context::print_startup(const std::string& title, bool with_topology) const 
       o << "  " << text.substr(start, end - start) << "\n";
       start = end == std::string::npos ? text.size() : end + 1;
     }
+    o << "  gemm: " << gemm_description() << "; OpenBLAS " << openblas_kernels()
+      << " kernels (" << (gemm_lib() == GemmLib::OpenBlas ? "in use" : "fallback") << ")\n";
+    const std::string warning = openblas_kernel_warning(topo.cpu);
+    if (!warning.empty()) o << warning << "\n";
   }
   o << std::flush;
+}
+
+void Context::measure_peak() {
+  topo.peak = measure_peak_together(world, topo);
+  const Peak& p = topo.peak;
+  std::ostream& o = out();
+  o << std::fixed << std::setprecision(1) << "peak: fp32 " << p.fp32 << " GFLOP/s per rank ("
+    << p.fp32_how << ")";
+  if (p.bf16 > 0) o << ", bf16 " << p.bf16 << " (" << p.bf16_how << ")";
+  if (p.bf16_amx_nominal > 0) o << ", AMX bf16 nominal " << p.bf16_amx_nominal;
+  o << std::defaultfloat << std::setprecision(6) << "\n" << std::flush;
 }
 
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag) {

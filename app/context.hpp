@@ -21,6 +21,8 @@ struct Context {
   std::ostream& out() const;            // std::cout on rank 0, a null stream elsewhere
   Provenance provenance() const;        // for every file written now
   void print_startup(const std::string& title, bool with_topology) const;
+  // Measures the peak on every rank at once (topo.peak) and prints it: train and bench.
+  void measure_peak();
 };
 
 // "4096,16384" -> {4096, 16384}; throws naming `flag` on anything but positive integers.

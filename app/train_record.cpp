@@ -32,7 +32,7 @@ const ColumnSpec kColumns[] = {
     {"seconds", "s", "wall time of the step (rank 0)"},
     {"tokens_per_s", "tokens/s", "tokens / seconds"},
     {"gflops", "GFLOP/s", "model FLOPs per rank (recomputation excluded) / seconds"},
-    {"mfu", "", "gflops / peak_gflops (per rank)"},
+    {"mfu", "", "gflops / peak_gflops: the measured multiply-add peak of the rank's cores"},
     {"attn_fwd_s", "s", "flash attention forward, recomputations included (rank 0)"},
     {"attn_bwd_s", "s", "flash attention backward (rank 0)"},
     {"gemm_s", "s", "linear layers and LM head (rank 0)"},
@@ -130,7 +130,8 @@ std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   return line;
 }
 
-void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak) {
+void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
+                         const std::string& peak_how) {
   // This run's rows only: after a restart the earlier rows belong to earlier runs.
   const auto mine = [&](const char* name) {
     const auto& v = table_.column(name).values;
@@ -156,6 +157,7 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak)
                     {"median_exposed_comm_frac", tail("exposed_comm_frac")},
                     {"median_imbalance", tail("imbalance")},
                     {"peak_gflops", peak},
+                    {"peak_how", peak_how},
                     {"dp", dp},
                     {"cp", cp},
                     {"verification", std::string(falling ? "PASSED" : "FAILED")},

@@ -47,7 +47,7 @@ class TrainRecord {
   void add(const StepFigures& f);
   std::string step_line(const StepFigures& f, double eta_seconds) const;
   // Fills the summary attributes and prints the verification and figure of merit.
-  void finish(std::ostream& out, int64_t dp, int64_t cp, double peak_gflops);
+  void finish(std::ostream& out, int64_t dp, int64_t cp, double peak_gflops, const std::string& peak_how);
   const TimingTable& table() const { return table_; }
   size_t rows() const { return table_.rows(); }
 

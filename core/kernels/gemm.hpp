@@ -25,6 +25,11 @@ GemmLib gemm_lib();
 std::string gemm_description();
 std::string openblas_kernels();  // openblas_get_corename(): "Cooperlake", "Haswell", ...
 
+struct CpuInfo;
+// One line when OpenBLAS runs narrower kernels than the CPU has (an inherited
+// OPENBLAS_CORETYPE, or a CPU OpenBLAS does not recognise), with the fix; empty otherwise.
+std::string openblas_kernel_warning(const CpuInfo& cpu);
+
 // C[M,N] = alpha * op(A) * op(B) + beta * C, with op(X) = X or X^T.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -50,7 +55,7 @@ inline void linear_backward_weight(float* dw, const float* dy, const float* x, i
   gemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
-// GFLOP/s of gemm() on an n x n x n product with the current threads, best of `reps`.
+// GFLOP/s of gemm() on an n x n x n product with the current threads, median of `reps`.
 double measure_gemm_gflops(int64_t n = 2048, int reps = 3);
 
 }  // namespace lct

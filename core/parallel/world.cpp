@@ -84,6 +84,21 @@ void abort_job(const World& w, const std::string& what) {
   std::_Exit(kExitAborted);
 }
 
+Peak measure_peak_together(const World& w, const Topology& topo) {
+  MPI_Barrier(w.comm);
+  Peak p = measure_peak(topo.cpu, topo.threads);
+  double v[3] = {p.fp32, p.bf16, p.bf16_amx_nominal};
+  MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, w.comm);
+  p.fp32 = v[0];
+  p.bf16 = v[1];
+  p.bf16_amx_nominal = v[2];
+  if (w.size > 1) {
+    p.fp32_how += ", most of any rank";
+    if (!p.bf16_how.empty()) p.bf16_how += ", most of any rank";
+  }
+  return p;
+}
+
 std::string broadcast_string(std::string s, MPI_Comm comm) {
   int n = int(s.size());
   MPI_Bcast(&n, 1, MPI_INT, 0, comm);

@@ -47,6 +47,10 @@ void agreed(const World& w, const std::function<void()>& body);
 // prints it (with the rank) and aborts every rank of the job with kExitAborted.
 [[noreturn]] void abort_job(const World& w, const std::string& what);
 
+// Every rank measures its peak at the same moment (all cores loaded, as in training); each
+// figure is the largest any rank measured, so MFU is never flattered by one noisy probe.
+Peak measure_peak_together(const World& w, const Topology& topo);
+
 // Rank 0's value on every rank of `comm`.
 std::string broadcast_string(std::string s, MPI_Comm comm);
 std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm);

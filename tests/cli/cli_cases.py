@@ -229,6 +229,10 @@ def train_loss_falls_and_outputs_are_readable():
                                    "comm_s", "allreduce_s"])
     assert np.allclose(parts, steps["seconds"], rtol=1e-6), (parts, steps["seconds"])
     assert attrs["verification"] == "PASSED" and attrs["figure_of_merit_tokens_per_s"] > 0
+    # MFU is against the multiply-add peak measured on the run's own threads
+    assert "measured" in attrs["peak_how"] and attrs["peak_gflops"] > 0, attrs
+    assert np.allclose(steps["mfu"] * attrs["peak_gflops"], steps["gflops"]), (steps["mfu"], steps["gflops"])
+    assert "peak for MFU:" in p.stdout and "cpu:" in p.stdout and "gemm: oneDNN" in p.stdout
     ckpts = sorted(os.listdir("run/checkpoints"))
     assert ckpts == ["latest", "step_00000010.h5", "step_00000015.h5"], ckpts
     assert open("run/checkpoints/latest").read().strip() == "step_00000015.h5"
@@ -267,14 +271,49 @@ def train_is_deterministic_and_checkpointing_policies_agree():
 
 
 @case
+def every_kernel_path_and_gemm_library_trains_to_the_same_losses():
+    """The paths this CPU runs (an AVX-512 machine covers avx2 and generic too) and OpenBLAS
+    give the same losses as the default run, to rounding; a path the CPU lacks is refused."""
+    good_model()
+    good_dataset()
+    tiny_run("ref")
+    ref = timing("ref")[0]["loss"]
+    ran = []
+    for flags in (["--isa", "avx512"], ["--isa", "avx2"], ["--isa", "generic"], ["--gemm", "openblas"]):
+        p = run(*flags, "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "run_" + flags[1],
+                "--seq-len", "600", "--steps", "6", "--lr", "3e-3", "--warmup-steps", "2",
+                "--block-q", "64", "--block-k", "48")
+        if p.returncode != 0:
+            assert "cannot run it" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+            continue
+        assert flags[0] != "--isa" or f"kernels: {flags[1]}" in p.stdout, p.stdout
+        loss = timing("run_" + flags[1])[0]["loss"]
+        assert np.allclose(loss, ref, rtol=2e-5, atol=0), (flags, loss, ref)
+        ran.append(flags[1])
+    assert "generic" in ran and "openblas" in ran, ran
+
+
+@case
 def bench_attention_writes_its_table():
     p = ok("bench", "attention", "--seq-len", "300,512", "--heads", "4", "--kv-heads", "2",
            "--repeats", "1", "--out", "b.h5")
-    assert "f+b/sg" in p.stdout, p.stdout
+    assert "%peak" in p.stdout and "peak: fp32" in p.stdout, p.stdout
     with h5py.File("b.h5", "r") as f:
         assert f.attrs["lctrain_file"] == "bench"
         assert list(f["steps/seq_len"][:]) == [300, 512]
-        assert np.all(f["steps/fwd_gflops"][:] > 0) and np.all(f["steps/sgemm_gflops"][:] > 0)
+        assert np.all(f["steps/fwd_gflops"][:] > 0) and np.all(f["steps/gemm_gflops"][:] > 0)
+        peak = f.attrs["peak_gflops"]
+        # the fraction of the measured peak is the ratio of the two figures it is made of
+        assert peak > 0 and np.allclose(f["steps/fwd_peak_frac"][:] * peak, f["steps/fwd_gflops"][:])
+
+
+@case
+def bench_gemm_measures_both_libraries_on_the_training_products():
+    p = ok("bench", "gemm", "--preset", "tiny", "--seq-len", "200", "--repeats", "1", "--out", "g.h5")
+    assert "lm_head" in p.stdout and "dweight" in p.stdout, p.stdout
+    with h5py.File("g.h5", "r") as f:
+        assert len(f["steps/M"][:]) == 6 * 3  # six kinds of linear layer, three products each
+        assert np.all(f["steps/onednn_gflops"][:] > 0) and np.all(f["steps/openblas_gflops"][:] > 0)
 
 
 def mpi_run(ranks, run_dir, *extra, steps=5):

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "common/error.hpp"
+#include "sys/peak.hpp"
 #include "sys/threads.hpp"
 
 namespace lct {
@@ -50,6 +51,49 @@ TEST(ThreadPlan, ApplyLeavesOpenBlasSingleThreadedAndOpenMpAtThePlan) {
   EXPECT_EQ(omp_get_max_threads(), u.threads);
   EXPECT_EQ(openblas_threads(), 1);
   EXPECT_NE(openblas_description().find("OpenBLAS"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lct
+
+namespace lct {
+namespace {
+
+TEST(KernelPath, AutoTakesTheWidestAndANarrowerOneIsForcedOnRequest) {
+  Topology t;
+  t.cpu.avx2 = t.cpu.fma = t.cpu.avx512 = true;
+  choose_isa(t, "auto");
+  EXPECT_EQ(t.isa, Isa::Avx512);
+  EXPECT_FALSE(t.isa_forced);
+  choose_isa(t, "avx2");
+  EXPECT_EQ(t.isa, Isa::Avx2);
+  EXPECT_TRUE(t.isa_forced);
+  EXPECT_NE(t.describe().find("forced by --isa"), std::string::npos);
+}
+
+TEST(KernelPath, APathTheCpuCannotRunIsRefusedWithItsWidest) {
+  Topology t;
+  t.cpu.avx2 = t.cpu.fma = true;  // an AVX2-only CPU (Zen 3, Haswell)
+  t.cpu.model_name = "test CPU";
+  try {
+    choose_isa(t, "avx512");
+    FAIL() << "an AVX2-only CPU accepted the avx512 path";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cannot run it"), std::string::npos) << m;
+    EXPECT_NE(m.find("widest kernel path is avx2"), std::string::npos) << m;
+  }
+  EXPECT_EQ(parse_isa("avx512_bf16"), Isa::Avx512Bf16);
+  EXPECT_THROW(parse_isa("sse9"), Error);
+}
+
+TEST(KernelPath, ThisCpuRunsWhatItReportsAndThePeakProbeMeasuresIt) {
+  const CpuInfo cpu = detect_cpu();
+  EXPECT_GE(cpu.physical_cores, 1);
+  EXPECT_LE(cpu.physical_cores, cpu.logical_cpus);
+  const Peak p = measure_peak(cpu, 1);
+  EXPECT_GT(p.fp32, 0.5);  // GFLOP/s of one thread: any CPU of this century
+  EXPECT_EQ(p.bf16 > 0, cpu.avx512_bf16 && cpu.avx512);
 }
 
 }  // namespace
