@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/bf16.hpp"
 #include "sys/isa.hpp"
 #include "sys/memory.hpp"
 
@@ -57,25 +58,32 @@ class FlashAttention {
  public:
   // Allocates every buffer once (per-thread scratch first-touched by its thread). A head
   // dimension that is not a multiple of the ISA's vector width runs the generic path.
-  FlashAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa);
+  // `products` bf16 multiplies bf16 operands (vdpbf16ps) where the ISA has bf16 tiles; the
+  // softmax, its statistics, o, lse and every gradient stay fp32 either way.
+  FlashAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa,
+                 Precision products = Precision::Fp32);
   ~FlashAttention();
 
-  // o and lse overwritten. Rows that see no key get o = 0, lse = -inf.
-  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags qt,
-               TokenTags kt, float* o, float* lse);
+  // o and lse overwritten. Rows that see no key get o = 0, lse = -inf. q, k, v are fp32 or
+  // bf16 (converted while packed, whatever the products are).
+  template <class T>
+  void forward(const AttnDims& d, const T* q, const T* k, const T* v, TokenTags qt, TokenTags kt,
+               float* o, float* lse);
 
   // Adds the gradients to dq, dk, dv. lse is the log-sum-exp of the rows' complete softmax
   // and delta = rowsum(dout * o) (attention_delta), both over every key the row sees: with
   // them, P = exp(scale q k - lse) of any subset of keys is exact (the ring uses this).
-  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* lse,
-                const float* delta, const float* dout, TokenTags qt, TokenTags kt, float* dq,
+  template <class T>
+  void backward(const AttnDims& d, const T* q, const T* k, const T* v, const float* lse,
+                const float* delta, const T* dout, TokenTags qt, TokenTags kt, float* dq,
                 float* dk, float* dv);
 
   // Called by thread 0 between tiles while a kernel runs (e.g. to make communication
   // progress); the kernel knows nothing of what it does.
   void set_progress(std::function<void()> hook) { progress_ = std::move(hook); }
 
-  Isa isa() const;  // the kernel path in use
+  Isa isa() const;              // the kernel path in use
+  Precision products() const;  // bf16 only where the path has bf16 tiles
   size_t workspace_bytes() const;
   static size_t workspace_bytes_for(const AttnLimits& limits, AttnBlocks blocks, int threads);
   const AttnBlocks& blocks() const { return blocks_; }
@@ -84,9 +92,11 @@ class FlashAttention {
   struct Scratch;
   struct Packed;
   void check(const AttnDims& d) const;
-  void pack_keys(const AttnDims& d, const float* k, const float* v, TokenTags kt, bool backward);
+  template <class T>
+  void pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward);
 
   const IsaKernels* kern_;
+  bool bf16_tiles_ = false;
   AttnLimits lim_;
   AttnBlocks blocks_;
   int64_t np_, bqp_;  // key block padded to the key chunk, query block to the strip
@@ -95,9 +105,9 @@ class FlashAttention {
   std::function<void()> progress_;
 };
 
-// delta [H, Tq] = rowsum(dout * o) per head.
-void attention_delta(const float* o, const float* dout, int64_t Tq, int64_t H, int64_t D,
-                     float* delta);
+// delta [H, Tq] = rowsum(dout * o) per head (o, dout fp32 or bf16).
+template <class T>
+void attention_delta(const T* o, const T* dout, int64_t Tq, int64_t H, int64_t D, float* delta);
 
 // The definition, one row at a time in double precision. Same layouts and contracts.
 void attention_reference_forward(const AttnDims& d, const float* q, const float* k, const float* v,

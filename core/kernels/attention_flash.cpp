@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "kernels/attention.hpp"
@@ -90,43 +91,57 @@ void pause_cpu() {
 
 }  // namespace
 
-// Per-thread scratch (floats unless said): one query block's operands and state.
+// Per-thread scratch. Queries are read in place; only a sequence's last, partial query block
+// (or queries of another type than the products') is copied here, zero-padded.
 struct FlashAttention::Scratch {
-  Buffer<float> q, dout, acc, dq;      // [bqp, D]; dq [G, bqp, D]
-  Buffer<float> m, l, lse2, delta;     // [bqp]
+  Buffer<float> q, dout;               // [bqp, D] fp32 products
+  Buffer<bf16> q16, dout16;            // [bqp, D] bf16 products
+  Buffer<float> lse2, delta;           // [bqp]
+  Buffer<float> acc, dq;               // [bqp, D]; dq [G, bqp, D]
+  Buffer<float> m, l;                  // [bqp]
   Buffer<int32_t> qidx, qdoc;          // [bqp]
-  Buffer<float> p, ds;                 // [bqp, np]
+  Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, chunk] scratch)
+  Buffer<bf16> p16, ds16, pi, dsi;     // [bqp, np] bf16 products
   Buffer<float> dk, dv;                // [np, D]
 };
 
-// Keys and values of every (KV head, key block), packed for the micro-kernels, and the
-// per-(KV head, query block) turn of backward's dQ sum.
+// Per call: keys and values of every (KV head, key block) packed for the micro-kernels; the
+// rows' lse in log2 units; for bf16 products, queries and output gradients by pairs of rows;
+// and the per-(KV head, query block) turn of backward's dQ sum.
 struct FlashAttention::Packed {
-  Buffer<float> kt, vt;   // [KV, nk, D, np]
+  Buffer<float> kt, vt;   // [KV, nk, D, np]   fp32 products (kt pre-scaled)
   Buffer<float> k, v;     // [KV, nk, np, D]
+  Buffer<bf16> kt2, vt2;  // [KV, nk, D/2, np, 2]   bf16 products
+  Buffer<bf16> k2, v2;    // [KV, nk, np/2, D, 2]
   Buffer<int32_t> kidx, kdoc;  // [nk, np]
+  Buffer<float> lse2;     // [H, Tq]
+  Buffer<bf16> q2, dout2; // [H, nq, bqp/2, D, 2]   bf16 products
   std::unique_ptr<std::atomic<int64_t>[]> turn;  // [KV, nq]: key block whose dQ goes next
 };
 
-FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa)
-    : lim_(lim), blocks_(blocks), packed_(std::make_unique<Packed>()) {
+FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa, Precision products)
+    : lim_(lim), packed_(std::make_unique<Packed>()) {
   if (blocks.q < 1 || blocks.k < 1) fail("attention blocks must be at least 1 (got ", blocks.q, " x ", blocks.k, ")");
   if (lim.heads % lim.kv_heads != 0) fail("attention: ", lim.heads, " heads are not a multiple of ", lim.kv_heads, " KV heads");
   kern_ = isa_kernels(isa);
   if (!kern_) fail("this build of lctrain has no '", int(isa), "' kernels");
   if (lim.head_dim % kern_->width != 0) kern_ = isa_kernels(Isa::Generic);
+  bf16_tiles_ = products == Precision::Bf16 && kern_->flash_fwd_tile_bf16;
+  // Blocks are whole strips and chunks of the micro-kernels: only a sequence's last block
+  // is ever partial.
   const int64_t R = kern_->strip_rows, NC = kern_->key_chunk, D = lim.head_dim;
-  np_ = (blocks.k + NC - 1) / NC * NC;
-  bqp_ = (blocks.q + R - 1) / R * R;
-  const int64_t nk = (lim.max_tk + blocks.k - 1) / blocks.k, nq = (lim.max_tq + blocks.q - 1) / blocks.q;
-  const size_t kv_floats = size_t(lim.kv_heads * nk * np_ * D);
+  blocks_ = {(blocks.q + R - 1) / R * R, (blocks.k + NC - 1) / NC * NC};
+  np_ = blocks_.k;
+  bqp_ = blocks_.q;
+  const int64_t nk = (lim.max_tk + np_ - 1) / np_, nq = (lim.max_tq + bqp_ - 1) / bqp_;
+  const size_t kv = size_t(lim.kv_heads * nk * np_ * D), f32 = bf16_tiles_ ? 0 : 1, b16 = 1 - f32;
   Packed& pk = *packed_;
-  pk.kt = Buffer<float>(kv_floats);
-  pk.vt = Buffer<float>(kv_floats);
-  pk.k = Buffer<float>(kv_floats);
-  pk.v = Buffer<float>(kv_floats);
+  for (Buffer<float>* b : {&pk.kt, &pk.vt, &pk.k, &pk.v}) *b = Buffer<float>(f32 * kv);
+  for (Buffer<bf16>* b : {&pk.kt2, &pk.vt2, &pk.k2, &pk.v2}) *b = Buffer<bf16>(b16 * kv);
   pk.kidx = Buffer<int32_t>(size_t(nk * np_));
   pk.kdoc = Buffer<int32_t>(size_t(nk * np_));
+  pk.lse2 = Buffer<float>(size_t(lim.heads * lim.max_tq));
+  for (Buffer<bf16>* b : {&pk.q2, &pk.dout2}) *b = Buffer<bf16>(b16 * size_t(lim.heads * nq * bqp_ * D));
   pk.turn = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(1, lim.kv_heads * nq)));
 
   const int threads = omp_get_max_threads();
@@ -136,18 +151,21 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   {
     // Allocated (and so first touched) by the thread that uses it.
     Scratch& s = scratch_[size_t(omp_get_thread_num())];
-    s.q = Buffer<float>(bq * d);
-    s.dout = Buffer<float>(bq * d);
+    s.q = Buffer<float>(f32 * bq * d);
+    s.dout = Buffer<float>(f32 * bq * d);
+    s.q16 = Buffer<bf16>(b16 * bq * d);
+    s.dout16 = Buffer<bf16>(b16 * bq * d);
+    s.lse2 = Buffer<float>(bq);
+    s.delta = Buffer<float>(bq);
     s.acc = Buffer<float>(bq * d);
     s.dq = Buffer<float>(G * bq * d);
     s.m = Buffer<float>(bq);
     s.l = Buffer<float>(bq);
-    s.lse2 = Buffer<float>(bq);
-    s.delta = Buffer<float>(bq);
     s.qidx = Buffer<int32_t>(bq);
     s.qdoc = Buffer<int32_t>(bq);
-    s.p = Buffer<float>(bq * np);
-    s.ds = Buffer<float>(bq * np);
+    s.p = Buffer<float>(bf16_tiles_ ? size_t(R * NC) : bq * np);
+    s.ds = Buffer<float>(f32 * bq * np);
+    for (Buffer<bf16>* b : {&s.p16, &s.ds16, &s.pi, &s.dsi}) *b = Buffer<bf16>(b16 * bq * np);
     s.dk = Buffer<float>(np * d);
     s.dv = Buffer<float>(np * d);
   }
@@ -156,23 +174,31 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
 FlashAttention::~FlashAttention() = default;
 
 Isa FlashAttention::isa() const { return kern_->isa; }
+Precision FlashAttention::products() const { return bf16_tiles_ ? Precision::Bf16 : Precision::Fp32; }
 
 size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, int threads) {
-  // Upper bound over the ISAs: the widest chunk (64 keys) and strip (4 rows) pad the most.
-  const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 3) / 4 * 4, D = lim.head_dim;
-  const int64_t nk = (lim.max_tk + b.k - 1) / b.k, G = lim.heads / lim.kv_heads;
+  // Upper bound over the ISAs and precisions: the widest chunk (64 keys) and strip (6 rows)
+  // pad the most; fp32 products need the most, bf16 ones add the row pairs.
+  const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
+  const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
   const int64_t per_thread = bqp * D * (3 + G) + 6 * bqp + 2 * bqp * np + 2 * np * D;
-  const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np;
+  const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
+                         lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
 }
 
 size_t FlashAttention::workspace_bytes() const {
-  size_t n = packed_->kt.size() * 4 + packed_->kidx.size() * 2;
-  for (const Scratch& s : scratch_)
-    n += s.q.size() + s.dout.size() + s.acc.size() + s.dq.size() + s.m.size() + s.l.size() +
-         s.lse2.size() + s.delta.size() + s.qidx.size() + s.qdoc.size() + s.p.size() +
-         s.ds.size() + s.dk.size() + s.dv.size();
-  return n * sizeof(float);
+  const Packed& pk = *packed_;
+  size_t n = (pk.kt.size() + pk.vt.size() + pk.k.size() + pk.v.size() + pk.kidx.size() +
+              pk.kdoc.size() + pk.lse2.size()) * 4 +
+             (pk.kt2.size() + pk.vt2.size() + pk.k2.size() + pk.v2.size() + pk.q2.size() + pk.dout2.size()) * 2;
+  for (const Scratch& s : scratch_) {
+    for (const Buffer<float>* b : {&s.q, &s.dout, &s.lse2, &s.delta, &s.acc, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
+      n += b->size() * 4;
+    for (const Buffer<bf16>* b : {&s.q16, &s.dout16, &s.p16, &s.ds16, &s.pi, &s.dsi}) n += b->size() * 2;
+    n += (s.qidx.size() + s.qdoc.size()) * 4;
+  }
+  return n;
 }
 
 void FlashAttention::check(const AttnDims& d) const {
@@ -183,29 +209,43 @@ void FlashAttention::check(const AttnDims& d) const {
          lim_.kv_heads, ", ", lim_.head_dim, "]");
 }
 
-// kt/vt [D][np] and k/v [np][D] per (KV head, key block), zero beyond the block's keys;
-// key tags [np] with padding that matches no query.
-void FlashAttention::pack_keys(const AttnDims& d, const float* k, const float* v, TokenTags kt,
-                               bool backward) {
-  const int64_t D = d.D, ldk = d.KV * D, np = np_, BK = blocks_.k;
-  const int64_t nk = (d.Tk + BK - 1) / BK;
+// Per (KV head, key block), zero beyond the block's keys, in the products' layouts:
+//   fp32  kt/vt [D][np], k/v [np][D]      bf16  kt2/vt2 [D/2][np][2], k2/v2 [np/2][D][2]
+// keys transposed for the scores pre-scaled by softmax_scale * log2(e); and key tags [np]
+// with padding that matches no query.
+template <class T>
+void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward) {
+  const int64_t D = d.D, ldk = d.KV * D, np = np_;
+  const int64_t nk = (d.Tk + np - 1) / np;
+  const float mult = kLog2e / std::sqrt(float(D));
   Packed& pk = *packed_;
+  const bool b16 = bf16_tiles_;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < d.KV * nk; ++task) {
-    const int64_t g = task / nk, jb = task % nk, j0 = jb * BK, cols = std::min(BK, d.Tk - j0);
+    const int64_t g = task / nk, jb = task % nk, j0 = jb * np, cols = std::min(np, d.Tk - j0);
     const size_t off = size_t(task * np * D);
-    float *kt_ = pk.kt.data() + off, *vt = pk.vt.data() + off, *kk = pk.k.data() + off,
-          *vv = pk.v.data() + off;
     for (int64_t c = 0; c < np; ++c) {
-      const float* ks = k + (j0 + c) * ldk + g * D;
-      const float* vs = v + (j0 + c) * ldk + g * D;
       const bool real = c < cols;
+      const T* ks = real ? k + (j0 + c) * ldk + g * D : nullptr;
+      const T* vs = real ? v + (j0 + c) * ldk + g * D : nullptr;
       for (int64_t x = 0; x < D; ++x) {
-        kt_[x * np + c] = real ? ks[x] : 0.0f;
-        vv[c * D + x] = real ? vs[x] : 0.0f;
-        if (backward) {
-          vt[x * np + c] = real ? vs[x] : 0.0f;
-          kk[c * D + x] = real ? ks[x] : 0.0f;
+        const float kx = real ? load_f32(ks[x]) : 0.0f, vx = real ? load_f32(vs[x]) : 0.0f;
+        if (b16) {
+          const size_t t2 = off + size_t((x / 2) * 2 * np + 2 * c + x % 2);  // [D/2][np][2]
+          const size_t r2 = off + size_t((c / 2) * 2 * D + 2 * x + c % 2);   // [np/2][D][2]
+          pk.kt2[t2] = to_bf16(kx * mult);
+          pk.v2[r2] = to_bf16(vx);
+          if (backward) {
+            pk.vt2[t2] = to_bf16(vx);
+            pk.k2[r2] = to_bf16(kx);
+          }
+        } else {
+          pk.kt[off + size_t(x * np + c)] = kx * mult;
+          pk.v[off + size_t(c * D + x)] = vx;
+          if (backward) {
+            pk.vt[off + size_t(x * np + c)] = vx;
+            pk.k[off + size_t(c * D + x)] = kx;
+          }
         }
       }
       if (g == 0) {
@@ -218,32 +258,53 @@ void FlashAttention::pack_keys(const AttnDims& d, const float* k, const float* v
 
 namespace {
 
-// One query block of one head into scratch: q pre-scaled into log2 units, zero rows beyond
-// the block, tags with "no document" for padding rows.
-void pack_queries(const float* q, int64_t ldq, int64_t rows, int64_t bqp, int64_t D, float mult,
-                  TokenTags qt, int64_t i0, float* out, int32_t* qidx, int32_t* qdoc) {
-  for (int64_t r = 0; r < bqp; ++r) {
-    float* o = out + r * D;
-    if (r < rows) {
-      const float* src = q + (i0 + r) * ldq;
-      for (int64_t x = 0; x < D; ++x) o[x] = src[x] * mult;
-      qidx[r] = qt.idx[i0 + r];
-      qdoc[r] = qt.doc[i0 + r] < 0 ? kQueryNoDoc : qt.doc[i0 + r];
-    } else {
-      std::memset(o, 0, size_t(D) * sizeof(float));
-      qidx[r] = 0;
-      qdoc[r] = kQueryNoDoc;
+// A query block's rows (q or dout of one head) as a tile reads them: in place when the block
+// is whole and already of the products' type; else copied (converted) into `copy` [bqp][D],
+// zero beyond the block. Returns the rows and sets their stride.
+template <class P, class T>
+const P* block_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P* copy, int64_t* stride) {
+  if constexpr (std::is_same_v<P, T>) {
+    if (rows == bqp) {
+      *stride = ld;
+      return x;
     }
   }
+  for (int64_t r = 0; r < bqp; ++r)
+    for (int64_t c = 0; c < D; ++c) store_as(copy + r * D + c, r < rows ? load_f32(x[r * ld + c]) : 0.0f);
+  *stride = D;
+  return copy;
+}
+
+// Per-row values of a query block (lse2, delta), in place or padded with `pad` in `copy`.
+const float* block_values(const float* x, int64_t rows, int64_t bqp, float pad, float* copy) {
+  if (rows == bqp) return x;
+  for (int64_t r = 0; r < bqp; ++r) copy[r] = r < rows ? x[r] : pad;
+  return copy;
+}
+
+// The tags of one query block: "no document" for padding rows and rows beyond the block.
+void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int32_t* qidx, int32_t* qdoc) {
+  for (int64_t r = 0; r < bqp; ++r) {
+    qidx[r] = r < rows ? qt.idx[i0 + r] : 0;
+    qdoc[r] = r < rows && qt.doc[i0 + r] >= 0 ? qt.doc[i0 + r] : kQueryNoDoc;
+  }
+}
+
+// One query block of one head by pairs of rows: out[(r / 2) * 2D + 2c + r % 2], zero beyond.
+template <class T>
+void pack_row_pairs(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, bf16* out) {
+  for (int64_t r = 0; r < bqp; ++r)
+    for (int64_t c = 0; c < D; ++c)
+      out[(r / 2) * 2 * D + 2 * c + r % 2] = to_bf16(r < rows ? load_f32(x[r * ld + c]) : 0.0f);
 }
 
 }  // namespace
 
-void FlashAttention::forward(const AttnDims& d, const float* q, const float* k, const float* v,
-                             TokenTags qt, TokenTags kt, float* o, float* lse) {
+template <class T>
+void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T* v, TokenTags qt,
+                             TokenTags kt, float* o, float* lse) {
   check(d);
   const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, np = np_, bqp = bqp_;
-  const float mult = kLog2e / std::sqrt(float(D));
   const Grid grid(d, qt, kt, blocks_);
   pack_keys(d, k, v, kt, false);
   const Packed& pk = *packed_;
@@ -261,32 +322,42 @@ void FlashAttention::forward(const AttnDims& d, const float* q, const float* k, 
     const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
     const int thread = omp_get_thread_num();
     Scratch& sc = scratch_[size_t(thread)];
-    pack_queries(q + h * D, ldq, rows, bqp, D, mult, qt, i0, sc.q.data(), sc.qidx.data(), sc.qdoc.data());
+    pack_query_tags(qt, i0, rows, bqp, sc.qidx.data(), sc.qdoc.data());
     std::fill(sc.m.data(), sc.m.data() + bqp, kNegInf);
     std::fill(sc.l.data(), sc.l.data() + bqp, 0.0f);
     std::fill(sc.acc.data(), sc.acc.data() + bqp * D, 0.0f);
     FlashFwdTile t;
-    t.D = D;
-    t.rows = bqp;
-    t.np = np;
-    t.q = sc.q.data();
-    t.qidx = sc.qidx.data();
-    t.qdoc = sc.qdoc.data();
-    t.acc = sc.acc.data();
-    t.m = sc.m.data();
-    t.l = sc.l.data();
+    FlashFwdTileBf16 t16;
+    t.D = t16.D = D;
+    t.rows = t16.rows = bqp;
+    t.np = t16.np = np;
+    const T* qb = q + i0 * ldq + h * D;
+    if (bf16_tiles_) t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &t16.ldq);
+    else t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &t.ldq);
+    t.qidx = t16.qidx = sc.qidx.data();
+    t.qdoc = t16.qdoc = sc.qdoc.data();
+    t.acc = t16.acc = sc.acc.data();
+    t.m = t16.m = sc.m.data();
+    t.l = t16.l = sc.l.data();
     t.scratch = sc.p.data();
+    t16.scratch = sc.p16.data();
     for (int64_t jb = 0; jb < grid.nk; ++jb) {
       const Tile kind = grid.tile(ib, jb);
       if (kind == Tile::Skip) continue;
       if (thread == 0 && progress_) progress_();
       const size_t off = size_t((g * grid.nk + jb) * np * D);
-      t.kt = pk.kt.data() + off;
-      t.v = pk.v.data() + off;
-      t.kidx = pk.kidx.data() + jb * np;
-      t.kdoc = pk.kdoc.data() + jb * np;
-      t.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;  // padding keys are masked
-      kern_->flash_fwd_tile(t);
+      t.kidx = t16.kidx = pk.kidx.data() + jb * np;
+      t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
+      t.masked = t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;  // padding keys are masked
+      if (bf16_tiles_) {
+        t16.kt2 = pk.kt2.data() + off;
+        t16.v2 = pk.v2.data() + off;
+        kern_->flash_fwd_tile_bf16(t16);
+      } else {
+        t.kt = pk.kt.data() + off;
+        t.v = pk.v.data() + off;
+        kern_->flash_fwd_tile(t);
+      }
     }
     for (int64_t r = 0; r < rows; ++r) {
       float* orow = o + (i0 + r) * ldq + h * D;
@@ -304,15 +375,29 @@ void FlashAttention::forward(const AttnDims& d, const float* q, const float* k, 
   }
 }
 
-void FlashAttention::backward(const AttnDims& d, const float* q, const float* k, const float* v,
-                              const float* lse, const float* delta, const float* dout,
-                              TokenTags qt, TokenTags kt, float* dq, float* dk, float* dv) {
+template <class T>
+void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T* v,
+                              const float* lse, const float* delta, const T* dout, TokenTags qt,
+                              TokenTags kt, float* dq, float* dk, float* dv) {
   check(d);
   const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, ldk = d.KV * D, np = np_, bqp = bqp_;
-  const float scale = 1.0f / std::sqrt(float(D)), mult = kLog2e * scale;
+  const float scale = 1.0f / std::sqrt(float(D));
   const Grid grid(d, qt, kt, blocks_);
+  const bool b16 = bf16_tiles_;
   pack_keys(d, k, v, kt, true);
   Packed& pk = *packed_;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < d.H * d.Tq; ++i)
+    pk.lse2[size_t(i)] = lse[i] == kNegInf ? std::numeric_limits<float>::infinity() : lse[i] * kLog2e;
+  if (b16) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < d.H * grid.nq; ++task) {
+      const int64_t h = task / grid.nq, ib = task % grid.nq, i0 = ib * grid.BQ;
+      const size_t off = size_t(task * bqp * D);
+      pack_row_pairs(q + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.q2.data() + off);
+      pack_row_pairs(dout + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.dout2.data() + off);
+    }
+  }
   for (int64_t g = 0; g < d.KV; ++g)
     for (int64_t ib = 0; ib < grid.nq; ++ib)
       pk.turn[size_t(g * grid.nq + ib)].store(grid.next_visible(ib, 0), std::memory_order_relaxed);
@@ -323,49 +408,68 @@ void FlashAttention::backward(const AttnDims& d, const float* q, const float* k,
   {
     const int thread = omp_get_thread_num();
     Scratch& sc = scratch_[size_t(thread)];
+    FlashBwdTile t;
+    FlashBwdTileBf16 t16;
+    t.D = t16.D = D;
+    t.rows = t16.rows = bqp;
+    t.np = t16.np = np;
+    t.qidx = t16.qidx = sc.qidx.data();
+    t.qdoc = t16.qdoc = sc.qdoc.data();
+    t.p = t16.p = sc.p.data();
+    t.ds = sc.ds.data();
+    t16.ds = sc.ds16.data();
+    t16.pi = sc.pi.data();
+    t16.dsi = sc.dsi.data();
+    t.dk = t16.dk = sc.dk.data();
+    t.dv = t16.dv = sc.dv.data();
     for (int64_t task = next_task.fetch_add(1); task < tasks; task = next_task.fetch_add(1)) {
       const int64_t g = task / grid.nk, jb = task % grid.nk;  // in order: (g, jb - 1) came first
       const int64_t j0 = jb * grid.BK, cols = grid.cols(jb, d.Tk);
       const size_t off = size_t(task * np * D);
       std::fill(sc.dk.data(), sc.dk.data() + np * D, 0.0f);
       std::fill(sc.dv.data(), sc.dv.data() + np * D, 0.0f);
-      FlashBwdTile t;
-      t.D = D;
-      t.rows = bqp;
-      t.np = np;
-      t.q = sc.q.data();
-      t.dout = sc.dout.data();
-      t.lse2 = sc.lse2.data();
-      t.delta = sc.delta.data();
-      t.qidx = sc.qidx.data();
-      t.qdoc = sc.qdoc.data();
-      t.kt = pk.kt.data() + off;
-      t.vt = pk.vt.data() + off;
-      t.k = pk.k.data() + off;
-      t.kidx = pk.kidx.data() + jb * np;
-      t.kdoc = pk.kdoc.data() + jb * np;
-      t.masked = cols < np;
-      t.p = sc.p.data();
-      t.ds = sc.ds.data();
-      t.dk = sc.dk.data();
-      t.dv = sc.dv.data();
+      if (b16) {
+        t16.kt2 = pk.kt2.data() + off;
+        t16.vt2 = pk.vt2.data() + off;
+        t16.k2 = pk.k2.data() + off;
+      } else {
+        t.kt = pk.kt.data() + off;
+        t.vt = pk.vt.data() + off;
+        t.k = pk.k.data() + off;
+      }
+      t.kidx = t16.kidx = pk.kidx.data() + jb * np;
+      t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
       for (int64_t ib = 0; ib < grid.nq; ++ib) {
         const Tile kind = grid.tile(ib, jb);
         if (kind == Tile::Skip) continue;
         const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
-        t.masked = kind == Tile::Masked || cols < np;
+        t.masked = t16.masked = kind == Tile::Masked || cols < np;
+        pack_query_tags(qt, i0, rows, bqp, sc.qidx.data(), sc.qdoc.data());
         for (int64_t hh = 0; hh < G; ++hh) {
           const int64_t h = g * G + hh;
           if (thread == 0 && progress_) progress_();
-          pack_queries(q + h * D, ldq, rows, bqp, D, mult, qt, i0, sc.q.data(), sc.qidx.data(), sc.qdoc.data());
-          pack_queries(dout + h * D, ldq, rows, bqp, D, 1.0f, qt, i0, sc.dout.data(), sc.qidx.data(), sc.qdoc.data());
-          for (int64_t r = 0; r < bqp; ++r) {
-            const float L = r < rows ? lse[h * d.Tq + i0 + r] : kNegInf;
-            sc.lse2[size_t(r)] = L == kNegInf ? std::numeric_limits<float>::infinity() : L * kLog2e;
-            sc.delta[size_t(r)] = r < rows ? delta[h * d.Tq + i0 + r] : 0.0f;
+          const T* qb = q + i0 * ldq + h * D;
+          const T* db = dout + i0 * ldq + h * D;
+          const float* lse2 = block_values(pk.lse2.data() + h * d.Tq + i0, rows, bqp,
+                                           std::numeric_limits<float>::infinity(), sc.lse2.data());
+          const float* dl = block_values(delta + h * d.Tq + i0, rows, bqp, 0.0f, sc.delta.data());
+          if (b16) {
+            t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &t16.ldq);
+            t16.dout = block_rows(db, ldq, rows, bqp, D, sc.dout16.data(), &t16.ldq);
+            t16.q2 = pk.q2.data() + (h * grid.nq + ib) * bqp * D;
+            t16.dout2 = pk.dout2.data() + (h * grid.nq + ib) * bqp * D;
+            t16.lse2 = lse2;
+            t16.delta = dl;
+            t16.dq = sc.dq.data() + hh * bqp * D;
+            kern_->flash_bwd_tile_bf16(t16);
+          } else {
+            t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &t.ldq);
+            t.dout = block_rows(db, ldq, rows, bqp, D, sc.dout.data(), &t.ldq);
+            t.lse2 = lse2;
+            t.delta = dl;
+            t.dq = sc.dq.data() + hh * bqp * D;
+            kern_->flash_bwd_tile(t);
           }
-          t.dq = sc.dq.data() + hh * bqp * D;
-          kern_->flash_bwd_tile(t);
         }
         // Our turn on this query block comes when every earlier key block has added its dQ.
         std::atomic<int64_t>& turn = pk.turn[size_t(g * grid.nq + ib)];
@@ -387,7 +491,7 @@ void FlashAttention::backward(const AttnDims& d, const float* q, const float* k,
         const float* a = sc.dk.data() + c * D;
         const float* b = sc.dv.data() + c * D;
         for (int64_t x = 0; x < D; ++x) {
-          dkr[x] += kLn2 * a[x];
+          dkr[x] += scale * a[x];
           dvr[x] += b[x];
         }
       }
@@ -395,19 +499,32 @@ void FlashAttention::backward(const AttnDims& d, const float* q, const float* k,
   }
 }
 
-void attention_delta(const float* o, const float* dout, int64_t Tq, int64_t H, int64_t D,
-                     float* delta) {
+template void FlashAttention::forward(const AttnDims&, const float*, const float*, const float*,
+                                      TokenTags, TokenTags, float*, float*);
+template void FlashAttention::forward(const AttnDims&, const bf16*, const bf16*, const bf16*,
+                                      TokenTags, TokenTags, float*, float*);
+template void FlashAttention::backward(const AttnDims&, const float*, const float*, const float*,
+                                       const float*, const float*, const float*, TokenTags,
+                                       TokenTags, float*, float*, float*);
+template void FlashAttention::backward(const AttnDims&, const bf16*, const bf16*, const bf16*,
+                                       const float*, const float*, const bf16*, TokenTags,
+                                       TokenTags, float*, float*, float*);
+
+template <class T>
+void attention_delta(const T* o, const T* dout, int64_t Tq, int64_t H, int64_t D, float* delta) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < Tq; ++i)
     for (int64_t h = 0; h < H; ++h) {
-      const float* a = o + (i * H + h) * D;
-      const float* b = dout + (i * H + h) * D;
+      const T* a = o + (i * H + h) * D;
+      const T* b = dout + (i * H + h) * D;
       float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < D; ++c) s += a[c] * b[c];
+      for (int64_t c = 0; c < D; ++c) s += load_f32(a[c]) * load_f32(b[c]);
       delta[h * Tq + i] = s;
     }
 }
+template void attention_delta(const float*, const float*, int64_t, int64_t, int64_t, float*);
+template void attention_delta(const bf16*, const bf16*, int64_t, int64_t, int64_t, float*);
 
 void attention_merge(float* o, float* lse, const float* o_part, const float* lse_part, int64_t Tq,
                      int64_t H, int64_t D) {

@@ -22,6 +22,7 @@ namespace lct {
 namespace {
 
 GemmLib g_lib = GemmLib::OneDnn;
+bool g_bf16_native = false;
 
 // OpenBLAS: split the longer side of C into 2 tiles per thread (rounded to 16 for vector
 // alignment) so a slow core does not hold up the rest; dynamic schedule, fixed partition.
@@ -64,6 +65,7 @@ struct MatmulKey {
   int64_t M, N, K, lda, ldb, ldc;
   bool ta, tb, accumulate;
   float alpha, beta;
+  bool bf16_in = false, bf16_out = false;
   bool operator==(const MatmulKey&) const = default;
 };
 struct MatmulKeyHash {
@@ -71,7 +73,8 @@ struct MatmulKeyHash {
     size_t h = 1469598103934665603ull;
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) mix(uint64_t(v));
-    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.accumulate) << 2);
+    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.accumulate) << 2 |
+        uint64_t(k.bf16_in) << 3 | uint64_t(k.bf16_out) << 4);
     uint32_t a, b;
     std::memcpy(&a, &k.alpha, 4);
     std::memcpy(&b, &k.beta, 4);
@@ -95,16 +98,18 @@ struct OneDnn {
     return instance;
   }
 
-  Matmul& matmul(const MatmulKey& k) {
+  // Null when oneDNN has no kernel for a bf16 product here (then it is widened to fp32).
+  Matmul* matmul(const MatmulKey& k) {
     auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
+    if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
     // Row-major with leading dimensions; a transposed operand is the same memory read with
     // swapped strides.
-    const dnnl::memory::desc a({k.M, k.K}, dt::f32, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
-    const dnnl::memory::desc b({k.K, k.N}, dt::f32, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-    const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+    const dt in = k.bf16_in ? dt::bf16 : dt::f32, out = k.bf16_out ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc a({k.M, k.K}, in, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
+    const dnnl::memory::desc b({k.K, k.N}, in, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
+    const dnnl::memory::desc c({k.M, k.N}, out, dims{k.ldc, 1});
     dnnl::primitive_attr attr;
     if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
     if (k.accumulate) {
@@ -116,24 +121,33 @@ struct OneDnn {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
       Matmul m{dnnl::matmul(pd), dnnl::memory(a, engine, nullptr), dnnl::memory(b, engine, nullptr),
                dnnl::memory(c, engine, nullptr)};
-      return cache.emplace(k, std::move(m)).first->second;
+      return &cache.emplace(k, std::move(m)).first->second;
     } catch (const dnnl::error& e) {
+      if (k.bf16_in) {
+        cache.emplace(k, Matmul{});
+        return nullptr;
+      }
       fail("oneDNN cannot build the product [", k.M, " x ", k.K, "] x [", k.K, " x ", k.N,
            "] (", e.what(), "); run with --gemm openblas");
     }
   }
 };
 
-void gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// False (nothing done) when oneDNN has no kernel for this bf16 product.
+template <class In, class Out>
+bool gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A,
+                 int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
   OneDnn& d = OneDnn::get();
   const std::lock_guard<std::mutex> lock(d.mutex);
-  Matmul& m = d.matmul({M, N, K, lda, ldb, ldc, ta, tb, beta != 0.0f, alpha, beta});
-  m.a.set_data_handle(const_cast<float*>(A));
-  m.b.set_data_handle(const_cast<float*>(B));
-  m.c.set_data_handle(C);
-  m.prim.execute(d.stream, {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}});
+  Matmul* m = d.matmul({M, N, K, lda, ldb, ldc, ta, tb, beta != 0.0f, alpha, beta,
+                        std::is_same_v<In, bf16>, std::is_same_v<Out, bf16>});
+  if (!m) return false;
+  m->a.set_data_handle(const_cast<In*>(A));
+  m->b.set_data_handle(const_cast<In*>(B));
+  m->c.set_data_handle(C);
+  m->prim.execute(d.stream, {{DNNL_ARG_SRC, m->a}, {DNNL_ARG_WEIGHTS, m->b}, {DNNL_ARG_DST, m->c}});
   d.stream.wait();
+  return true;
 }
 
 dnnl::cpu_isa onednn_isa(Isa isa) {
@@ -160,6 +174,21 @@ const char* onednn_isa_name(dnnl::cpu_isa isa) {
   }
 }
 
+// bf16 operands without bf16 hardware: widened to fp32 in scratch kept for the next call.
+struct Widened {
+  std::vector<float> a, b, c;
+  static Widened& get() {
+    static Widened w;
+    return w;
+  }
+};
+const float* widen(const bf16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& to) {
+  const int64_t n = (rows - 1) * ld + cols;
+  if (to.size() < size_t(n)) to.resize(size_t(n));
+  convert(x, to.data(), n);
+  return to.data();
+}
+
 }  // namespace
 
 GemmLib parse_gemm_lib(const std::string& name) {
@@ -170,13 +199,46 @@ GemmLib parse_gemm_lib(const std::string& name) {
 
 const char* gemm_lib_name(GemmLib lib) { return lib == GemmLib::OneDnn ? "onednn" : "openblas"; }
 
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (g_bf16_native && K > 0 && !omp_in_parallel() &&
+      gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    return;
+  Widened& w = Widened::get();
+  const float* a = K > 0 ? widen(A, ta ? K : M, ta ? M : K, lda, w.a) : nullptr;
+  const float* b = K > 0 ? widen(B, tb ? N : K, tb ? K : N, ldb, w.b) : nullptr;
+  gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, bf16* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (g_bf16_native && K > 0 && !omp_in_parallel() &&
+      gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc))
+    return;
+  std::vector<float>& c = Widened::get().c;
+  if (c.size() < size_t(M * N)) c.resize(size_t(M * N));
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c.data(), N);
+  for (int64_t i = 0; i < M; ++i) convert(c.data() + i * N, C + i * ldc, N);
+}
+
+bool gemm_bf16_native() { return g_bf16_native; }
+
 void gemm_setup(GemmLib lib, Isa max_isa) {
   g_lib = lib;
+  g_bf16_native = false;
   if (lib != GemmLib::OneDnn) return;
   // Fails (harmlessly) once primitives exist or when DNNL_MAX_CPU_ISA already capped it.
   try {
     dnnl::set_max_cpu_isa(onednn_isa(max_isa));
   } catch (const dnnl::error&) {
+  }
+  // bf16 products run on bf16 hardware only on the avx512_bf16 path, and only if oneDNN has
+  // a bf16 kernel there (it does with AVX512_BF16 or AMX).
+  if (max_isa == Isa::Avx512Bf16) {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    g_bf16_native = isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
   }
 }
 
@@ -218,7 +280,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     return;
   }
   if (g_lib == GemmLib::OneDnn && !omp_in_parallel())
-    gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    (void)gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // f32: never false
   else
     gemm_openblas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

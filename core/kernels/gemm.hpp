@@ -8,7 +8,9 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
+#include "common/bf16.hpp"
 #include "sys/isa.hpp"
 
 namespace lct {
@@ -34,24 +36,37 @@ std::string openblas_kernel_warning(const CpuInfo& cpu);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// bf16 operands, fp32 accumulation; C fp32 (alpha and beta as above) or bf16 (beta 0). On
+// bf16 hardware (the avx512_bf16 path: vdpbf16ps or AMX) oneDNN multiplies bf16 directly;
+// elsewhere the operands are converted to fp32 first (same results, no speed gained).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+          int64_t lda, const bf16* B, int64_t ldb, bf16* C, int64_t ldc);
+bool gemm_bf16_native();  // whether bf16 products run on bf16 hardware
+
 // The definition, in double: for tests.
 void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                     int64_t ldc);
 
-// The three products of a linear layer y = x W^T with W [out, in], x [T, in], y [T, out]:
-inline void linear_forward(float* y, const float* x, const float* w, int64_t T, int64_t in,
-                           int64_t out) {
-  gemm(false, true, T, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+// The three products of a linear layer y = x W^T with W [out, in], x [T, in], y [T, out];
+// In is float or bf16 (then the weights are the bf16 copy and y may be stored as bf16).
+template <class In, class Out>
+void linear_forward(Out* y, const In* x, const In* w, int64_t T, int64_t in, int64_t out) {
+  if constexpr (std::is_same_v<Out, float>) gemm(false, true, T, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  else gemm(false, true, T, out, in, 1.0f, x, in, w, in, y, out);
 }
 // dx [T, in] (+)= dy W ; `accumulate` adds to dx instead of overwriting it.
-inline void linear_backward_input(float* dx, const float* dy, const float* w, int64_t T, int64_t in,
-                                  int64_t out, bool accumulate) {
+template <class In>
+void linear_backward_input(float* dx, const In* dy, const In* w, int64_t T, int64_t in,
+                           int64_t out, bool accumulate) {
   gemm(false, false, T, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
 }
-// dW [out, in] += dy^T x
-inline void linear_backward_weight(float* dw, const float* dy, const float* x, int64_t T, int64_t in,
-                                   int64_t out) {
+// dW [out, in] += dy^T x  (fp32 gradients whatever the operands)
+template <class In>
+void linear_backward_weight(float* dw, const In* dy, const In* x, int64_t T, int64_t in,
+                            int64_t out) {
   gemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 

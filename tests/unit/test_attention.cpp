@@ -155,6 +155,70 @@ INSTANTIATE_TEST_SUITE_P(Sizes, FlashVsReference, ::testing::ValuesIn(cases()),
                                   "_" + isa_name(c.isa);
                          });
 
+// bf16 inputs: products in bf16 (vdpbf16ps tiles, where the CPU has them) and in fp32
+// (inputs widened while packed), against the definition on the same bf16-rounded values.
+class FlashBf16VsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashBf16VsReference, ForwardAndBackwardMatch) {
+  const Case c = GetParam();
+  Inputs in = make_inputs(c, 23);
+  auto round = [](std::vector<float>& x) {
+    std::vector<bf16> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = to_f32(out[i] = to_bf16(x[i]));
+    return out;
+  };
+  const std::vector<bf16> q = round(in.q), k = round(in.k), v = round(in.v), dout = round(in.dout);
+  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const TokenTags tags{in.idx.data(), in.doc.data()};
+  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
+  std::vector<float> o_ref(nq), lse_ref(nl), dq_ref(nq, 0.f), dk_ref(nk, 0.f), dv_ref(nk, 0.f);
+  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o_ref.data(), lse_ref.data());
+  attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags, tags,
+                               dq_ref.data(), dk_ref.data(), dv_ref.data());
+  for (Precision products : {Precision::Bf16, Precision::Fp32}) {
+    FlashAttention flash({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa, products);
+    std::vector<float> o(nq), lse(nl), delta(nl), dq(nq, 0.f), dk(nk, 0.f), dv(nk, 0.f);
+    flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o.data(), lse.data());
+    attention_delta(o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+    flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
+                   tags, dq.data(), dk.data(), dv.data());
+    // bf16 products round p and dS to 8 bits of mantissa: a few parts in 1e3 of the largest
+    // value; fp32 products of bf16 inputs are the fp32 kernel itself.
+    const bool b16 = flash.products() == Precision::Bf16;
+    const double bound = b16 ? 1e-2 : 1e-5;
+    const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
+    const std::vector<float>* got[] = {&o, &lse, &dq, &dk, &dv};
+    const std::vector<float>* want[] = {&o_ref, &lse_ref, &dq_ref, &dk_ref, &dv_ref};
+    for (int t = 0; t < 5; ++t) {
+      double abs_diff;
+      const double rel = max_rel(*got[t], *want[t], &abs_diff);
+      std::printf("%s %s products S=%lld %s %-3s rel %.2e\n", isa_name(c.isa), b16 ? "bf16" : "fp32",
+                  (long long)c.S, c.documents ? "docs  " : "causal", names[t], rel);
+      EXPECT_LT(rel, bound) << names[t] << (b16 ? " bf16 products" : " fp32 products");
+    }
+    for (const auto* x : got)
+      for (float e : *x) ASSERT_FALSE(std::isnan(e));
+  }
+}
+
+std::vector<Case> bf16_cases() {
+  std::vector<Case> out;
+  for (Isa isa : test_isas()) {
+    out.push_back({1000, 4, 1, 64, true, {128, 128}, isa});
+    out.push_back({333, 2, 2, 32, false, {64, 48}, isa});
+    out.push_back({130, 4, 2, 128, true, {33, 70}, isa});
+  }
+  return out;
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashBf16VsReference);
+INSTANTIATE_TEST_SUITE_P(Sizes, FlashBf16VsReference, ::testing::ValuesIn(bf16_cases()),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return "S" + std::to_string(c.S) + "_D" + std::to_string(c.D) + "_" +
+                                  isa_name(c.isa);
+                         });
+
 TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
   const Case c{600, 4, 2, 16, true, {32, 32}};
   Inputs in = make_inputs(c, 5);

@@ -75,6 +75,57 @@ TEST_P(GemmVsReference, RepeatedProductsAreBitwiseIdentical) {
   EXPECT_EQ(c1, c2);
 }
 
+// bf16 operands: on bf16 hardware (oneDNN's vdpbf16ps/AMX kernels) and converted to fp32
+// (another ISA, or OpenBLAS); both against the definition on the same bf16-rounded values.
+TEST(GemmBf16, NativeAndConvertedMatchTheDefinition) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> n(0.f, 1.f);
+  struct Setup {
+    GemmLib lib;
+    Isa isa;
+  };
+  // The native one first: oneDNN's ISA cap can only be set before its first product.
+  std::vector<Setup> setups;
+  if (test_isa() == Isa::Avx512Bf16) setups.push_back({GemmLib::OneDnn, Isa::Avx512Bf16});
+  setups.push_back({GemmLib::OneDnn, Isa::Avx2});
+  setups.push_back({GemmLib::OpenBlas, test_isa()});
+  const GemmCase cases[] = {{33, 70, 129, false, true, 1.f, 0.f}, {300, 259, 64, true, false, 1.f, 1.f},
+                            {128, 96, 1000, false, false, 1.f, 1.f}};
+  for (const Setup& su : setups) {
+    gemm_setup(su.lib, su.isa);
+    for (const GemmCase& c : cases) {
+      const int64_t ar = c.ta ? c.K : c.M, ac = c.ta ? c.M : c.K;
+      const int64_t br = c.tb ? c.N : c.K, bc = c.tb ? c.K : c.N;
+      std::vector<bf16> a(size_t(ar * ac)), b(size_t(br * bc));
+      std::vector<float> af(a.size()), bf(b.size()), c0(size_t(c.M * c.N));
+      for (size_t i = 0; i < a.size(); ++i) af[i] = to_f32(a[i] = to_bf16(n(gen)));
+      for (size_t i = 0; i < b.size(); ++i) bf[i] = to_f32(b[i] = to_bf16(n(gen)));
+      for (float& x : c0) x = n(gen);
+      std::vector<float> got = c0, want = c0;
+      std::vector<bf16> got16(c0.size());
+      gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), ac, b.data(), bc, c.beta, got.data(), c.N);
+      gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), ac, b.data(), bc, got16.data(), c.N);
+      gemm_reference(c.ta, c.tb, c.M, c.N, c.K, c.alpha, af.data(), ac, bf.data(), bc, c.beta,
+                     want.data(), c.N);
+      std::vector<float> want0(c0.size(), 0.f);
+      gemm_reference(c.ta, c.tb, c.M, c.N, c.K, c.alpha, af.data(), ac, bf.data(), bc, 0.f,
+                     want0.data(), c.N);
+      double e32 = 0, e16 = 0, scale = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        e32 = std::max(e32, double(std::abs(got[i] - want[i])));
+        e16 = std::max(e16, double(std::abs(to_f32(got16[i]) - want0[i]) / std::max(1.0f, std::abs(want0[i]))));
+        scale = std::max(scale, double(std::abs(want[i])));
+      }
+      const std::string what = std::string(gemm_lib_name(su.lib)) + " " + isa_name(su.isa) +
+                               (gemm_bf16_native() ? " native" : " converted");
+      EXPECT_LE(e32, 2e-5 * std::max(1.0, scale)) << what;  // fp32 accumulation of exact products
+      EXPECT_LE(e16, 1.0 / 256) << what;                    // one bf16 rounding of the result
+      if (su.lib == GemmLib::OneDnn && su.isa == Isa::Avx512Bf16) EXPECT_TRUE(gemm_bf16_native()) << what;
+    }
+  }
+  gemm_setup(GemmLib::OneDnn, test_isa());
+}
+
 INSTANTIATE_TEST_SUITE_P(Libraries, GemmVsReference,
                          ::testing::Values(GemmLib::OneDnn, GemmLib::OpenBlas),
                          [](const auto& info) { return std::string(gemm_lib_name(info.param)); });

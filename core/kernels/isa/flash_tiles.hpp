@@ -100,50 +100,63 @@ inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
                            Simd::set1(kNegInf));
 }
 
+// Online softmax over one chunk of R rows: s (scores, log2 units) becomes p = 2^(s - m_new),
+// m and l advance, corr[r] is the factor that rescales what row r summed before. Returns
+// whether any row needs rescaling. A row with nothing visible so far keeps p = 0.
+inline bool softmax_chunk(V (&s)[R][NV], float* m, float* l, float (&corr)[R]) {
+  bool rescale = false;
+  float m_new[R];
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    V x = s[r][0];
+    LCT_UNROLL for (int v = 1; v < NV; ++v) x = Simd::max(x, s[r][v]);
+    const float mx = Simd::reduce_max(x);
+    m_new[r] = m[r] < mx ? mx : m[r];
+    corr[r] = 1.0f;
+    if (m_new[r] != m[r]) {  // m was -inf (corr 0) or grew
+      alignas(64) float e[W] = {};
+      e[0] = m[r] - m_new[r];
+      Simd::store(e, Simd::exp2(Simd::load(e)));
+      corr[r] = e[0];
+      rescale = true;
+    }
+  }
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    if (m_new[r] == kNegInf) {  // nothing visible on this row so far
+      LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
+      continue;
+    }
+    const V mv = Simd::set1(m_new[r]);
+    V sum = Simd::zero();
+    LCT_UNROLL for (int v = 0; v < NV; ++v) {
+      s[r][v] = Simd::exp2(Simd::sub(s[r][v], mv));
+      sum = Simd::add(sum, s[r][v]);
+    }
+    l[r] = l[r] * corr[r] + Simd::reduce_add(sum);
+    m[r] = m_new[r];
+  }
+  return rescale;
+}
+
+// p = 2^(s - lse2) for R rows (backward: the softmax is known, nothing to track).
+inline void softmax_known(V (&s)[R][NV], const float* lse2) {
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    const V lse = Simd::set1(lse2[r]);
+    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::exp2(Simd::sub(s[r][v], lse));
+  }
+}
+
 void flash_fwd_tile(const FlashFwdTile& t) {
   const int64_t D = t.D, np = t.np;
   float* p = t.scratch;  // [R][np]
   for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
-    const float* q = t.q + r0 * D;
-    float* m = t.m + r0;
-    float* l = t.l + r0;
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[R][NV];
-      mk_abt(q, D, t.kt + c0, np, D, s);
+      mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
-      // New running max per row, and the factor that rescales what was summed before.
-      float m_new[R], corr[R];
-      bool rescale = false;
-      LCT_UNROLL for (int r = 0; r < R; ++r) {
-        V x = s[r][0];
-        LCT_UNROLL for (int v = 1; v < NV; ++v) x = Simd::max(x, s[r][v]);
-        const float mx = Simd::reduce_max(x);
-        m_new[r] = m[r] < mx ? mx : m[r];
-        corr[r] = 1.0f;
-        if (m_new[r] != m[r]) {  // m was -inf (corr 0) or grew
-          alignas(64) float e[W] = {};
-          e[0] = m[r] - m_new[r];
-          Simd::store(e, Simd::exp2(Simd::load(e)));
-          corr[r] = e[0];
-          rescale = true;
-        }
-      }
-      LCT_UNROLL for (int r = 0; r < R; ++r) {
-        float* pr = p + r * np + c0;
-        if (m_new[r] == kNegInf) {  // nothing visible on this row so far
-          LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(pr + v * W, Simd::zero());
-          continue;
-        }
-        const V mv = Simd::set1(m_new[r]);
-        V sum = Simd::zero();
-        LCT_UNROLL for (int v = 0; v < NV; ++v) {
-          const V e = Simd::exp2(Simd::sub(s[r][v], mv));
-          Simd::store(pr + v * W, e);
-          sum = Simd::add(sum, e);
-        }
-        l[r] = l[r] * corr[r] + Simd::reduce_add(sum);
-        m[r] = m_new[r];
-      }
+      float corr[R];
+      const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
+      LCT_UNROLL for (int r = 0; r < R; ++r)
+        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(p + r * np + c0 + v * W, s[r][v]);
       over_d(D, [&](int64_t d0, auto dc) {
         mk_ab<decltype(dc)::value>(p + c0, np, t.v + c0 * D + d0, D, NC, t.acc + r0 * D + d0, D,
                                    rescale ? corr : nullptr, false);
@@ -158,14 +171,12 @@ void flash_bwd_tile(const FlashBwdTile& t) {
   for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[R][NV];
-      mk_abt(t.q + r0 * D, D, t.kt + c0, np, D, s);
+      mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
-      LCT_UNROLL for (int r = 0; r < R; ++r) {
-        const V lse = Simd::set1(t.lse2[r0 + r]);
-        LCT_UNROLL for (int v = 0; v < NV; ++v)
-          Simd::store(t.p + (r0 + r) * np + c0 + v * W, Simd::exp2(Simd::sub(s[r][v], lse)));
-      }
-      mk_abt(t.dout + r0 * D, D, t.vt + c0, np, D, s);  // s now holds dP
+      softmax_known(s, t.lse2 + r0);
+      LCT_UNROLL for (int r = 0; r < R; ++r)
+        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
+      mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + c0, np, D, s);  // s now holds dP
       LCT_UNROLL for (int r = 0; r < R; ++r) {
         const V dl = Simd::set1(t.delta[r0 + r]);
         const float* pr = t.p + (r0 + r) * np + c0;
@@ -182,8 +193,8 @@ void flash_bwd_tile(const FlashBwdTile& t) {
   // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
   for (int64_t k0 = 0; k0 < np; k0 += KC)
     over_d(D, [&](int64_t d0, auto dc) {
-      mk_atb<decltype(dc)::value>(t.p + k0, np, t.dout + d0, D, t.rows, t.dv + k0 * D + d0, D);
-      mk_atb<decltype(dc)::value>(t.ds + k0, np, t.q + d0, D, t.rows, t.dk + k0 * D + d0, D);
+      mk_atb<decltype(dc)::value>(t.p + k0, np, t.dout + d0, t.ldq, t.rows, t.dv + k0 * D + d0, D);
+      mk_atb<decltype(dc)::value>(t.ds + k0, np, t.q + d0, t.ldq, t.rows, t.dk + k0 * D + d0, D);
     });
 }
 

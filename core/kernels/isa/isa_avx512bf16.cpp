@@ -1,9 +1,18 @@
-// The avx512_bf16 kernel path: the avx512 kernels plus AVX512_BF16 (vdpbf16ps), compiled with
-// -march=x86-64-v4 -mavx512bf16 only.
+// The avx512_bf16 kernel path: the avx512 kernels plus bf16 tiles on AVX512_BF16 (vdpbf16ps),
+// compiled with -march=x86-64-v4 -mavx512bf16 only.
 #define LCT_ISA_NS avx512bf16
 #define LCT_ISA_AVX512
 #include "kernels/isa/simd.hpp"
-#include "kernels/isa/kernels.hpp"
+
+namespace lct::LCT_ISA_NS {
+struct Shape {
+  static constexpr int R = 4, NV = 4, DC = 4, KC = 4;
+};
+}  // namespace lct::LCT_ISA_NS
+
+#include "kernels/isa/flash_tiles.hpp"
+#include "kernels/isa/flash_tiles_bf16.hpp"
+#include "kernels/isa/probe.hpp"
 
 namespace lct::LCT_ISA_NS {
 
@@ -14,7 +23,7 @@ double bf16_probe(int64_t iters) {
   for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(0.001f * float(j + 1));
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3400);
   for (int64_t i = 0; i < iters; ++i)
-    _Pragma("GCC unroll 12") for (int j = 0; j < kChains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+    LCT_UNROLL for (int j = 0; j < kChains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
   volatile float sink = 0;
   for (int j = 0; j < kChains; ++j) sink = sink + _mm512_reduce_add_ps(acc[j]);
   return double(iters) * kChains * 64;
@@ -23,14 +32,10 @@ double bf16_probe(int64_t iters) {
 }  // namespace lct::LCT_ISA_NS
 
 namespace lct {
-const IsaKernels* isa_kernels_avx512();
 const IsaKernels* isa_kernels_avx512bf16() {
-  static const IsaKernels k = [] {
-    IsaKernels t = *isa_kernels_avx512();
-    t.isa = Isa::Avx512Bf16;
-    t.bf16_probe = avx512bf16::bf16_probe;
-    return t;
-  }();
+  using namespace avx512bf16;
+  static const IsaKernels k{Isa::Avx512Bf16, W, R, NC, fma_probe, bf16_probe, flash_fwd_tile,
+                            flash_bwd_tile, flash_fwd_tile_bf16, flash_bwd_tile_bf16};
   return &k;
 }
 }  // namespace lct

@@ -4,18 +4,21 @@
 #pragma once
 #include <cstdint>
 
+#include "common/bf16.hpp"
 #include "sys/isa.hpp"
 
 namespace lct {
 
-// One query block against one key block of the forward pass, in log2 units: the queries
-// arrive multiplied by softmax_scale * log2(e), so p = 2^(s - m).
+// One query block against one key block of the forward pass, in log2 units: the keys
+// arrive multiplied by softmax_scale * log2(e), so p = 2^(s - m). Queries are read in place
+// (row stride ldq).
 struct FlashFwdTile {
   int64_t D = 0;
   int64_t rows = 0;             // query rows, a multiple of the ISA's strip_rows
   int64_t np = 0;               // key columns, a multiple of the ISA's key_chunk
-  const float* q = nullptr;     // [rows][D], pre-scaled
-  const float* kt = nullptr;    // [D][np]   keys, transposed
+  int64_t ldq = 0;              // row stride of q
+  const float* q = nullptr;     // [rows][ldq]
+  const float* kt = nullptr;    // [D][np]   keys, transposed, pre-scaled
   const float* v = nullptr;     // [np][D]
   // Tags, for masked tiles only: a key is visible when its doc equals the query's and its
   // idx is <= the query's (padding keys carry doc INT32_MIN, never equal).
@@ -31,21 +34,48 @@ struct FlashFwdTile {
 // One query block against one key block of the backward pass (same units; lse2 = lse *
 // log2(e), +inf on rows that see no key, so their p is 0).
 struct FlashBwdTile {
-  int64_t D = 0, rows = 0, np = 0;
-  const float* q = nullptr;      // [rows][D], pre-scaled
-  const float* dout = nullptr;   // [rows][D]
+  int64_t D = 0, rows = 0, np = 0, ldq = 0;
+  const float* q = nullptr;      // [rows][ldq]
+  const float* dout = nullptr;   // [rows][ldq]
   const float* lse2 = nullptr;   // [rows]
   const float* delta = nullptr;  // [rows] rowsum(dout * o)
-  const float* kt = nullptr;     // [D][np]
+  const float* kt = nullptr;     // [D][np], pre-scaled
   const float* vt = nullptr;     // [D][np]
   const float* k = nullptr;      // [np][D]
   const int32_t *qidx = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
   bool masked = false;
   float* p = nullptr;            // [rows][np] scratch
   float* ds = nullptr;           // [rows][np] scratch
-  float* dq = nullptr;           // [rows][D]  overwritten with dS K
-  float* dk = nullptr;           // [np][D]    += dS^T q (pre-scaled q: times ln 2 gives dK)
+  float* dq = nullptr;           // [rows][D]  overwritten with dS k
+  float* dk = nullptr;           // [np][D]    += dS^T q
   float* dv = nullptr;           // [np][D]    += P^T dout
+};
+
+// The same tiles with bf16 operands (layouts in flash_tiles_bf16.hpp); state stays fp32.
+struct FlashFwdTileBf16 {
+  int64_t D = 0, rows = 0, np = 0, ldq = 0;
+  const bf16* q = nullptr;      // [rows][ldq]
+  const bf16* kt2 = nullptr;    // [D/2][np][2], pre-scaled
+  const bf16* v2 = nullptr;     // [np/2][D][2]
+  const int32_t *qidx = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
+  bool masked = false;
+  float *acc = nullptr, *m = nullptr, *l = nullptr;
+  bf16* scratch = nullptr;      // [strip_rows][np]
+};
+
+struct FlashBwdTileBf16 {
+  int64_t D = 0, rows = 0, np = 0, ldq = 0;
+  const bf16 *q = nullptr, *q2 = nullptr;        // [rows][ldq], [rows/2][D][2]
+  const bf16 *dout = nullptr, *dout2 = nullptr;  // likewise
+  const float *lse2 = nullptr, *delta = nullptr; // [rows]
+  const bf16 *kt2 = nullptr, *vt2 = nullptr;     // [D/2][np][2]
+  const bf16* k2 = nullptr;                      // [np/2][D][2]
+  const int32_t *qidx = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
+  bool masked = false;
+  float* p = nullptr;                // [strip_rows][key_chunk] scratch
+  bf16 *ds = nullptr;                // [rows][np] scratch
+  bf16 *pi = nullptr, *dsi = nullptr;  // [rows/2][np][2] scratch
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // as FlashBwdTile
 };
 
 struct IsaKernels {
@@ -58,6 +88,9 @@ struct IsaKernels {
   double (*bf16_probe)(int64_t iters);  // vdpbf16ps; null where the ISA has none
   void (*flash_fwd_tile)(const FlashFwdTile& t);
   void (*flash_bwd_tile)(const FlashBwdTile& t);
+  // bf16 operands (vdpbf16ps); null where the ISA has no bf16 dot product
+  void (*flash_fwd_tile_bf16)(const FlashFwdTileBf16& t) = nullptr;
+  void (*flash_bwd_tile_bf16)(const FlashBwdTileBf16& t) = nullptr;
 };
 
 // The table for `isa`, or null when this build has none (e.g. x86 paths on Arm). Whether the

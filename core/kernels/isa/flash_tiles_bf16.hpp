@@ -1,0 +1,161 @@
+// Flash-attention tiles with bf16 operands on AVX512_BF16: every product is vdpbf16ps (16
+// fp32 lanes, each += a0 b0 + a1 b1), so operands are stored with the reduction dimension in
+// pairs. Scores, the softmax statistics, accumulators and gradients stay fp32; p and dS are
+// rounded to bf16 only as operands of the next product (as FlashAttention-2 does).
+//
+// Layouts (pairs of the reduction index adjacent; np, D and the row count are even):
+//   kt2, vt2  [D/2][np][2]   keys / values transposed: pairs of head dimensions
+//   k2, v2    [np/2][D][2]   keys / values: pairs of keys
+//   q, dout   [rows][D]      row-major: pairs of head dimensions are adjacent already
+//   q2, dout2 [rows/2][D][2] pairs of query rows
+//   p, ds     [rows][np]     row-major bf16 (pairs of keys adjacent)
+//   pi, dsi   [rows/2][np][2] pairs of query rows
+// Included after flash_tiles.hpp (its Simd, Shape, helpers) by isa_avx512bf16.cpp only.
+#pragma once
+
+#include "common/bf16.hpp"
+
+namespace lct::LCT_ISA_NS {
+
+static_assert(W == 16 && NV % 2 == 0 && R % 2 == 0, "the bf16 tiles assume AVX-512 and even shapes");
+
+inline __m512bh bcast_pair(const bf16* p) {
+  int32_t x;
+  std::memcpy(&x, p, 4);
+  return (__m512bh)_mm512_set1_epi32(x);
+}
+inline __m512bh load_pairs(const bf16* p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+// s[R][NV] = a[R][K] . bt2[K/2][NC][2]; a row stride lda, bt2 row stride ldb (elements).
+inline void mk_abt_bf16(const bf16* a, int64_t lda, const bf16* bt2, int64_t ldb, int64_t K,
+                        V (&s)[R][NV]) {
+  LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
+  for (int64_t i = 0; i < K / 2; ++i) {
+    __m512bh b[NV];
+    LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = load_pairs(bt2 + i * ldb + v * 2 * W);
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512bh x = bcast_pair(a + r * lda + 2 * i);
+      LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], x, b[v]);
+    }
+  }
+}
+
+// c[R][DC] = (scale ? c * scale[r] : zero_c ? 0 : c) + p[R][K] . b2[K/2][DC][2]
+template <int DC>
+inline void mk_ab_bf16(const bf16* p, int64_t ldp, const bf16* b2, int64_t ldb, int64_t K,
+                       float* c, int64_t ldc, const float* scale, bool zero_c) {
+  V acc[R][DC];
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int v = 0; v < DC; ++v) {
+      if (zero_c) acc[r][v] = Simd::zero();
+      else if (scale) acc[r][v] = Simd::mul(Simd::load(c + r * ldc + v * W), Simd::set1(scale[r]));
+      else acc[r][v] = Simd::load(c + r * ldc + v * W);
+    }
+  }
+  for (int64_t j = 0; j < K / 2; ++j) {
+    __m512bh bb[DC];
+    LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = load_pairs(b2 + j * ldb + v * 2 * W);
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512bh x = bcast_pair(p + r * ldp + 2 * j);
+      LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bb[v]);
+    }
+  }
+  LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
+}
+
+// c[KC][DC] += a2[rows/2][KC][2]^T . b2[rows/2][DC][2]  (pairs of rows)
+template <int DC>
+inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb, int64_t rows,
+                        float* c, int64_t ldc) {
+  V acc[KC][DC];
+  LCT_UNROLL for (int k = 0; k < KC; ++k)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = Simd::load(c + k * ldc + v * W);
+  for (int64_t i = 0; i < rows / 2; ++i) {
+    __m512bh bb[DC];
+    LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = load_pairs(b2 + i * ldb + v * 2 * W);
+    LCT_UNROLL for (int k = 0; k < KC; ++k) {
+      const __m512bh x = bcast_pair(a2 + i * lda + 2 * k);
+      LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = _mm512_dpbf16_ps(acc[k][v], x, bb[v]);
+    }
+  }
+  LCT_UNROLL for (int k = 0; k < KC; ++k)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + k * ldc + v * W, acc[k][v]);
+}
+
+// R rows of NV fp32 vectors to bf16, row-major at dst (row stride ld).
+inline void store_rows_bf16(const V (&s)[R][NV], bf16* dst, int64_t ld) {
+  LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int v = 0; v < NV; v += 2)
+      _mm512_storeu_si512(dst + r * ld + v * W, (__m512i)_mm512_cvtne2ps_pbh(s[r][v + 1], s[r][v]));
+}
+
+// Rows (2i, 2i+1) of R rows to bf16, interleaved: dst[(i * ld) + 2c + e] = s[2i + e][c].
+inline void store_row_pairs_bf16(const V (&s)[R][NV], bf16* dst, int64_t ld) {
+  alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i zip = _mm512_load_si512(kZip);
+  LCT_UNROLL for (int r = 0; r < R; r += 2)
+    LCT_UNROLL for (int v = 0; v < NV; ++v) {
+      const __m512i two = (__m512i)_mm512_cvtne2ps_pbh(s[r + 1][v], s[r][v]);  // row r | row r+1
+      _mm512_storeu_si512(dst + (r / 2) * ld + 2 * v * W, _mm512_permutexvar_epi16(zip, two));
+    }
+}
+
+void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
+  const int64_t D = t.D, np = t.np;
+  bf16* p = t.scratch;  // [R][np]
+  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
+    for (int64_t c0 = 0; c0 < np; c0 += NC) {
+      V s[R][NV];
+      mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      float corr[R];
+      const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
+      store_rows_bf16(s, p + c0, np);
+      over_d(D, [&](int64_t d0, auto dc) {
+        mk_ab_bf16<decltype(dc)::value>(p + c0, np, t.v2 + c0 * D + 2 * d0, 2 * D, NC,
+                                        t.acc + r0 * D + d0, D, rescale ? corr : nullptr, false);
+      });
+    }
+  }
+}
+
+void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
+  const int64_t D = t.D, np = t.np;
+  // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k.
+  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
+    for (int64_t c0 = 0; c0 < np; c0 += NC) {
+      V s[R][NV];
+      mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      softmax_known(s, t.lse2 + r0);
+      LCT_UNROLL for (int r = 0; r < R; ++r)
+        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + r * NC + v * W, s[r][v]);
+      store_row_pairs_bf16(s, t.pi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
+      mk_abt_bf16(t.dout + r0 * t.ldq, t.ldq, t.vt2 + 2 * c0, 2 * np, D, s);  // s now holds dP
+      LCT_UNROLL for (int r = 0; r < R; ++r) {
+        const V dl = Simd::set1(t.delta[r0 + r]);
+        LCT_UNROLL for (int v = 0; v < NV; ++v)
+          s[r][v] = Simd::mul(Simd::load(t.p + r * NC + v * W), Simd::sub(s[r][v], dl));
+      }
+      store_rows_bf16(s, t.ds + r0 * np + c0, np);
+      store_row_pairs_bf16(s, t.dsi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
+    }
+    over_d(D, [&](int64_t d0, auto dc) {
+      mk_ab_bf16<decltype(dc)::value>(t.ds + r0 * np, np, t.k2 + 2 * d0, 2 * D, np,
+                                      t.dq + r0 * D + d0, D, nullptr, true);
+    });
+  }
+  // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
+  for (int64_t k0 = 0; k0 < np; k0 += KC)
+    over_d(D, [&](int64_t d0, auto dc) {
+      mk_atb_bf16<decltype(dc)::value>(t.pi + 2 * k0, 2 * np, t.dout2 + 2 * d0, 2 * D, t.rows,
+                                       t.dv + k0 * D + d0, D);
+      mk_atb_bf16<decltype(dc)::value>(t.dsi + 2 * k0, 2 * np, t.q2 + 2 * d0, 2 * D, t.rows,
+                                       t.dk + k0 * D + d0, D);
+    });
+}
+
+}  // namespace lct::LCT_ISA_NS
