@@ -207,6 +207,11 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--cp-split", o.cp_split, std::string("zigzag"),
         "how sequences are cut across cp ranks: zigzag (balanced) or contiguous (for comparison)")
       ->check(CLI::IsMember({"zigzag", "contiguous"}));
+  r.add(c, "--precision", o.precision, std::string("fp32"),
+        "matrix products: fp32, or bf16 (bf16 weights copy, activations and ring K/V, gradient "
+        "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "
+        "accumulation)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--dry-run", o.dry_run, false,
         "check everything and print the start-up table and memory estimate, then stop");
 }
@@ -218,6 +223,8 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
   r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per forward pass");
   r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)");
   r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file");
+  r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
   r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
   r.add(c, "--force", o.force, false, "replace --out if it exists");
@@ -239,6 +246,9 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
   r.add(c, "--causal", o.causal, true, "causal mask (FLOPs halved)");
   r.add(c, "--backward", o.backward, true, "also time forward+backward");
+  r.add(c, "--precision", o.precision, std::string("fp32"),
+        "attention: fp32 or bf16 inputs and products (%peak against that precision's peak)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
         "ring: message sizes in KiB, comma-separated");
   r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file");

@@ -67,10 +67,11 @@ struct TrainOptions {
   bool force, dry_run;
   int64_t dp, cp;
   std::string cp_algo, cp_split;
+  std::string precision;      // fp32 | bf16
 };
 
 struct EvalOptions {
-  std::string model, data, out;
+  std::string model, data, out, precision;
   int64_t seq_len, batch_size, max_sequences, block_q, block_k;
   bool force;
 };
@@ -81,6 +82,7 @@ struct BenchOptions {
   std::string seq_lens;  // comma-separated
   int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;
   bool causal, backward;
+  std::string precision;  // attention: of the products; gemm: measured in both
   std::string sizes;  // ring: message sizes in KiB
   std::string out;
   bool force;

@@ -89,7 +89,7 @@ int cmd_bench_ring(Context& ctx) {
                     {ki.data(), doc.data()}, ob.data(), lse.data());
       if (r > 0) ta.push_back(omp_get_wtime() - t0);
     }
-    const size_t bytes = KvBlocks::bytes_for(Tl, KV * D);
+    const size_t bytes = KvBlocks::bytes_for(Tl, KV * D, sizeof(float));
     Buffer<char> send(bytes), recv(bytes);
     std::vector<double> tt;
     for (int64_t r = 0; r <= o.repeats; ++r) {

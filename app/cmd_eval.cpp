@@ -20,8 +20,10 @@ int cmd_eval(Context& ctx) {
   const TokenDataset ds = read_dataset_file(o.data);
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
   // Forward only: keeping only layer inputs is enough and smallest.
+  const Precision precision = parse_precision(o.precision);
+  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
   LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
-                              {o.block_q, o.block_k}, ctx.topo.isa});
+                              {o.block_q, o.block_k}, ctx.topo.isa, precision});
   std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
   PhaseClock clock;
   const double t0 = omp_get_wtime();

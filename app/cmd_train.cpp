@@ -51,8 +51,9 @@ int cmd_train(Context& ctx) {
   const Fault fault = injected_fault();
   const ModelConfig& mc = init.config;
   const int64_t local_tokens = o.batch_size * o.seq_len / cp;
+  const Precision precision = parse_precision(o.precision);
   const ModelShape shape{local_tokens, o.seq_len, parse_checkpointing(o.checkpointing),
-                         {o.block_q, o.block_k}, ctx.topo.isa};
+                         {o.block_q, o.block_k}, ctx.topo.isa, precision};
   const ModelMemory mem = LlamaModel::memory(mc, shape, ctx.topo.threads);
   const double ring_bytes = cp > 1 ? 7.0 * double(local_tokens * mc.num_key_value_heads * mc.head_dim()) * 4 : 0;
   const double need = double(mem.total()) + ring_bytes;
@@ -60,8 +61,8 @@ int cmd_train(Context& ctx) {
   out << "model: " << init.layout.num_parameters() << " parameters, " << mc.num_hidden_layers
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n"
-      << "memory estimate per rank: " << gib(need) << " = parameters+gradients "
-      << gib(double(mem.params_grads)) << ", AdamW " << gib(double(mem.optimizer)) << ", activations "
+      << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
+      << (precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(double(mem.params_grads)) << ", AdamW " << gib(double(mem.optimizer)) << ", activations "
       << gib(double(mem.activations)) << " (checkpointing " << o.checkpointing << ", "
       << local_tokens << " tokens per rank), scratch " << gib(double(mem.scratch) + ring_bytes)
       << "; " << gib(avail) << " available per rank\n";
@@ -93,11 +94,11 @@ int cmd_train(Context& ctx) {
     if (o.cp_algo == "ring")
       cp_attention = std::make_unique<RingAttention>(c, local_tokens, mc.num_attention_heads,
                                                      mc.num_key_value_heads, mc.head_dim(),
-                                                     shape.blocks, shape.isa);
+                                                     shape.blocks, shape.isa, precision);
     else
       cp_attention = std::make_unique<AllGatherAttention>(c, local_tokens, mc.num_attention_heads,
                                                           mc.num_key_value_heads, mc.head_dim(),
-                                                          shape.blocks, shape.isa);
+                                                          shape.blocks, shape.isa, precision);
   }
   auto cp_bytes = [&]() -> double {
     if (auto* r = dynamic_cast<RingAttention*>(cp_attention.get())) return double(r->bytes_sent());
@@ -107,7 +108,7 @@ int cmd_train(Context& ctx) {
   LlamaModel model(mc, shape, cp_attention.get());
   std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
   init.params = Buffer<float>();
-  MpiStepReducer reducer(world.comm);
+  MpiStepReducer reducer(world.comm, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
   Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr);
@@ -152,8 +153,8 @@ int cmd_train(Context& ctx) {
   }
 
   ctx.measure_peak();
-  const double peak = o.peak_gflops > 0 ? o.peak_gflops : ctx.topo.peak.fp32;
-  const std::string peak_how = o.peak_gflops > 0 ? "--peak-gflops" : "fp32, " + ctx.topo.peak.fp32_how;
+  const auto [peak, peak_how] = ctx.mfu_peak(precision, o.peak_gflops);
+  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) out << w << "\n";
   out << "data: " << loader.packing().sequences.size() << " sequences of " << o.seq_len
       << " tokens (packing efficiency " << std::fixed << std::setprecision(1)
       << 100 * loader.packing().efficiency() << "%); global batch " << o.batch_size * o.grad_accum * dp

@@ -71,6 +71,26 @@ void Context::measure_peak() {
   o << std::defaultfloat << std::setprecision(6) << "\n" << std::flush;
 }
 
+std::pair<double, std::string> Context::mfu_peak(Precision precision, double override) const {
+  const Peak& p = topo.peak;
+  if (override > 0) return {override, "--peak-gflops"};
+  if (precision == Precision::Bf16 && gemm_bf16_native()) {
+    if (p.bf16_amx_nominal > p.bf16)
+      return {p.bf16_amx_nominal, "bf16, AMX nominal (1024 FLOP per cycle per core at the measured clock)"};
+    return {p.bf16, "bf16, " + p.bf16_how};
+  }
+  return {p.fp32, (precision == Precision::Bf16 ? "fp32 units (no bf16 products here), " : "fp32, ") + p.fp32_how};
+}
+
+std::string Context::bf16_warning(Precision precision) const {
+  if (precision != Precision::Bf16 || gemm_bf16_native()) return "";
+  return cat("warning: --precision bf16 without bf16 products here (",
+             topo.cpu.avx512_bf16 ? "--isa " + std::string(isa_name(topo.isa)) + " or --gemm openblas"
+                                  : "this CPU has no AVX512_BF16 or AMX",
+             "): bf16 halves activation memory and communication but products are computed in ",
+             "fp32, so it is not faster");
+}
+
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag) {
   std::vector<int64_t> out;
   size_t start = 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/cli.hpp"
+#include "common/bf16.hpp"
 #include "common/provenance.hpp"
 #include "parallel/world.hpp"
 #include "sys/topology.hpp"
@@ -23,6 +24,11 @@ struct Context {
   void print_startup(const std::string& title, bool with_topology) const;
   // Measures the peak on every rank at once (topo.peak) and prints it: train and bench.
   void measure_peak();
+  // The peak MFU of a run in `precision` is measured against, and how it was obtained
+  // (`override` > 0: --peak-gflops). bf16 without bf16 hardware runs on the fp32 units.
+  std::pair<double, std::string> mfu_peak(Precision precision, double override) const;
+  // For bf16 on a CPU (or --isa) without bf16 products: one warning line; else empty.
+  std::string bf16_warning(Precision precision) const;
 };
 
 // "4096,16384" -> {4096, 16384}; throws naming `flag` on anything but positive integers.

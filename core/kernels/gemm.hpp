@@ -57,11 +57,14 @@ void linear_forward(Out* y, const In* x, const In* w, int64_t T, int64_t in, int
   if constexpr (std::is_same_v<Out, float>) gemm(false, true, T, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   else gemm(false, true, T, out, in, 1.0f, x, in, w, in, y, out);
 }
-// dx [T, in] (+)= dy W ; `accumulate` adds to dx instead of overwriting it.
-template <class In>
-void linear_backward_input(float* dx, const In* dy, const In* w, int64_t T, int64_t in,
+// dx [T, in] (+)= dy W ; `accumulate` adds to dx (fp32 only) instead of overwriting it.
+template <class In, class Out>
+void linear_backward_input(Out* dx, const In* dy, const In* w, int64_t T, int64_t in,
                            int64_t out, bool accumulate) {
-  gemm(false, false, T, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
+  if constexpr (std::is_same_v<Out, float>)
+    gemm(false, false, T, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
+  else
+    gemm(false, false, T, in, out, 1.0f, dy, out, w, in, dx, in);  // overwrites: no accumulate
 }
 // dW [out, in] += dy^T x  (fp32 gradients whatever the operands)
 template <class In>

@@ -9,7 +9,8 @@
 
 namespace lct {
 
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
+template <class X>
+void rmsnorm_forward(X* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
                      float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
@@ -19,11 +20,13 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int6
     for (int64_t c = 0; c < C; ++c) ss += xt[c] * xt[c];
     const float r = 1.0f / std::sqrt(ss / float(C) + eps);
     rstd[t] = r;
-    float* yt = y + t * C;
+    X* yt = y + t * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) yt[c] = xt[c] * r * w[c];
+    for (int64_t c = 0; c < C; ++c) store_as(yt + c, xt[c] * r * w[c]);
   }
 }
+template void rmsnorm_forward(float*, float*, const float*, const float*, int64_t, int64_t, float);
+template void rmsnorm_forward(bf16*, float*, const float*, const float*, int64_t, int64_t, float);
 
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* rstd,
                       const float* w, int64_t T, int64_t C, bool accumulate_dx) {
@@ -71,74 +74,91 @@ RopeTable::RopeTable(int64_t max_pos, int64_t head_dim, double theta)
   }
 }
 
-void RopeTable::rotate(float* x, const int32_t* pos, int64_t T, int64_t heads, float sign) const {
+template <class X>
+void RopeTable::rotate(const float* x, X* out, const int32_t* pos, int64_t T, int64_t heads,
+                       float sign) const {
   const int64_t D = 2 * half_, half = half_;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* c = cos_.data() + int64_t(pos[t]) * half;
     const float* s = sin_.data() + int64_t(pos[t]) * half;
     for (int64_t h = 0; h < heads; ++h) {
-      float* a = x + (t * heads + h) * D;
-      float* b = a + half;
+      const float* a = x + (t * heads + h) * D;
+      const float* b = a + half;
+      X* oa = out + (t * heads + h) * D;
+      X* ob = oa + half;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
         const float ai = a[i], bi = b[i], si = sign * s[i];
-        a[i] = ai * c[i] - bi * si;
-        b[i] = bi * c[i] + ai * si;
+        store_as(oa + i, ai * c[i] - bi * si);
+        store_as(ob + i, bi * c[i] + ai * si);
       }
     }
   }
 }
 
 void RopeTable::forward(float* x, const int32_t* pos, int64_t T, int64_t heads) const {
-  rotate(x, pos, T, heads, 1.0f);
+  rotate(x, x, pos, T, heads, 1.0f);
 }
 void RopeTable::backward(float* dx, const int32_t* pos, int64_t T, int64_t heads) const {
-  rotate(dx, pos, T, heads, -1.0f);  // the transpose of a rotation is its inverse
+  rotate(dx, dx, pos, T, heads, -1.0f);  // the transpose of a rotation is its inverse
 }
+template <class X>
+void RopeTable::forward(const float* x, X* out, const int32_t* pos, int64_t T, int64_t heads) const {
+  rotate(x, out, pos, T, heads, 1.0f);
+}
+template void RopeTable::forward(const float*, float*, const int32_t*, int64_t, int64_t) const;
+template void RopeTable::forward(const float*, bf16*, const int32_t*, int64_t, int64_t) const;
 
 namespace {
-// sigmoid over n values: s[i] = 1 / (1 + exp(-g[i]))
-inline void sigmoid(float* s, const float* g, int64_t n) {
+// sigmoid over n values: s[i] = 1 / (1 + exp(-g[i])); g as fp32 in gf (a copy for bf16)
+template <class X>
+inline void sigmoid(float* s, float* gf, const X* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gf[i] = load_f32(g[i]);
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp256(_mm256_sub_ps(zero, _mm256_loadu_ps(g + i)));
+    const __m256 e = exp256(_mm256_sub_ps(zero, _mm256_loadu_ps(gf + i)));
     _mm256_storeu_ps(s + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
   }
 #endif
-  for (; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-g[i]));
+  for (; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-gf[i]));
 }
-constexpr int64_t kChunk = 4096;  // elements per task: fits L1 with its sigmoid
+constexpr int64_t kChunk = 2048;  // elements per task: fits L1 with its sigmoid
 }  // namespace
 
-void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) {
+template <class X>
+void swiglu_forward(X* h, const X* gate, const X* up, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kChunk) {
     const int64_t m = std::min(kChunk, n - b);
-    float s[kChunk];
-    sigmoid(s, gate + b, m);
+    float s[kChunk], g[kChunk];
+    sigmoid(s, g, gate + b, m);
 #pragma omp simd
-    for (int64_t i = 0; i < m; ++i) h[b + i] = gate[b + i] * s[i] * up[b + i];
+    for (int64_t i = 0; i < m; ++i) store_as(h + b + i, g[i] * s[i] * load_f32(up[b + i]));
   }
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
-                     int64_t n) {
+template <class X>
+void swiglu_backward(X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kChunk) {
     const int64_t m = std::min(kChunk, n - b);
-    float s[kChunk];
-    sigmoid(s, gate + b, m);
+    float s[kChunk], gf[kChunk];
+    sigmoid(s, gf, gate + b, m);
 #pragma omp simd
     for (int64_t i = 0; i < m; ++i) {
-      const float g = gate[b + i], si = s[i], d = dh[b + i];
-      dup[b + i] = d * g * si;
-      dgate[b + i] = d * up[b + i] * si * (1.0f + g * (1.0f - si));
+      const float g = gf[i], si = s[i], d = load_f32(dh[b + i]);
+      store_as(dup + b + i, d * g * si);
+      store_as(dgate + b + i, d * load_f32(up[b + i]) * si * (1.0f + g * (1.0f - si)));
     }
   }
 }
+template void swiglu_forward(float*, const float*, const float*, int64_t);
+template void swiglu_forward(bf16*, const bf16*, const bf16*, int64_t);
+template void swiglu_backward(float*, float*, const float*, const float*, const float*, int64_t);
+template void swiglu_backward(bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t);
 
 void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)

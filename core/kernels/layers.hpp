@@ -1,14 +1,19 @@
 // Forward and backward of the element-wise and row-wise layers of a Llama decoder, over
 // plain row-major buffers. T = tokens, C = hidden size. All parallelise over tokens with
-// OpenMP (static schedule) and are deterministic for a given thread count.
+// OpenMP (static schedule) and are deterministic for a given thread count. X is the type of
+// activations that feed matrix products (float, or bf16 in mixed precision); arithmetic is
+// fp32 throughout and the residual stream, norms' inputs and every gradient stay fp32.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "common/bf16.hpp"
+
 namespace lct {
 
 // y = x / sqrt(mean(x^2) + eps) * w.   x, y [T, C]; rstd [T] saved for backward; w [C].
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
+template <class X>
+void rmsnorm_forward(X* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
                      float eps);
 // dx [T, C] (+)= ...; dw [C] += ...  (accumulate_dx adds into dx, else overwrites)
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* rstd,
@@ -23,19 +28,24 @@ class RopeTable {
   // x [T, heads * D], rotated in place by the positions pos [T]. backward = inverse rotation.
   void forward(float* x, const int32_t* pos, int64_t T, int64_t heads) const;
   void backward(float* dx, const int32_t* pos, int64_t T, int64_t heads) const;
+  // The same rotation read from x and written to `out` (of type X).
+  template <class X>
+  void forward(const float* x, X* out, const int32_t* pos, int64_t T, int64_t heads) const;
   int64_t max_pos() const { return max_pos_; }
 
  private:
-  void rotate(float* x, const int32_t* pos, int64_t T, int64_t heads, float sign) const;
+  template <class X>
+  void rotate(const float* x, X* out, const int32_t* pos, int64_t T, int64_t heads, float sign) const;
   int64_t max_pos_ = 0, half_ = 0;
   std::vector<float> cos_, sin_;  // [max_pos, D/2]
 };
 
 // h = silu(gate) * up, all [T*I] (n elements).
-void swiglu_forward(float* h, const float* gate, const float* up, int64_t n);
+template <class X>
+void swiglu_forward(X* h, const X* gate, const X* up, int64_t n);
 // dgate, dup from dh (overwritten).
-void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
-                     int64_t n);
+template <class X>
+void swiglu_backward(X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n);
 
 // x[t] = table[tokens[t]]    x [T, C], table [V, C]
 void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C);

@@ -3,29 +3,34 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/gemm.hpp"
 #include "kernels/vexp.hpp"
 
 namespace lct {
 
-LmHeadXent::LmHeadXent(int64_t max_tokens, int64_t V, XentChunks chunks)
+LmHeadXent::LmHeadXent(int64_t max_tokens, int64_t V, Precision products, XentChunks chunks)
     : V_(V), chunks_(chunks) {
   chunks_.vocab = std::min(chunks_.vocab, V);
   chunks_.rows = std::min(chunks_.rows, max_tokens);
   logits_ = Buffer<float>(size_t(chunks_.rows * chunks_.vocab));
+  if (products == Precision::Bf16) dlogits_ = Buffer<bf16>(logits_.size());
   lse_ = Buffer<float>(size_t(max_tokens));
   max_ = Buffer<float>(size_t(chunks_.rows));
   sum_ = Buffer<float>(size_t(chunks_.rows));
   target_logit_ = Buffer<float>(size_t(chunks_.rows));
 }
 
-size_t LmHeadXent::workspace_bytes_for(int64_t max_tokens, int64_t V, XentChunks c) {
+size_t LmHeadXent::workspace_bytes_for(int64_t max_tokens, int64_t V, Precision products,
+                                      XentChunks c) {
   const int64_t rows = std::min(c.rows, max_tokens), vocab = std::min(c.vocab, V);
-  return size_t(rows * vocab + max_tokens + 3 * rows) * sizeof(float);
+  return size_t(rows * vocab + max_tokens + 3 * rows) * sizeof(float) +
+         (products == Precision::Bf16 ? size_t(rows * vocab) * sizeof(bf16) : 0);
 }
 
-double LmHeadXent::run(const float* x, const float* w, const int32_t* targets, int64_t T, int64_t C,
+template <class X>
+double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T, int64_t C,
                        float grad_scale, float* dx, float* dw, int32_t* argmax) {
   const int64_t RC = chunks_.rows, VC = chunks_.vocab, V = V_;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -33,7 +38,7 @@ double LmHeadXent::run(const float* x, const float* w, const int32_t* targets, i
   double loss = 0.0;
   for (int64_t r0 = 0; r0 < T; r0 += RC) {
     const int64_t R = std::min(RC, T - r0);
-    const float* xr = x + r0 * C;
+    const X* xr = x + r0 * C;
     std::fill(max_.data(), max_.data() + R, neg_inf);
     std::fill(sum_.data(), sum_.data() + R, 0.0f);
     std::fill(target_logit_.data(), target_logit_.data() + R, 0.0f);
@@ -78,12 +83,23 @@ double LmHeadXent::run(const float* x, const float* w, const int32_t* targets, i
         for (int64_t j = 0; j < n; ++j) row[j] *= grad_scale;
         if (tg >= v0 && tg < v0 + n) row[tg - v0] -= grad_scale;
       }
-      gemm(false, false, R, C, n, 1.0f, logits, n, w + v0 * C, C, v0 == 0 ? 0.0f : 1.0f,
-           dx + r0 * C, C);
-      gemm(true, false, n, C, R, 1.0f, logits, n, xr, C, 1.0f, dw + v0 * C, C);
+      // dlogits as the products' operand type (fp32 as is; bf16 rounded once)
+      const X* dl;
+      if constexpr (std::is_same_v<X, float>) dl = logits;
+      else {
+        convert(logits, dlogits_.data(), R * n);
+        dl = dlogits_.data();
+      }
+      gemm(false, false, R, C, n, 1.0f, dl, n, w + v0 * C, C, v0 == 0 ? 0.0f : 1.0f, dx + r0 * C, C);
+      gemm(true, false, n, C, R, 1.0f, dl, n, xr, C, 1.0f, dw + v0 * C, C);
     }
   }
   return loss;
 }
+
+template double LmHeadXent::run(const float*, const float*, const int32_t*, int64_t, int64_t, float,
+                                float*, float*, int32_t*);
+template double LmHeadXent::run(const bf16*, const bf16*, const int32_t*, int64_t, int64_t, float,
+                                float*, float*, int32_t*);
 
 }  // namespace lct

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/bf16.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -14,21 +15,25 @@ struct XentChunks {
 
 class LmHeadXent {
  public:
-  LmHeadXent(int64_t max_tokens, int64_t V, XentChunks chunks = {});
-  static size_t workspace_bytes_for(int64_t max_tokens, int64_t V, XentChunks chunks = {});
+  // `products` bf16: x and w arrive as bf16 and the backward products take bf16 operands.
+  LmHeadXent(int64_t max_tokens, int64_t V, Precision products, XentChunks chunks = {});
+  static size_t workspace_bytes_for(int64_t max_tokens, int64_t V, Precision products,
+                                    XentChunks chunks = {});
 
-  // x [T, C] (the final-norm output), w [V, C], targets [T] (-1 = not scored).
-  // Returns the sum of per-token losses (double) over scored tokens. When dx is given, also
-  // writes dx [T, C] = grad_scale * d(sum)/dx and adds grad_scale * d(sum)/dw to dw [V, C]
-  // (grad_scale = 1 / valid targets of the whole step). `argmax` [T] (optional) receives the
-  // greedy prediction of every row.
-  double run(const float* x, const float* w, const int32_t* targets, int64_t T, int64_t C,
+  // x [T, C] (the final-norm output), w [V, C], targets [T] (-1 = not scored); X is float or
+  // bf16. Logits, softmax and loss are fp32. Returns the sum of per-token losses (double)
+  // over scored tokens. When dx is given, also writes dx [T, C] = grad_scale * d(sum)/dx and
+  // adds grad_scale * d(sum)/dw to dw [V, C] (grad_scale = 1 / valid targets of the whole
+  // step). `argmax` [T] (optional) receives the greedy prediction of every row.
+  template <class X>
+  double run(const X* x, const X* w, const int32_t* targets, int64_t T, int64_t C,
              float grad_scale, float* dx, float* dw, int32_t* argmax = nullptr);
 
  private:
   int64_t V_;
   XentChunks chunks_;
   Buffer<float> logits_;  // [rows, vocab]
+  Buffer<bf16> dlogits_;  // [rows, vocab] the backward products' operand (bf16 products)
   Buffer<float> lse_;     // [max_tokens]
   Buffer<float> max_;     // [rows] running max
   Buffer<float> sum_;     // [rows] running sum of exp

@@ -10,31 +10,68 @@
 
 namespace lct {
 
+// q, k, v (and o, dout in backward) are the model's activation type X: float, or bf16 in
+// mixed precision. o and lse come out fp32 (the model stores o as X); gradients are fp32.
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
   // q [T, H*D], k, v [T, KV*D] of this rank's tokens; o, lse overwritten.
   virtual void forward(const AttnDims& d, const float* q, const float* k, const float* v,
                        TokenTags tags, float* o, float* lse, PhaseClock& clock) = 0;
+  virtual void forward(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v,
+                       TokenTags tags, float* o, float* lse, PhaseClock& clock) = 0;
   // Adds the gradients to dq, dk, dv (zeroed by the caller).
   virtual void backward(const AttnDims& d, const float* q, const float* k, const float* v,
                         const float* o, const float* lse, const float* dout, TokenTags tags,
                         float* dq, float* dk, float* dv, PhaseClock& clock) = 0;
+  virtual void backward(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v,
+                        const bf16* o, const float* lse, const bf16* dout, TokenTags tags,
+                        float* dq, float* dk, float* dv, PhaseClock& clock) = 0;
+};
+
+// Implements both activation types through Impl's templates fwd<X> and bwd<X>.
+template <class Impl>
+class AttentionOpOf : public AttentionOp {
+ public:
+  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags t,
+               float* o, float* lse, PhaseClock& c) override {
+    self().fwd(d, q, k, v, t, o, lse, c);
+  }
+  void forward(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, TokenTags t,
+               float* o, float* lse, PhaseClock& c) override {
+    self().fwd(d, q, k, v, t, o, lse, c);
+  }
+  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
+                const float* lse, const float* dout, TokenTags t, float* dq, float* dk, float* dv,
+                PhaseClock& c) override {
+    self().bwd(d, q, k, v, o, lse, dout, t, dq, dk, dv, c);
+  }
+  void backward(const AttnDims& d, const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                const float* lse, const bf16* dout, TokenTags t, float* dq, float* dk, float* dv,
+                PhaseClock& c) override {
+    self().bwd(d, q, k, v, o, lse, dout, t, dq, dk, dv, c);
+  }
+
+ private:
+  Impl& self() { return static_cast<Impl&>(*this); }
 };
 
 // Single rank: the flash kernel on the local tokens.
-class LocalAttention : public AttentionOp {
+class LocalAttention : public AttentionOpOf<LocalAttention> {
  public:
-  LocalAttention(int64_t max_tokens, int64_t H, int64_t KV, int64_t D, AttnBlocks blocks, Isa isa)
-      : flash_({max_tokens, max_tokens, H, KV, D}, blocks, isa), delta_(size_t(H * max_tokens)) {}
-  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
-               float* o, float* lse, PhaseClock& clock) override {
+  LocalAttention(int64_t max_tokens, int64_t H, int64_t KV, int64_t D, AttnBlocks blocks, Isa isa,
+                 Precision products)
+      : flash_({max_tokens, max_tokens, H, KV, D}, blocks, isa, products),
+        delta_(size_t(H * max_tokens)) {}
+  template <class X>
+  void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
+           float* lse, PhaseClock& clock) {
     flash_.forward(d, q, k, v, tags, tags, o, lse);
     clock.lap(Phase::AttnFwd);
   }
-  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
-                const float* lse, const float* dout, TokenTags tags, float* dq, float* dk,
-                float* dv, PhaseClock& clock) override {
+  template <class X>
+  void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
+           const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock) {
     attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
     flash_.backward(d, q, k, v, lse, delta_.data(), dout, tags, tags, dq, dk, dv);
     clock.lap(Phase::AttnBwd);

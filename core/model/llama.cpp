@@ -1,6 +1,7 @@
 #include "model/llama.hpp"
 
 #include <cstring>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
@@ -18,67 +19,357 @@ const char* to_string(Checkpointing c) {
   return c == Checkpointing::None ? "none" : c == Checkpointing::Attention ? "attention" : "full";
 }
 
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::Fp32;
+  if (s == "bf16") return Precision::Bf16;
+  fail("unknown precision '", s, "': use fp32 or bf16");
+}
+
 namespace {
 
-LayerActs carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
+// Consecutive 64-byte aligned pieces of one allocation; counts bytes when base is null.
+struct Carver {
+  char* base;
+  size_t used = 0;
+  template <class T>
+  T* take(int64_t n) {
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += (size_t(n) * sizeof(T) + 63) / 64 * 64;
+    return p;
+  }
+};
+
+// Activations of one layer, [T, ...] each (X = the activation type).
+template <class X>
+struct LayerActs {
+  X* ln1;         // [T, C]   input_layernorm output
+  float* rstd1;   // [T]
+  X* q;           // [T, H*D] after RoPE
+  X* k;           // [T, KV*D] after RoPE
+  X* v;           // [T, KV*D]
+  X* o;           // [T, H*D] attention output
+  float* lse;     // [H, T]
+  float* x_mid;   // [T, C]   residual after attention
+  X* ln2;         // [T, C]
+  float* rstd2;   // [T]
+  X* gate;        // [T, I]
+  X* up;          // [T, I]
+};
+
+template <class X>
+LayerActs<X> carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
   const int64_t C = m.hidden_size, I = m.intermediate_size, HD = m.num_attention_heads * m.head_dim();
   const int64_t KVD = m.num_key_value_heads * m.head_dim();
-  LayerActs a;
-  a.ln1 = c.take(T * C);
-  a.rstd1 = c.take(T);
-  a.q = c.take(T * HD);
-  a.k = c.take(T * KVD);
-  a.v = c.take(T * KVD);
-  a.o = with_o ? c.take(T * HD) : nullptr;
-  a.lse = c.take(m.num_attention_heads * T);
-  a.x_mid = c.take(T * C);
-  a.ln2 = c.take(T * C);
-  a.rstd2 = c.take(T);
-  a.gate = c.take(T * I);
-  a.up = c.take(T * I);
+  LayerActs<X> a;
+  a.ln1 = c.take<X>(T * C);
+  a.rstd1 = c.take<float>(T);
+  a.q = c.take<X>(T * HD);
+  a.k = c.take<X>(T * KVD);
+  a.v = c.take<X>(T * KVD);
+  a.o = with_o ? c.take<X>(T * HD) : nullptr;
+  a.lse = c.take<float>(m.num_attention_heads * T);
+  a.x_mid = c.take<float>(T * C);
+  a.ln2 = c.take<X>(T * C);
+  a.rstd2 = c.take<float>(T);
+  a.gate = c.take<X>(T * I);
+  a.up = c.take<X>(T * I);
   return a;
 }
 
-// Layer inputs always; per-layer sets unless the whole layer is recomputed; the attention
-// output per layer only with no checkpointing. Returns the floats needed.
-size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& shape,
-                         std::vector<float*>& x_in, std::vector<LayerActs>& stored, float*& lnf,
-                         float*& rstdf) {
+// What the forward pass keeps: layer inputs always (fp32: the residual stream); per-layer
+// sets unless the whole layer is recomputed; the attention output per layer only with no
+// checkpointing (else one shared, recomputed per layer in backward).
+template <class X>
+struct Activations {
+  std::vector<float*> x_in;         // [L+1] layer inputs [T, C]; x_in[L] feeds the final norm
+  std::vector<LayerActs<X>> stored; // per layer, or one shared set when recomputed
+  X* lnf = nullptr;                 // [T, C] final norm output
+  float* rstdf = nullptr;           // [T]
+};
+
+template <class X>
+size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& shape, Activations<X>& a) {
   const int64_t T = shape.max_tokens, C = config.hidden_size, L = config.num_hidden_layers;
   const int64_t HD = config.num_attention_heads * config.head_dim();
-  x_in.assign(size_t(L + 1), nullptr);
-  for (auto& x : x_in) x = c.take(T * C);
-  stored.clear();
+  a.x_in.assign(size_t(L + 1), nullptr);
+  for (auto& x : a.x_in) x = c.take<float>(T * C);
+  a.stored.clear();
   const bool per_layer = shape.checkpointing != Checkpointing::Full;
   const bool keep_o = shape.checkpointing == Checkpointing::None;
-  for (int64_t l = 0; l < (per_layer ? L : 1); ++l) stored.push_back(carve_layer(c, T, config, keep_o));
-  if (!keep_o) {  // one shared attention output, recomputed per layer in backward
-    float* o = c.take(T * HD);
-    for (auto& a : stored) a.o = o;
+  for (int64_t l = 0; l < (per_layer ? L : 1); ++l) a.stored.push_back(carve_layer<X>(c, T, config, keep_o));
+  if (!keep_o) {
+    X* o = c.take<X>(T * HD);
+    for (auto& s : a.stored) s.o = o;
   }
-  lnf = c.take(T * C);
-  rstdf = c.take(T);
+  a.lnf = c.take<X>(T * C);
+  a.rstdf = c.take<float>(T);
   return c.used;
+}
+
+// Backward scratch, one set shared by all layers. With X = float the operand copies are the
+// fp32 buffers themselves (nothing to convert).
+template <class X>
+struct Scratch {
+  float *dx, *dln, *tmp;  // [T, C] residual gradient, norm-input gradient, a product's output
+  X* dy;                  // [T, C] the residual gradient as a product operand
+  X* h;                   // [T, I] swiglu output, then its gradient
+  X *dgate, *dup;         // [T, I]
+  X* do_;                 // [T, H*D] attention output gradient
+  float* o32;             // [T, H*D] bf16: q before RoPE, then the kernel's fp32 attention output
+  float *dq, *dk, *dv;    // [T, H*D], [T, KV*D] (dk also holds k before RoPE in forward)
+  X *dqx, *dkx, *dvx;     // the same as product operands
+};
+
+template <class X>
+size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, Scratch<X>& p) {
+  constexpr bool b16 = std::is_same_v<X, bf16>;
+  const int64_t C = config.hidden_size, I = config.intermediate_size;
+  const int64_t HD = config.num_attention_heads * config.head_dim();
+  const int64_t KVD = config.num_key_value_heads * config.head_dim();
+  p.dx = c.take<float>(T * C);
+  p.dln = c.take<float>(T * C);
+  p.tmp = c.take<float>(T * C);
+  p.h = c.take<X>(T * I);
+  p.dgate = c.take<X>(T * I);
+  p.dup = c.take<X>(T * I);
+  p.do_ = c.take<X>(T * HD);
+  p.dq = c.take<float>(T * HD);
+  p.dk = c.take<float>(T * KVD);
+  p.dv = c.take<float>(T * KVD);
+  if constexpr (b16) {
+    p.dy = c.take<X>(T * C);
+    p.o32 = c.take<float>(T * HD);
+    p.dqx = c.take<X>(T * HD);
+    p.dkx = c.take<X>(T * KVD);
+    p.dvx = c.take<X>(T * KVD);
+  } else {
+    p.dy = p.dx;
+    p.o32 = nullptr;
+    p.dqx = p.dq;
+    p.dkx = p.dk;
+    p.dvx = p.dv;
+  }
+  return c.used;
+}
+
+// x as a product operand: itself for fp32, else rounded into buf.
+template <class X>
+const X* as_operand(float* x, X* buf, int64_t n) {
+  if constexpr (std::is_same_v<X, float>) return x;
+  else {
+    convert(x, buf, n);
+    return buf;
+  }
 }
 
 }  // namespace
 
-size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, ScratchPointers& p) {
-  const int64_t C = config.hidden_size, I = config.intermediate_size;
-  const int64_t HD = config.num_attention_heads * config.head_dim();
-  const int64_t KVD = config.num_key_value_heads * config.head_dim();
-  p.dx = c.take(T * C);
-  p.dln = c.take(T * C);
-  p.tmp = c.take(T * C);
-  p.h = c.take(T * I);
-  p.dgate = c.take(T * I);
-  p.dup = c.take(T * I);
-  p.do_ = c.take(T * HD);
-  p.dq = c.take(T * HD);
-  p.dk = c.take(T * KVD);
-  p.dv = c.take(T * KVD);
-  return c.used;
-}
+class LlamaPasses {
+ public:
+  virtual ~LlamaPasses() = default;
+  virtual double forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) = 0;
+  virtual double forward(const Batch& b, PhaseClock& clock, int32_t* argmax) = 0;
+};
+
+template <class X>
+class LlamaPassesOf final : public LlamaPasses {
+ public:
+  explicit LlamaPassesOf(LlamaModel& m)
+      : m_(m), xent_(m.shape_.max_tokens, m.config_.vocab_size, m.shape_.precision) {
+    if constexpr (std::is_same_v<X, bf16>) {
+      wcopy_ = Buffer<bf16>(m.layout_.total);
+      wx_ = carve(m.layout_, m.config_, wcopy_.data());
+    } else {
+      wx_ = carve(m.layout_, m.config_, m.params_.data());
+    }
+    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, m.config_, m.shape_, acts_));
+    carve_activations(Carver{acts_buf_.data()}, m.config_, m.shape_, acts_);
+    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, m.config_, m.shape_.max_tokens, sp_));
+    carve_scratch(Carver{scratch_buf_.data()}, m.config_, m.shape_.max_tokens, sp_);
+  }
+
+  double forward(const Batch& b, PhaseClock& clock, int32_t* argmax) override {
+    embed_and_layers_forward(b, clock);
+    const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), T(b),
+                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax);
+    clock.lap(Phase::Gemm);
+    return loss;
+  }
+
+  double forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) override {
+    const int64_t n = T(b), C = m_.config_.hidden_size;
+    const ModelTensors &w = m_.w_, &g = m_.g_;
+    embed_and_layers_forward(b, clock);
+    // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
+    const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), n, C, grad_scale,
+                                  sp_.dln, g.lm_head);
+    clock.lap(Phase::Gemm);
+    rmsnorm_backward(sp_.dx, g.final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, w.final_norm,
+                     n, C, false);
+    clock.lap(Phase::Other);
+    for (int64_t l = m_.config_.num_hidden_layers - 1; l >= 0; --l) {
+      const LayerActs<X> a = layer_acts(l);
+      if (m_.shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
+        layer_forward(l, a, acts_.x_in[size_t(l)], sp_.tmp, b, clock);
+      layer_backward(l, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
+    }
+    embedding_backward(g.embed, b.tokens.data(), sp_.dx, n, C);
+    clock.lap(Phase::Other);
+    return loss;
+  }
+
+ private:
+  int64_t T(const Batch& b) const { return b.tokens_total(); }
+  LayerActs<X> layer_acts(int64_t l) {
+    return m_.shape_.checkpointing == Checkpointing::Full ? acts_.stored[0] : acts_.stored[size_t(l)];
+  }
+
+  // bf16: the copy of the master weights the products read, when the master has changed.
+  void refresh_weights() {
+    if constexpr (std::is_same_v<X, bf16>) {
+      if (wx_version_ == m_.params_version_) return;
+      convert(m_.params_.data(), wcopy_.data(), int64_t(m_.layout_.total));
+      wx_version_ = m_.params_version_;
+    }
+  }
+
+  void embed_and_layers_forward(const Batch& b, PhaseClock& clock) {
+    const int64_t n = T(b), C = m_.config_.hidden_size;
+    if (n > m_.shape_.max_tokens) fail("micro-batch of ", n, " tokens exceeds the model's ", m_.shape_.max_tokens);
+    refresh_weights();
+    embedding_forward(acts_.x_in[0], b.tokens.data(), m_.w_.embed, n, C);
+    clock.lap(Phase::Other);
+    for (int64_t l = 0; l < m_.config_.num_hidden_layers; ++l)
+      layer_forward(l, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
+    rmsnorm_forward(acts_.lnf, acts_.rstdf, acts_.x_in.back(), m_.w_.final_norm, n, C,
+                    float(m_.config_.rms_norm_eps));
+    clock.lap(Phase::Other);
+  }
+
+  void attention_forward(const LayerActs<X>& a, const Batch& b, PhaseClock& clock) {
+    const ModelConfig& c = m_.config_;
+    const int64_t n = T(b);
+    const AttnDims d{n, n, c.num_attention_heads, c.num_key_value_heads, c.head_dim()};
+    const TokenTags tags{b.idx.data(), b.doc.data()};
+    if constexpr (std::is_same_v<X, float>) {
+      m_.attention_->forward(d, a.q, a.k, a.v, tags, a.o, a.lse, clock);
+    } else {  // the kernel's fp32 output, kept as bf16
+      m_.attention_->forward(d, a.q, a.k, a.v, tags, sp_.o32, a.lse, clock);
+      convert(sp_.o32, a.o, n * d.H * d.D);
+      clock.lap(Phase::Other);
+    }
+  }
+
+  void layer_forward(int64_t l, const LayerActs<X>& a, const float* x_in, float* x_out,
+                     const Batch& b, PhaseClock& clock) {
+    const ModelConfig& c = m_.config_;
+    const LayerTensors& w = m_.w_.layers[size_t(l)];       // fp32: norms
+    const LayerTensorsOf<X>& wx = wx_.layers[size_t(l)];  // products
+    const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
+    const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
+    const float eps = float(c.rms_norm_eps);
+
+    rmsnorm_forward(a.ln1, a.rstd1, x_in, w.input_norm, n, C, eps);
+    clock.lap(Phase::Other);
+    if constexpr (std::is_same_v<X, float>) {
+      linear_forward(a.q, a.ln1, wx.wq, n, C, H * D);
+      linear_forward(a.k, a.ln1, wx.wk, n, C, KV * D);
+      linear_forward(a.v, a.ln1, wx.wv, n, C, KV * D);
+      clock.lap(Phase::Gemm);
+      m_.rope_.forward(a.q, b.pos.data(), n, H);
+      m_.rope_.forward(a.k, b.pos.data(), n, KV);
+    } else {  // q and k rounded to bf16 once, after RoPE
+      linear_forward(sp_.o32, a.ln1, wx.wq, n, C, H * D);
+      linear_forward(sp_.dk, a.ln1, wx.wk, n, C, KV * D);
+      linear_forward(a.v, a.ln1, wx.wv, n, C, KV * D);
+      clock.lap(Phase::Gemm);
+      m_.rope_.forward(sp_.o32, a.q, b.pos.data(), n, H);
+      m_.rope_.forward(sp_.dk, a.k, b.pos.data(), n, KV);
+    }
+    clock.lap(Phase::Other);
+    attention_forward(a, b, clock);
+    linear_forward(sp_.tmp, a.o, wx.wo, n, H * D, C);
+    clock.lap(Phase::Gemm);
+    add(a.x_mid, x_in, sp_.tmp, n * C);
+    rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, w.post_norm, n, C, eps);
+    clock.lap(Phase::Other);
+    linear_forward(a.gate, a.ln2, wx.w_gate, n, C, I);
+    linear_forward(a.up, a.ln2, wx.w_up, n, C, I);
+    clock.lap(Phase::Gemm);
+    swiglu_forward(sp_.h, a.gate, a.up, n * I);
+    clock.lap(Phase::Other);
+    linear_forward(sp_.tmp, sp_.h, wx.w_down, n, I, C);
+    clock.lap(Phase::Gemm);
+    add(x_out, a.x_mid, sp_.tmp, n * C);
+    clock.lap(Phase::Other);
+  }
+
+  void layer_backward(int64_t l, const LayerActs<X>& a, const float* x_in, float* dx,
+                      const Batch& b, PhaseClock& clock) {
+    // dx [T, C] arrives as d(loss)/d(layer output) and leaves as d(loss)/d(layer input).
+    const ModelConfig& c = m_.config_;
+    const LayerTensors& w = m_.w_.layers[size_t(l)];
+    const LayerTensorsOf<X>& wx = wx_.layers[size_t(l)];
+    LayerTensors& g = m_.g_.layers[size_t(l)];
+    const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
+    const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
+
+    // MLP: x_out = x_mid + down(silu(gate) * up)
+    swiglu_forward(sp_.h, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
+    const X* dy = as_operand(dx, sp_.dy, n * C);
+    clock.lap(Phase::Other);
+    linear_backward_weight(g.w_down, dy, sp_.h, n, I, C);
+    linear_backward_input(sp_.h, dy, wx.w_down, n, I, C, false);  // h now holds dh
+    clock.lap(Phase::Gemm);
+    swiglu_backward(sp_.dgate, sp_.dup, sp_.h, a.gate, a.up, n * I);
+    clock.lap(Phase::Other);
+    linear_backward_weight(g.w_gate, sp_.dgate, a.ln2, n, C, I);
+    linear_backward_weight(g.w_up, sp_.dup, a.ln2, n, C, I);
+    linear_backward_input(sp_.dln, sp_.dgate, wx.w_gate, n, C, I, false);
+    linear_backward_input(sp_.dln, sp_.dup, wx.w_up, n, C, I, true);
+    clock.lap(Phase::Gemm);
+    rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, n, C, true);
+    clock.lap(Phase::Other);
+
+    // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v))
+    if (m_.shape_.checkpointing == Checkpointing::Attention) attention_forward(a, b, clock);
+    dy = as_operand(dx, sp_.dy, n * C);
+    clock.lap(Phase::Other);
+    linear_backward_weight(g.wo, dy, a.o, n, H * D, C);
+    linear_backward_input(sp_.do_, dy, wx.wo, n, H * D, C, false);
+    clock.lap(Phase::Gemm);
+    std::memset(sp_.dq, 0, size_t(n * H * D) * sizeof(float));
+    std::memset(sp_.dk, 0, size_t(n * KV * D) * sizeof(float));
+    std::memset(sp_.dv, 0, size_t(n * KV * D) * sizeof(float));
+    const AttnDims d{n, n, H, KV, D};
+    const TokenTags tags{b.idx.data(), b.doc.data()};
+    m_.attention_->backward(d, a.q, a.k, a.v, a.o, a.lse, sp_.do_, tags, sp_.dq, sp_.dk, sp_.dv, clock);
+    m_.rope_.backward(sp_.dq, b.pos.data(), n, H);
+    m_.rope_.backward(sp_.dk, b.pos.data(), n, KV);
+    const X* dq = as_operand(sp_.dq, sp_.dqx, n * H * D);
+    const X* dk = as_operand(sp_.dk, sp_.dkx, n * KV * D);
+    const X* dv = as_operand(sp_.dv, sp_.dvx, n * KV * D);
+    clock.lap(Phase::Other);
+    linear_backward_weight(g.wq, dq, a.ln1, n, C, H * D);
+    linear_backward_weight(g.wk, dk, a.ln1, n, C, KV * D);
+    linear_backward_weight(g.wv, dv, a.ln1, n, C, KV * D);
+    linear_backward_input(sp_.dln, dq, wx.wq, n, C, H * D, false);
+    linear_backward_input(sp_.dln, dk, wx.wk, n, C, KV * D, true);
+    linear_backward_input(sp_.dln, dv, wx.wv, n, C, KV * D, true);
+    clock.lap(Phase::Gemm);
+    rmsnorm_backward(dx, g.input_norm, sp_.dln, x_in, a.rstd1, w.input_norm, n, C, true);
+    clock.lap(Phase::Other);
+  }
+
+  LlamaModel& m_;
+  Buffer<bf16> wcopy_;        // bf16: the master parameters rounded, what products read
+  ModelTensorsOf<X> wx_;      // the weights products read (fp32: the master itself)
+  uint64_t wx_version_ = 0;
+  Buffer<char> acts_buf_, scratch_buf_;
+  Activations<X> acts_;
+  Scratch<X> sp_;
+  LmHeadXent xent_;
+};
 
 LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention)
     : config_(config),
@@ -91,33 +382,37 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
                                : std::make_unique<LocalAttention>(
                                      shape.max_tokens, config.num_attention_heads,
                                      config.num_key_value_heads, config.head_dim(), shape.blocks,
-                                     shape.isa)),
-      attention_(attention ? attention : own_attention_.get()),
-      xent_(shape.max_tokens, config.vocab_size) {
+                                     shape.isa, shape.precision)),
+      attention_(attention ? attention : own_attention_.get()) {
   w_ = carve(layout_, config_, params_.data());
   g_ = carve(layout_, config_, grads_.data());
-  acts_ = Buffer<float>(carve_activations(Carver{nullptr}, config, shape, x_in_, stored_, lnf_, rstdf_));
-  carve_activations(Carver{acts_.data()}, config, shape, x_in_, stored_, lnf_, rstdf_);
-  scratch_ = Buffer<float>(carve_scratch(Carver{nullptr}, config, shape.max_tokens, sp_));
-  carve_scratch(Carver{scratch_.data()}, config, shape.max_tokens, sp_);
+  if (shape.precision == Precision::Bf16) passes_ = std::make_unique<LlamaPassesOf<bf16>>(*this);
+  else passes_ = std::make_unique<LlamaPassesOf<float>>(*this);
 }
+
+LlamaModel::~LlamaModel() = default;
 
 ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shape, int threads) {
   const size_t f = sizeof(float), params = ParamLayout::llama(config).total;
-  std::vector<float*> x_in;
-  std::vector<LayerActs> stored;
-  float *lnf, *rstdf;
-  ScratchPointers sp;
+  const bool b16 = shape.precision == Precision::Bf16;
   ModelMemory m;
-  m.params_grads = 2 * params * f;
+  m.params_grads = 2 * params * f + (b16 ? params * sizeof(bf16) : 0);
   m.optimizer = 2 * params * f;
-  m.activations = carve_activations(Carver{nullptr}, config, shape, x_in, stored, lnf, rstdf) * f;
-  m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, sp) * f +
-              FlashAttention::workspace_bytes_for({shape.max_tokens, shape.max_tokens,
-                                                   config.num_attention_heads,
-                                                   config.num_key_value_heads, config.head_dim()},
-                                                  shape.blocks, threads) +
-              LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size);
+  const AttnLimits lim{shape.max_tokens, shape.max_tokens, config.num_attention_heads,
+                       config.num_key_value_heads, config.head_dim()};
+  const size_t kernels = FlashAttention::workspace_bytes_for(lim, shape.blocks, threads) +
+                         LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size, shape.precision);
+  if (b16) {
+    Activations<bf16> a;
+    Scratch<bf16> s;
+    m.activations = carve_activations(Carver{nullptr}, config, shape, a);
+    m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, s) + kernels;
+  } else {
+    Activations<float> a;
+    Scratch<float> s;
+    m.activations = carve_activations(Carver{nullptr}, config, shape, a);
+    m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, s) + kernels;
+  }
   return m;
 }
 
@@ -128,138 +423,12 @@ void LlamaModel::zero_grads() {
   for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
 }
 
-LayerActs LlamaModel::layer_acts(int64_t l) {
-  return shape_.checkpointing == Checkpointing::Full ? stored_[0] : stored_[size_t(l)];
-}
-
-void LlamaModel::attention_forward(const LayerActs& a, const Batch& b, PhaseClock& clock) {
-  const int64_t n = T(b);
-  const AttnDims d{n, n, config_.num_attention_heads, config_.num_key_value_heads, config_.head_dim()};
-  const TokenTags tags{b.idx.data(), b.doc.data()};
-  attention_->forward(d, a.q, a.k, a.v, tags, a.o, a.lse, clock);
-}
-
-void LlamaModel::layer_forward(int64_t l, const LayerActs& a, const float* x_in, float* x_out,
-                               const Batch& b, PhaseClock& clock) {
-  const LayerTensors& w = w_.layers[size_t(l)];
-  const int64_t n = T(b), C = config_.hidden_size, I = config_.intermediate_size;
-  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
-  const int64_t D = config_.head_dim();
-  const float eps = float(config_.rms_norm_eps);
-
-  rmsnorm_forward(a.ln1, a.rstd1, x_in, w.input_norm, n, C, eps);
-  clock.lap(Phase::Other);
-  linear_forward(a.q, a.ln1, w.wq, n, C, H * D);
-  linear_forward(a.k, a.ln1, w.wk, n, C, KV * D);
-  linear_forward(a.v, a.ln1, w.wv, n, C, KV * D);
-  clock.lap(Phase::Gemm);
-  rope_.forward(a.q, b.pos.data(), n, H);
-  rope_.forward(a.k, b.pos.data(), n, KV);
-  clock.lap(Phase::Other);
-  attention_forward(a, b, clock);
-  linear_forward(sp_.tmp, a.o, w.wo, n, H * D, C);
-  clock.lap(Phase::Gemm);
-  add(a.x_mid, x_in, sp_.tmp, n * C);
-  rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, w.post_norm, n, C, eps);
-  clock.lap(Phase::Other);
-  linear_forward(a.gate, a.ln2, w.w_gate, n, C, I);
-  linear_forward(a.up, a.ln2, w.w_up, n, C, I);
-  clock.lap(Phase::Gemm);
-  swiglu_forward(sp_.h, a.gate, a.up, n * I);
-  clock.lap(Phase::Other);
-  linear_forward(sp_.tmp, sp_.h, w.w_down, n, I, C);
-  clock.lap(Phase::Gemm);
-  add(x_out, a.x_mid, sp_.tmp, n * C);
-  clock.lap(Phase::Other);
-}
-
-void LlamaModel::layer_backward(int64_t l, const LayerActs& a, const float* x_in, float* dx,
-                                const Batch& b, PhaseClock& clock) {
-  // dx [T, C] arrives as d(loss)/d(layer output) and leaves as d(loss)/d(layer input).
-  const LayerTensors& w = w_.layers[size_t(l)];
-  LayerTensors& g = g_.layers[size_t(l)];
-  const int64_t n = T(b), C = config_.hidden_size, I = config_.intermediate_size;
-  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
-  const int64_t D = config_.head_dim();
-
-  // MLP: x_out = x_mid + down(silu(gate) * up)
-  swiglu_forward(sp_.h, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
-  clock.lap(Phase::Other);
-  linear_backward_weight(g.w_down, dx, sp_.h, n, I, C);
-  linear_backward_input(sp_.h, dx, w.w_down, n, I, C, false);  // h now holds dh
-  clock.lap(Phase::Gemm);
-  swiglu_backward(sp_.dgate, sp_.dup, sp_.h, a.gate, a.up, n * I);
-  clock.lap(Phase::Other);
-  linear_backward_weight(g.w_gate, sp_.dgate, a.ln2, n, C, I);
-  linear_backward_weight(g.w_up, sp_.dup, a.ln2, n, C, I);
-  linear_backward_input(sp_.dln, sp_.dgate, w.w_gate, n, C, I, false);
-  linear_backward_input(sp_.dln, sp_.dup, w.w_up, n, C, I, true);
-  clock.lap(Phase::Gemm);
-  rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, n, C, true);
-  clock.lap(Phase::Other);
-
-  // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v))
-  if (shape_.checkpointing == Checkpointing::Attention) attention_forward(a, b, clock);
-  linear_backward_weight(g.wo, dx, a.o, n, H * D, C);
-  linear_backward_input(sp_.do_, dx, w.wo, n, H * D, C, false);
-  clock.lap(Phase::Gemm);
-  std::memset(sp_.dq, 0, size_t(n * H * D) * sizeof(float));
-  std::memset(sp_.dk, 0, size_t(n * KV * D) * sizeof(float));
-  std::memset(sp_.dv, 0, size_t(n * KV * D) * sizeof(float));
-  const AttnDims d{n, n, H, KV, D};
-  const TokenTags tags{b.idx.data(), b.doc.data()};
-  attention_->backward(d, a.q, a.k, a.v, a.o, a.lse, sp_.do_, tags, sp_.dq, sp_.dk, sp_.dv, clock);
-  rope_.backward(sp_.dq, b.pos.data(), n, H);
-  rope_.backward(sp_.dk, b.pos.data(), n, KV);
-  clock.lap(Phase::Other);
-  linear_backward_weight(g.wq, sp_.dq, a.ln1, n, C, H * D);
-  linear_backward_weight(g.wk, sp_.dk, a.ln1, n, C, KV * D);
-  linear_backward_weight(g.wv, sp_.dv, a.ln1, n, C, KV * D);
-  linear_backward_input(sp_.dln, sp_.dq, w.wq, n, C, H * D, false);
-  linear_backward_input(sp_.dln, sp_.dk, w.wk, n, C, KV * D, true);
-  linear_backward_input(sp_.dln, sp_.dv, w.wv, n, C, KV * D, true);
-  clock.lap(Phase::Gemm);
-  rmsnorm_backward(dx, g.input_norm, sp_.dln, x_in, a.rstd1, w.input_norm, n, C, true);
-  clock.lap(Phase::Other);
-}
-
-void LlamaModel::embed_and_layers_forward(const Batch& b, PhaseClock& clock) {
-  const int64_t n = T(b), C = config_.hidden_size;
-  if (n > shape_.max_tokens) fail("micro-batch of ", n, " tokens exceeds the model's ", shape_.max_tokens);
-  embedding_forward(x_in_[0], b.tokens.data(), w_.embed, n, C);
-  clock.lap(Phase::Other);
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
-    layer_forward(l, layer_acts(l), x_in_[size_t(l)], x_in_[size_t(l + 1)], b, clock);
-  rmsnorm_forward(lnf_, rstdf_, x_in_.back(), w_.final_norm, n, C, float(config_.rms_norm_eps));
-  clock.lap(Phase::Other);
-}
-
 double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax) {
-  embed_and_layers_forward(b, clock);
-  const double loss = xent_.run(lnf_, w_.lm_head, b.targets.data(), T(b), config_.hidden_size,
-                                0.0f, nullptr, nullptr, argmax);
-  clock.lap(Phase::Gemm);
-  return loss;
+  return passes_->forward(b, clock, argmax);
 }
 
 double LlamaModel::forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) {
-  const int64_t n = T(b), C = config_.hidden_size;
-  embed_and_layers_forward(b, clock);
-  // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
-  const double loss = xent_.run(lnf_, w_.lm_head, b.targets.data(), n, C, grad_scale, sp_.dln,
-                                g_.lm_head);
-  clock.lap(Phase::Gemm);
-  rmsnorm_backward(sp_.dx, g_.final_norm, sp_.dln, x_in_.back(), rstdf_, w_.final_norm, n, C, false);
-  clock.lap(Phase::Other);
-  for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
-    const LayerActs a = layer_acts(l);
-    if (shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
-      layer_forward(l, a, x_in_[size_t(l)], sp_.tmp, b, clock);
-    layer_backward(l, a, x_in_[size_t(l)], sp_.dx, b, clock);
-  }
-  embedding_backward(g_.embed, b.tokens.data(), sp_.dx, n, C);
-  clock.lap(Phase::Other);
-  return loss;
+  return passes_->forward_backward(b, grad_scale, clock);
 }
 
 }  // namespace lct

@@ -49,27 +49,4 @@ size_t ParamLayout::num_parameters() const {
   return n;
 }
 
-ModelTensors carve(const ParamLayout& layout, const ModelConfig& c, float* base) {
-  // The layout's order is fixed by llama(): walk it in the same order.
-  size_t i = 0;
-  auto next = [&]() { return base + layout.tensors.at(i++).offset; };
-  ModelTensors m;
-  m.embed = next();
-  m.layers.resize(size_t(c.num_hidden_layers));
-  for (auto& L : m.layers) {
-    L.input_norm = next();
-    L.wq = next();
-    L.wk = next();
-    L.wv = next();
-    L.wo = next();
-    L.post_norm = next();
-    L.w_gate = next();
-    L.w_up = next();
-    L.w_down = next();
-  }
-  m.final_norm = next();
-  m.lm_head = c.tie_word_embeddings ? m.embed : next();
-  return m;
-}
-
 }  // namespace lct

@@ -30,26 +30,54 @@ struct ParamLayout {
   size_t num_parameters() const;  // without padding
 };
 
-// Typed views into one flat array (parameters, gradients or a moment), shapes in comments.
-struct LayerTensors {
-  float* input_norm;  // [C]
-  float* wq;          // [H*D, C]
-  float* wk;          // [KV*D, C]
-  float* wv;          // [KV*D, C]
-  float* wo;          // [C, H*D]
-  float* post_norm;   // [C]
-  float* w_gate;      // [I, C]
-  float* w_up;        // [I, C]
-  float* w_down;      // [C, I]
+// Typed views into one flat array (parameters, gradients, a moment, or the bf16 copy of the
+// parameters that matrix products read), shapes in comments.
+template <class T>
+struct LayerTensorsOf {
+  T* input_norm;  // [C]
+  T* wq;          // [H*D, C]
+  T* wk;          // [KV*D, C]
+  T* wv;          // [KV*D, C]
+  T* wo;          // [C, H*D]
+  T* post_norm;   // [C]
+  T* w_gate;      // [I, C]
+  T* w_up;        // [I, C]
+  T* w_down;      // [C, I]
 };
 
-struct ModelTensors {
-  float* embed;       // [V, C]
-  std::vector<LayerTensors> layers;
-  float* final_norm;  // [C]
-  float* lm_head;     // [V, C]; equals embed when the embeddings are tied
+template <class T>
+struct ModelTensorsOf {
+  T* embed;       // [V, C]
+  std::vector<LayerTensorsOf<T>> layers;
+  T* final_norm;  // [C]
+  T* lm_head;     // [V, C]; equals embed when the embeddings are tied
 };
+using LayerTensors = LayerTensorsOf<float>;
+using ModelTensors = ModelTensorsOf<float>;
 
-ModelTensors carve(const ParamLayout& layout, const ModelConfig& c, float* base);
+// The views of `layout` over an array of T starting at base.
+template <class T>
+ModelTensorsOf<T> carve(const ParamLayout& layout, const ModelConfig& c, T* base) {
+  // The layout's order is fixed by llama(): walk it in the same order.
+  size_t i = 0;
+  auto next = [&]() { return base + layout.tensors.at(i++).offset; };
+  ModelTensorsOf<T> m;
+  m.embed = next();
+  m.layers.resize(size_t(c.num_hidden_layers));
+  for (auto& L : m.layers) {
+    L.input_norm = next();
+    L.wq = next();
+    L.wk = next();
+    L.wv = next();
+    L.wo = next();
+    L.post_norm = next();
+    L.w_gate = next();
+    L.w_up = next();
+    L.w_down = next();
+  }
+  m.final_norm = next();
+  m.lm_head = c.tie_word_embeddings ? m.embed : next();
+  return m;
+}
 
 }  // namespace lct

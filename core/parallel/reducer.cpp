@@ -7,6 +7,29 @@
 
 namespace lct {
 
+namespace {
+// MPI reduction of bf16 values: each pair added in fp32, the sum rounded to bf16.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+}
+}  // namespace
+
+MpiStepReducer::MpiStepReducer(MPI_Comm comm, Precision wire, size_t bucket_floats)
+    : comm_(comm), wire_(wire), bucket_(bucket_floats) {
+  if (wire_ == Precision::Bf16) {
+    MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
+    MPI_Type_commit(&bf16_type_);
+    MPI_Op_create(bf16_sum, 1, &bf16_sum_);
+  }
+}
+
+MpiStepReducer::~MpiStepReducer() {
+  if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
+  if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
+}
+
 int64_t MpiStepReducer::sum(int64_t local) {
   int64_t out = 0;
   WaitScope w("the allreduce of the step's token counts");
@@ -25,15 +48,27 @@ void MpiStepReducer::sum_gradients(float* g, size_t n) {
   int size;
   MPI_Comm_size(comm_, &size);
   if (size == 1) return;
+  const bool b16 = wire_ == Precision::Bf16;
+  if (b16) {
+    wire_buf_.resize(n);
+    convert(g, wire_buf_.data(), int64_t(n));
+  }
   std::vector<MPI_Request> reqs;
   for (size_t off = 0; off < n; off += bucket_) {
     reqs.emplace_back();
-    MPI_Iallreduce(MPI_IN_PLACE, g + off, int(std::min(bucket_, n - off)), MPI_FLOAT, MPI_SUM, comm_,
-                   &reqs.back());
+    const int count = int(std::min(bucket_, n - off));
+    if (b16)
+      MPI_Iallreduce(MPI_IN_PLACE, wire_buf_.data() + off, count, bf16_type_, bf16_sum_, comm_, &reqs.back());
+    else
+      MPI_Iallreduce(MPI_IN_PLACE, g + off, count, MPI_FLOAT, MPI_SUM, comm_, &reqs.back());
   }
-  WaitScope w("the gradient allreduce");
-  MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-  bytes_sent += 2 * n * sizeof(float) * size_t(size - 1) / size_t(size);  // ring allreduce volume
+  {
+    WaitScope w("the gradient allreduce");
+    MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+  }
+  if (b16) convert(wire_buf_.data(), g, int64_t(n));
+  const size_t elem = b16 ? sizeof(bf16) : sizeof(float);
+  bytes_sent += 2 * n * elem * size_t(size - 1) / size_t(size);  // ring allreduce volume
 }
 
 }  // namespace lct

@@ -3,14 +3,21 @@
 #pragma once
 #include <mpi.h>
 
+#include <vector>
+
+#include "common/bf16.hpp"
+
 #include "train/trainer.hpp"
 
 namespace lct {
 
+// `wire` bf16: gradients travel (and are summed, in fp32 pairwise then rounded) as bf16,
+// half the bytes; they are accumulated and applied in fp32 either way.
 class MpiStepReducer : public StepReducer {
  public:
-  explicit MpiStepReducer(MPI_Comm comm, size_t bucket_floats = size_t(1) << 22)
-      : comm_(comm), bucket_(bucket_floats) {}
+  explicit MpiStepReducer(MPI_Comm comm, Precision wire = Precision::Fp32,
+                          size_t bucket_floats = size_t(1) << 22);
+  ~MpiStepReducer() override;
   int64_t sum(int64_t local) override;
   double sum(double local) override;
   void sum_gradients(float* grads, size_t n) override;
@@ -18,7 +25,11 @@ class MpiStepReducer : public StepReducer {
 
  private:
   MPI_Comm comm_;
+  Precision wire_;
   size_t bucket_;
+  std::vector<bf16> wire_buf_;  // the gradients as bf16 while they travel
+  MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
 };
 
 }  // namespace lct

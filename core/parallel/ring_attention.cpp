@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/error.hpp"
 #include "parallel/watchdog.hpp"
 
 namespace lct {
@@ -17,24 +18,28 @@ void add_into(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
+size_t elem_size(Precision p) { return p == Precision::Bf16 ? sizeof(bf16) : sizeof(float); }
 }  // namespace
 
-KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, int count)
-    : tokens_(tokens), kvd_(kvd), bytes_(bytes_for(tokens, kvd)),
+KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, int count, size_t elem)
+    : tokens_(tokens), kvd_(kvd), elem_(elem), bytes_(bytes_for(tokens, kvd, elem)),
       data_(bytes_ * size_t(count)) {}
 
-void KvBlocks::pack(int i, const float* k, const float* v, TokenTags t) {
-  std::memcpy(this->k(i), k, size_t(tokens_ * kvd_) * sizeof(float));
-  std::memcpy(this->v(i), v, size_t(tokens_ * kvd_) * sizeof(float));
+template <class X>
+void KvBlocks::pack(int i, const X* k, const X* v, TokenTags t) {
+  if (sizeof(X) != elem_) fail("ring: activations of ", sizeof(X), " bytes in a ", elem_, "-byte ring");
+  std::memcpy(this->k<X>(i), k, size_t(tokens_ * kvd_) * sizeof(X));
+  std::memcpy(this->v<X>(i), v, size_t(tokens_ * kvd_) * sizeof(X));
   std::memcpy(const_cast<int32_t*>(tags(i).idx), t.idx, size_t(tokens_) * sizeof(int32_t));
   std::memcpy(const_cast<int32_t*>(tags(i).doc), t.doc, size_t(tokens_) * sizeof(int32_t));
 }
 
 RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                             AttnBlocks blocks, Isa isa)
-    : n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, Tl, H, KV, D}, blocks, isa), kv_ring_(cp, 11), dkv_ring_(cp, 12),
-      kv_(Tl, KV * D, 2), o_part_(size_t(Tl * H * D)), lse_part_(size_t(H * Tl)),
-      delta_(size_t(H * Tl)), dkv_{Buffer<float>(size_t(2 * Tl * KV * D)), Buffer<float>(size_t(2 * Tl * KV * D))},
+                             AttnBlocks blocks, Isa isa, Precision activations)
+    : n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, Tl, H, KV, D}, blocks, isa, activations),
+      kv_ring_(cp, 11), dkv_ring_(cp, 12), kv_(Tl, KV * D, 2, elem_size(activations)),
+      o_part_(size_t(Tl * H * D)), lse_part_(size_t(H * Tl)), delta_(size_t(H * Tl)),
+      dkv_{Buffer<float>(size_t(2 * Tl * KV * D)), Buffer<float>(size_t(2 * Tl * KV * D))},
       dkv_in_(size_t(2 * Tl * KV * D)) {
   flash_.set_progress([this] {
     kv_ring_.progress();
@@ -42,17 +47,18 @@ RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int
   });
 }
 
-void RingAttention::forward(const AttnDims& d, const float* q, const float* k, const float* v,
-                            TokenTags tags, float* o, float* lse, PhaseClock& clock) {
+template <class X>
+void RingAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags,
+                        float* o, float* lse, PhaseClock& clock) {
   kv_.pack(0, k, v, tags);
   int cur = 0;
   for (int step = 0; step < n_; ++step) {
     const bool more = step + 1 < n_;
     if (more) kv_ring_.start(kv_.block(cur), kv_.block(1 - cur), kv_.bytes());  // next block
     if (step == 0) {
-      flash_.forward(d, q, kv_.k(cur), kv_.v(cur), tags, kv_.tags(cur), o, lse);
+      flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o, lse);
     } else {
-      flash_.forward(d, q, kv_.k(cur), kv_.v(cur), tags, kv_.tags(cur), o_part_.data(), lse_part_.data());
+      flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o_part_.data(), lse_part_.data());
       attention_merge(o, lse, o_part_.data(), lse_part_.data(), d.Tq, d.H, d.D);
     }
     clock.lap(Phase::AttnFwd);
@@ -64,9 +70,10 @@ void RingAttention::forward(const AttnDims& d, const float* q, const float* k, c
   }
 }
 
-void RingAttention::backward(const AttnDims& d, const float* q, const float* k, const float* v,
-                             const float* o, const float* lse, const float* dout, TokenTags tags,
-                             float* dq, float* dk, float* dv, PhaseClock& clock) {
+template <class X>
+void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o,
+                        const float* lse, const X* dout, TokenTags tags, float* dq, float* dk,
+                        float* dv, PhaseClock& clock) {
   const int64_t n = d.Tk * kvd_;  // floats of dk (and of dv) per block
   attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
   kv_.pack(0, k, v, tags);
@@ -76,8 +83,8 @@ void RingAttention::backward(const AttnDims& d, const float* q, const float* k, 
     if (more) kv_ring_.start(kv_.block(cur), kv_.block(1 - cur), kv_.bytes());
     float* acc = dkv_[step % 2].data();  // this block's dK/dV: our part first
     zero(acc, 2 * n);
-    flash_.backward(d, q, kv_.k(cur), kv_.v(cur), lse, delta_.data(), dout, tags, kv_.tags(cur), dq,
-                    acc, acc + n);
+    flash_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
+                    kv_.tags(cur), dq, acc, acc + n);
     clock.lap(Phase::AttnBwd);
     if (step > 0) {  // the ranks before us in the ring added theirs: it has arrived
       dkv_ring_.wait();
@@ -100,14 +107,17 @@ void RingAttention::backward(const AttnDims& d, const float* q, const float* k, 
 }
 
 AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                                       AttnBlocks blocks, Isa isa)
-    : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, comm_size(cp) * Tl, H, KV, D}, blocks, isa), own_(Tl, KV * D, 1),
-      gathered_(Tl, KV * D, n_), k_all_(size_t(n_ * Tl * KV * D)), v_all_(k_all_.size()),
-      dk_all_(k_all_.size()), dv_all_(k_all_.size()), dkv_send_(2 * k_all_.size()),
+                                       AttnBlocks blocks, Isa isa, Precision activations)
+    : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), elem_(elem_size(activations)),
+      flash_({Tl, comm_size(cp) * Tl, H, KV, D}, blocks, isa, activations),
+      own_(Tl, KV * D, 1, elem_), gathered_(Tl, KV * D, n_, elem_),
+      k_all_(size_t(n_ * Tl * KV * D) * elem_), v_all_(k_all_.size()),
+      dk_all_(size_t(n_ * Tl * KV * D)), dv_all_(dk_all_.size()), dkv_send_(2 * dk_all_.size()),
       dkv_own_(size_t(2 * Tl * KV * D)), delta_(size_t(H * Tl)), idx_all_(size_t(n_ * Tl)),
       doc_all_(size_t(n_ * Tl)) {}
 
-void AllGatherAttention::gather(const float* k, const float* v, TokenTags tags, int64_t Tl) {
+template <class X>
+void AllGatherAttention::gather(const X* k, const X* v, TokenTags tags, int64_t Tl) {
   own_.pack(0, k, v, tags);
   WaitScope w("the context-parallel K/V all-gather");
   MPI_Allgather(own_.block(0), int(own_.bytes()), MPI_BYTE, gathered_.block(0), int(own_.bytes()),
@@ -115,25 +125,28 @@ void AllGatherAttention::gather(const float* k, const float* v, TokenTags tags, 
   bytes_sent_ += own_.bytes() * size_t(n_ - 1);
   for (int r = 0; r < n_; ++r) {  // the kernel wants each array contiguous over all ranks
     const size_t f = size_t(Tl * kvd_), t = size_t(Tl);
-    std::memcpy(k_all_.data() + r * f, gathered_.k(r), f * sizeof(float));
-    std::memcpy(v_all_.data() + r * f, gathered_.v(r), f * sizeof(float));
+    std::memcpy(reinterpret_cast<X*>(k_all_.data()) + r * f, gathered_.k<X>(r), f * sizeof(X));
+    std::memcpy(reinterpret_cast<X*>(v_all_.data()) + r * f, gathered_.v<X>(r), f * sizeof(X));
     std::memcpy(idx_all_.data() + r * t, gathered_.tags(r).idx, t * sizeof(int32_t));
     std::memcpy(doc_all_.data() + r * t, gathered_.tags(r).doc, t * sizeof(int32_t));
   }
 }
 
-void AllGatherAttention::forward(const AttnDims& d, const float* q, const float* k, const float* v,
-                                 TokenTags tags, float* o, float* lse, PhaseClock& clock) {
+template <class X>
+void AllGatherAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v,
+                             TokenTags tags, float* o, float* lse, PhaseClock& clock) {
   gather(k, v, tags, d.Tk);
   clock.lap(Phase::Comm);
   const AttnDims all{d.Tq, d.Tk * n_, d.H, d.KV, d.D};
-  flash_.forward(all, q, k_all_.data(), v_all_.data(), tags, {idx_all_.data(), doc_all_.data()}, o, lse);
+  flash_.forward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
+                 tags, {idx_all_.data(), doc_all_.data()}, o, lse);
   clock.lap(Phase::AttnFwd);
 }
 
-void AllGatherAttention::backward(const AttnDims& d, const float* q, const float* k, const float* v,
-                                  const float* o, const float* lse, const float* dout,
-                                  TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock) {
+template <class X>
+void AllGatherAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o,
+                             const float* lse, const X* dout, TokenTags tags, float* dq, float* dk,
+                             float* dv, PhaseClock& clock) {
   gather(k, v, tags, d.Tk);  // gathered again rather than kept: memory stays O(local tokens)
   clock.lap(Phase::Comm);
   const AttnDims all{d.Tq, d.Tk * n_, d.H, d.KV, d.D};
@@ -141,8 +154,9 @@ void AllGatherAttention::backward(const AttnDims& d, const float* q, const float
   zero(dk_all_.data(), n_ * f);
   zero(dv_all_.data(), n_ * f);
   attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
-  flash_.backward(all, q, k_all_.data(), v_all_.data(), lse, delta_.data(), dout, tags,
-                  {idx_all_.data(), doc_all_.data()}, dq, dk_all_.data(), dv_all_.data());
+  flash_.backward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
+                  lse, delta_.data(), dout, tags, {idx_all_.data(), doc_all_.data()}, dq,
+                  dk_all_.data(), dv_all_.data());
   for (int r = 0; r < n_; ++r) {  // [dk_r | dv_r] per owner, for the reduce-scatter
     std::memcpy(dkv_send_.data() + 2 * r * f, dk_all_.data() + r * f, size_t(f) * sizeof(float));
     std::memcpy(dkv_send_.data() + (2 * r + 1) * f, dv_all_.data() + r * f, size_t(f) * sizeof(float));
@@ -156,5 +170,20 @@ void AllGatherAttention::backward(const AttnDims& d, const float* q, const float
   add_into(dv, dkv_own_.data() + f, f);
   clock.lap(Phase::AttnBwd);
 }
+
+#define LCT_RING_TYPES(X)                                                                          \
+  template void RingAttention::fwd(const AttnDims&, const X*, const X*, const X*, TokenTags,       \
+                                   float*, float*, PhaseClock&);                                   \
+  template void RingAttention::bwd(const AttnDims&, const X*, const X*, const X*, const X*,        \
+                                   const float*, const X*, TokenTags, float*, float*, float*,      \
+                                   PhaseClock&);                                                   \
+  template void AllGatherAttention::fwd(const AttnDims&, const X*, const X*, const X*, TokenTags,  \
+                                        float*, float*, PhaseClock&);                              \
+  template void AllGatherAttention::bwd(const AttnDims&, const X*, const X*, const X*, const X*,   \
+                                        const float*, const X*, TokenTags, float*, float*, float*, \
+                                        PhaseClock&);
+LCT_RING_TYPES(float)
+LCT_RING_TYPES(bf16)
+#undef LCT_RING_TYPES
 
 }  // namespace lct

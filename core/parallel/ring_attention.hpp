@@ -20,38 +20,46 @@
 
 namespace lct {
 
-// One rank's K/V and token tags in one buffer: [k | v | idx | doc], what travels.
+// One rank's K/V and token tags in one buffer: [k | v | idx | doc], what travels. K and V
+// are in the activation type (bf16 in mixed precision: half the bytes on the wire).
 class KvBlocks {
  public:
-  KvBlocks(int64_t tokens, int64_t kvd, int count);  // `count` blocks of `tokens` tokens
-  static size_t bytes_for(int64_t tokens, int64_t kvd) {
-    return size_t(tokens) * (2 * size_t(kvd) * sizeof(float) + 2 * sizeof(int32_t));
+  // `count` blocks of `tokens` tokens; `elem` bytes per K/V element (4 fp32, 2 bf16)
+  KvBlocks(int64_t tokens, int64_t kvd, int count, size_t elem);
+  static size_t bytes_for(int64_t tokens, int64_t kvd, size_t elem) {
+    return size_t(tokens) * (2 * size_t(kvd) * elem + 2 * sizeof(int32_t));
   }
   size_t bytes() const { return bytes_; }
   char* block(int i) { return data_.data() + size_t(i) * bytes_; }
-  float* k(int i) { return reinterpret_cast<float*>(block(i)); }
-  float* v(int i) { return k(i) + tokens_ * kvd_; }
+  template <class X>
+  X* k(int i) { return reinterpret_cast<X*>(block(i)); }
+  template <class X>
+  X* v(int i) { return k<X>(i) + tokens_ * kvd_; }
   TokenTags tags(int i) {
-    int32_t* idx = reinterpret_cast<int32_t*>(v(i) + tokens_ * kvd_);
+    int32_t* idx = reinterpret_cast<int32_t*>(block(i) + 2 * size_t(tokens_ * kvd_) * elem_);
     return {idx, idx + tokens_};
   }
-  void pack(int i, const float* k, const float* v, TokenTags t);
+  template <class X>
+  void pack(int i, const X* k, const X* v, TokenTags t);
 
  private:
   int64_t tokens_, kvd_;
-  size_t bytes_;
+  size_t elem_, bytes_;
   Buffer<char> data_;
 };
 
-class RingAttention : public AttentionOp {
+class RingAttention : public AttentionOpOf<RingAttention> {
  public:
+  // `activations`: the type of q/k/v the model passes (K/V travel in it); `products` the
+  // kernel's (bf16 only where the ISA has bf16 tiles).
   RingAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
-                AttnBlocks blocks, Isa isa);
-  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
-               float* o, float* lse, PhaseClock& clock) override;
-  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
-                const float* lse, const float* dout, TokenTags tags, float* dq, float* dk,
-                float* dv, PhaseClock& clock) override;
+                AttnBlocks blocks, Isa isa, Precision activations);
+  template <class X>
+  void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
+           float* lse, PhaseClock& clock);
+  template <class X>
+  void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
+           const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
   size_t bytes_sent() const { return kv_ring_.bytes_sent + dkv_ring_.bytes_sent; }
 
  private:
@@ -64,26 +72,30 @@ class RingAttention : public AttentionOp {
   Buffer<float> dkv_[2], dkv_in_;      // [dk | dv] of the block in hand, alternating; arriving
 };
 
-class AllGatherAttention : public AttentionOp {
+class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
  public:
   AllGatherAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
-                     AttnBlocks blocks, Isa isa);
-  void forward(const AttnDims& d, const float* q, const float* k, const float* v, TokenTags tags,
-               float* o, float* lse, PhaseClock& clock) override;
-  void backward(const AttnDims& d, const float* q, const float* k, const float* v, const float* o,
-                const float* lse, const float* dout, TokenTags tags, float* dq, float* dk,
-                float* dv, PhaseClock& clock) override;
+                     AttnBlocks blocks, Isa isa, Precision activations);
+  template <class X>
+  void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
+           float* lse, PhaseClock& clock);
+  template <class X>
+  void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
+           const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
   size_t bytes_sent() const { return bytes_sent_; }
 
  private:
-  void gather(const float* k, const float* v, TokenTags tags, int64_t Tl);  // into all_*
+  template <class X>
+  void gather(const X* k, const X* v, TokenTags tags, int64_t Tl);  // into all_*
   MPI_Comm comm_;
   int n_;
   int64_t kvd_;
+  size_t elem_;
   size_t bytes_sent_ = 0;
   FlashAttention flash_;
   KvBlocks own_, gathered_;
-  Buffer<float> k_all_, v_all_, dk_all_, dv_all_, dkv_send_, dkv_own_, delta_;
+  Buffer<char> k_all_, v_all_;   // [n * Tl, KV*D] in the activation type
+  Buffer<float> dk_all_, dv_all_, dkv_send_, dkv_own_, delta_;
   Buffer<int32_t> idx_all_, doc_all_;
 };
 
