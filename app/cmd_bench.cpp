@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <type_traits>
 
 #include "app/context.hpp"
 #include "common/error.hpp"
@@ -56,19 +57,33 @@ struct Table {
   }
 };
 
-void write_table(Context& ctx, const BenchOptions& o, Table& t, double peak) {
+void write_table(Context& ctx, const BenchOptions& o, Table& t, double peak, const std::string& how) {
   if (o.out.empty() || !ctx.world.root()) return;
-  t.data.summary = {{"peak_gflops", peak}, {"peak_how", ctx.topo.peak.fp32_how},
+  t.data.summary = {{"peak_gflops", peak}, {"peak_how", how}, {"precision", o.precision},
                     {"gemm", gemm_description()}, {"isa", std::string(isa_name(ctx.topo.isa))}};
   write_timing_file(o.out, t.data, ctx.provenance(), "bench");
   ctx.out() << "wrote " << o.out << "\n";
 }
 
+// Inputs of the bench in the activation type X (float, or bf16 rounded from the same values).
+template <class X>
+Buffer<X> as_type(Buffer<float>& x) {
+  if constexpr (std::is_same_v<X, float>) return std::move(x);
+  else {
+    Buffer<X> out(x.size());
+    convert(x.data(), out.data(), int64_t(x.size()));
+    return out;
+  }
+}
+
+template <class X>
 int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
   if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1)
     fail("bench: --heads must be a positive multiple of --kv-heads, and --head-dim positive");
   const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;
-  const double peak = ctx.topo.peak.fp32;
+  const Precision precision = std::is_same_v<X, bf16> ? Precision::Bf16 : Precision::Fp32;
+  const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
+  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
   std::ostream& out = ctx.out();
   char line[256];
   std::snprintf(line, sizeof line, "%8s %9s %9s %6s %9s %9s %6s %9s %7s %7s %9s\n", "S", "fwd s",
@@ -79,28 +94,33 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
                "fwd_peak_frac", "fwdbwd_s", "fwdbwd_gflops", "fwdbwd_peak_frac", "gemm_gflops",
                "fwd_gemm_ratio", "fwdbwd_gemm_ratio", "workspace_mib"});
   Isa used = ctx.topo.isa;
+  Precision products = precision;
   for (const int64_t S : lens) {
-    Buffer<float> q(size_t(S * H * D)), k(size_t(S * KV * D)), v(k.size()), o_(q.size()),
-        dout(q.size()), dq(q.size()), dk(k.size()), dv(k.size()), lse(size_t(H * S)), delta(lse.size());
-    fill_random(q, 1);
-    fill_random(k, 2);
-    fill_random(v, 3);
-    fill_random(dout, 4);
+    Buffer<float> qf(size_t(S * H * D)), kf(size_t(S * KV * D)), vf(kf.size()), o_(qf.size()),
+        doutf(qf.size()), dq(qf.size()), dk(kf.size()), dv(kf.size()), lse(size_t(H * S)), delta(lse.size());
+    fill_random(qf, 1);
+    fill_random(kf, 2);
+    fill_random(vf, 3);
+    fill_random(doutf, 4);
+    const Buffer<X> q = as_type<X>(qf), k = as_type<X>(kf), v = as_type<X>(vf), dout = as_type<X>(doutf);
+    Buffer<X> ox(o_.size());
     std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
     for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
     const TokenTags tags{idx.data(), doc.data()};
     const AttnDims d{S, S, H, KV, D};
-    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, ctx.topo.isa);
+    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, ctx.topo.isa, precision);
     const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
     auto forward = [&] { flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
     auto both = [&] {
       forward();
-      attention_delta(o_.data(), dout.data(), S, H, D, delta.data());
+      convert(o_.data(), ox.data(), int64_t(o_.size()));  // o as the model keeps it
+      attention_delta(ox.data(), dout.data(), S, H, D, delta.data());
       flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
                      tags, dq.data(), dk.data(), dv.data());
     };
-    const double g = measure_gemm_gflops(2048, int(o.repeats));
+    const double g = measure_gemm_gflops(2048, int(o.repeats), precision);
     used = flash.isa();
+    products = flash.products();
     const double f = median_seconds(o.repeats, forward);
     const double fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
     const double gf = fwd_flops / f / 1e9, gfb = o.backward ? 3.5 * fwd_flops / fb / 1e9 : 0.0;
@@ -113,10 +133,11 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
                gf / peak, fb, gfb, gfb / peak, g, gf / g, gfb / g, ws});
   }
   out << "FLOPs: forward 4 S^2 D H" << (o.causal ? " / 2 (causal)" : "")
-      << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how
-      << "); gemm: " << gemm_description() << ", 2048^3 on the same threads; attention kernels "
-      << isa_name(used) << "; medians of " << o.repeats << " runs\n";
-  write_table(ctx, o, table, peak);
+      << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << peak_how
+      << "); gemm: " << gemm_description() << ", 2048^3 " << o.precision
+      << " on the same threads; attention kernels " << isa_name(used) << ", " << o.precision
+      << " inputs, " << precision_name(products) << " products; medians of " << o.repeats << " runs\n";
+  write_table(ctx, o, table, peak, peak_how);
   return kExitOk;
 }
 
@@ -176,7 +197,7 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   out << "model " << o.preset << " (C " << C << ", I " << I << ", V " << V << ", q " << HD << ", kv "
       << KVD << "); %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how << "); OpenBLAS "
       << openblas_kernels() << " kernels; medians of " << o.repeats << " runs\n";
-  write_table(ctx, o, table, peak);
+  write_table(ctx, o, table, peak, "fp32, " + ctx.topo.peak.fp32_how);
   return kExitOk;
 }
 
@@ -192,7 +213,8 @@ int cmd_bench(Context& ctx) {
   const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
   ctx.measure_peak();
-  return o.what == "gemm" ? bench_gemm(ctx, o, lens) : bench_attention(ctx, o, lens);
+  if (o.what == "gemm") return bench_gemm(ctx, o, lens);
+  return o.precision == "bf16" ? bench_attention<bf16>(ctx, o, lens) : bench_attention<float>(ctx, o, lens);
 }
 
 }  // namespace lct

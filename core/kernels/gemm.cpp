@@ -297,12 +297,16 @@ void gemm_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
     }
 }
 
-double measure_gemm_gflops(int64_t n, int reps) {
+double measure_gemm_gflops(int64_t n, int reps, Precision precision) {
   std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  std::vector<bf16> a16(precision == Precision::Bf16 ? a.size() : 0, to_bf16(0.5f)), b16(a16.size(), to_bf16(0.25f));
   std::vector<double> g;
   for (int r = 0; r <= reps; ++r) {  // the first run builds the primitive and warms up
     const double t0 = omp_get_wtime();
-    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (precision == Precision::Bf16)
+      gemm(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
+    else
+      gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     const double dt = omp_get_wtime() - t0;
     if (r > 0) g.push_back(2.0 * double(n) * double(n) * double(n) / dt / 1e9);
   }

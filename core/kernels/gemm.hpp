@@ -73,7 +73,8 @@ void linear_backward_weight(float* dw, const In* dy, const In* x, int64_t T, int
   gemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
-// GFLOP/s of gemm() on an n x n x n product with the current threads, median of `reps`.
-double measure_gemm_gflops(int64_t n = 2048, int reps = 3);
+// GFLOP/s of gemm() on an n x n x n product with the current threads, median of `reps`,
+// with fp32 or bf16 operands.
+double measure_gemm_gflops(int64_t n = 2048, int reps = 3, Precision precision = Precision::Fp32);
 
 }  // namespace lct

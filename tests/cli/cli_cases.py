@@ -254,20 +254,43 @@ def train_loss_falls_and_outputs_are_readable():
        "--seq-len", "600", "--steps", "1")
 
 
+def assert_deterministic_and_policies_agree(prefix, *extra):
+    """Two runs with no checkpointing, one with full and one with attention checkpointing:
+    recomputation reruns the same kernels, so the training is bitwise the same."""
+    runs = {}
+    for name, policy in [("a", "none"), ("b", "none"), ("c", "full"), ("d", "attention")]:
+        tiny_run(prefix + name, "--checkpointing", policy, "--batch-size", "2", "--grad-accum", "2", *extra,
+                 steps=4)
+        runs[name] = timing(prefix + name)[0]["loss"]
+        with h5py.File(f"{prefix}{name}/checkpoints/step_00000004.h5", "r") as f:
+            runs[name + "w"] = f["model.layers.0.mlp.down_proj.weight"][:]
+    print(prefix, {k: v for k, v in runs.items() if not k.endswith("w")})
+    for other in "bcd":
+        assert np.array_equal(runs["a"], runs[other]), (other, runs["a"], runs[other])
+        assert np.array_equal(runs["aw"], runs[other + "w"]), other
+    return runs["a"]
+
+
 @case
 def train_is_deterministic_and_checkpointing_policies_agree():
     good_model()
     good_dataset()
-    runs = {}
-    for name, policy in [("a", "none"), ("b", "none"), ("c", "full"), ("d", "attention")]:
-        tiny_run(name, "--checkpointing", policy, "--batch-size", "2", "--grad-accum", "2", steps=4)
-        runs[name] = timing(name)[0]["loss"]
-        with h5py.File(f"{name}/checkpoints/step_00000004.h5", "r") as f:
-            runs[name + "w"] = f["model.layers.0.mlp.down_proj.weight"][:]
-    print({k: v for k, v in runs.items() if not k.endswith("w")})
-    for other in "bcd":  # recomputation reruns the same kernels: bitwise the same training
-        assert np.array_equal(runs["a"], runs[other]), (other, runs["a"], runs[other])
-        assert np.array_equal(runs["aw"], runs[other + "w"]), other
+    assert_deterministic_and_policies_agree("")
+
+
+@case
+def train_in_bf16_is_deterministic_policies_agree_and_it_follows_fp32():
+    good_model()
+    good_dataset()
+    bf16 = assert_deterministic_and_policies_agree("bf16_", "--precision", "bf16")
+    fp32 = assert_deterministic_and_policies_agree("fp32_")
+    rel = np.max(np.abs(bf16 - fp32) / fp32)
+    print(f"bf16 losses {bf16}, fp32 {fp32}, max rel diff {rel:.2e}")
+    assert rel < 2e-2, (bf16, fp32)
+    # MFU against that precision's peak (bf16 without bf16 hardware runs on the fp32 units)
+    for prefix, allowed in [("bf16_", ("bf16, ", "fp32 units")), ("fp32_", ("fp32, ",))]:
+        with h5py.File(f"{prefix}a/timing.h5", "r") as f:
+            assert f.attrs["peak_how"].startswith(allowed), (prefix, f.attrs["peak_how"])
 
 
 @case
@@ -305,6 +328,11 @@ def bench_attention_writes_its_table():
         peak = f.attrs["peak_gflops"]
         # the fraction of the measured peak is the ratio of the two figures it is made of
         assert peak > 0 and np.allclose(f["steps/fwd_peak_frac"][:] * peak, f["steps/fwd_gflops"][:])
+    p = ok("bench", "attention", "--seq-len", "256", "--heads", "4", "--kv-heads", "2", "--repeats", "1",
+           "--precision", "bf16", "--out", "b16.h5")
+    assert "bf16 inputs" in p.stdout, p.stdout
+    with h5py.File("b16.h5", "r") as f:
+        assert f.attrs["precision"] == "bf16" and f.attrs["peak_how"].startswith(("bf16, ", "fp32 units"))
 
 
 @case
@@ -336,6 +364,22 @@ def assert_same_losses(ref, run_dir, what):
     rel = np.max(np.abs(got - ref) / ref)
     print(f"{what}: losses {got}, max rel diff to one rank {rel:.2e}")
     assert rel < 1e-4, (what, got, ref)
+
+
+@case
+def parallel_bf16_cp2_and_dp2_match_one_rank_bf16():
+    """bf16 K/V on the ring and bf16 gradients on the wire: within bf16's precision of one rank."""
+    parallel_fixture()
+    ok("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "one16", "--seq-len", "600", "--steps", "5",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2",
+       "--precision", "bf16")
+    ref = timing("one16")[0]["loss"]
+    for name, ranks, degrees in [("cp2", 2, ["--cp", "2"]), ("dp2", 2, ["--dp", "2", "--batch-size", "1"])]:
+        mpi_run(ranks, name, *degrees, "--precision", "bf16", *([] if "--batch-size" in degrees else ["--batch-size", "2"]))
+        got = timing(name)[0]["loss"]
+        rel = np.max(np.abs(got - ref) / ref)
+        print(f"bf16 {name}: losses {got}, one rank {ref}, max rel diff {rel:.2e}")
+        assert rel < 1e-2, (name, got, ref)
 
 
 @case

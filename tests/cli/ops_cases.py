@@ -93,6 +93,18 @@ def resume_is_bit_exact_with_dp2_cp2():
 
 
 @case
+def resume_is_bit_exact_in_bf16_on_one_rank():
+    """The bf16 copy of the weights is rebuilt from the fp32 master on resume."""
+    assert_bit_exact_resume(None, "--precision", "bf16")
+
+
+@case
+def resume_is_bit_exact_in_bf16_with_cp2():
+    """bf16 K/V on the ring and the bf16 gradient allreduce are deterministic too."""
+    assert_bit_exact_resume(2, "--cp", "2", "--precision", "bf16")
+
+
+@case
 def resume_falls_back_when_the_newest_checkpoint_is_damaged():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "20", "--checkpoint-every", "5", "--keep-checkpoints", "2",
