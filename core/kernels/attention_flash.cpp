@@ -293,9 +293,20 @@ void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int32_
 // One query block of one head by pairs of rows: out[(r / 2) * 2D + 2c + r % 2], zero beyond.
 template <class T>
 void pack_row_pairs(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, bf16* out) {
-  for (int64_t r = 0; r < bqp; ++r)
-    for (int64_t c = 0; c < D; ++c)
-      out[(r / 2) * 2 * D + 2 * c + r % 2] = to_bf16(r < rows ? load_f32(x[r * ld + c]) : 0.0f);
+  for (int64_t r = 0; r < bqp; r += 2) {
+    bf16* o = out + r * D;  // rows r and r + 1, interleaved
+    if (r >= rows) {
+      std::fill(o, o + 2 * D, bf16{});
+      continue;
+    }
+    const T* a = x + r * ld;
+    const T* b = r + 1 < rows ? a + ld : a;        // never read past the block...
+    const float keep_b = r + 1 < rows ? 1.0f : 0.0f;  // ...a missing second row is zero
+    for (int64_t c = 0; c < D; ++c) {
+      o[2 * c] = to_bf16(load_f32(a[c]));
+      o[2 * c + 1] = to_bf16(keep_b * load_f32(b[c]));
+    }
+  }
 }
 
 }  // namespace
