@@ -41,7 +41,9 @@ Isa CpuInfo::widest() const {
 std::string CpuInfo::features() const {
   std::string s;
   auto add = [&](bool have, const char* name) {
-    if (have) s += (s.empty() ? "" : " ") + std::string(name);
+    if (!have) return;
+    if (!s.empty()) s += ' ';
+    s += name;
   };
   add(avx2, "AVX2");
   add(fma, "FMA");

@@ -71,6 +71,30 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref, doubl
   return scale > 0 ? diff / scale : diff;
 }
 
+// The five outputs of a forward and backward pass, in a fixed order.
+struct Outputs {
+  std::vector<float> o, lse, dq, dk, dv;
+  const std::vector<float>* all(int t) const {
+    const std::vector<float>* v[] = {&o, &lse, &dq, &dk, &dv};
+    return v[t];
+  }
+};
+
+// Every output within `bound` of the reference (max abs diff / max abs); prints each figure.
+void expect_close(const Case& c, const Outputs& got, const Outputs& want, double bound,
+                  const char* what) {
+  const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
+  for (int t = 0; t < 5; ++t) {
+    double abs_diff;
+    const double rel = max_rel(*got.all(t), *want.all(t), &abs_diff);
+    std::printf("%s %s S=%lld H=%lld KV=%lld %s %-3s max abs %.2e rel %.2e\n", isa_name(c.isa), what,
+                (long long)c.S, (long long)c.H, (long long)c.KV, c.documents ? "docs  " : "causal",
+                names[t], abs_diff, rel);
+    EXPECT_LT(rel, bound) << names[t] << " " << what;
+    for (float x : *got.all(t)) ASSERT_FALSE(std::isnan(x)) << names[t] << " " << what;
+  }
+}
+
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "S=" << c.S << " H=" << c.H << " KV=" << c.KV << " D=" << c.D << (c.documents ? " docs" : " causal")
       << " " << isa_name(c.isa);
@@ -85,48 +109,33 @@ TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
   const TokenTags tags{in.idx.data(), in.doc.data()};
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
 
-  std::vector<float> o(nq), lse(nl), o_ref(nq), lse_ref(nl);
+  Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
+              std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
+  Outputs want = got;
   FlashAttention flash = make_flash(c);
-  flash.forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o.data(), lse.data());
-  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o_ref.data(),
-                              lse_ref.data());
-
-  std::vector<float> delta(nl), dq(nq, 0.f), dk(nk, 0.f), dv(nk, 0.f);
-  std::vector<float> dq_ref(nq, 0.f), dk_ref(nk, 0.f), dv_ref(nk, 0.f);
-  attention_delta(o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
-  flash.backward(d, in.q.data(), in.k.data(), in.v.data(), lse.data(), delta.data(),
-                 in.dout.data(), tags, tags, dq.data(), dk.data(), dv.data());
+  flash.forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, got.o.data(), got.lse.data());
+  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(),
+                              want.lse.data());
+  std::vector<float> delta(nl);
+  attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+  flash.backward(d, in.q.data(), in.k.data(), in.v.data(), got.lse.data(), delta.data(),
+                 in.dout.data(), tags, tags, got.dq.data(), got.dk.data(), got.dv.data());
   attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags,
-                               tags, dq_ref.data(), dk_ref.data(), dv_ref.data());
-
-  const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
-  const std::vector<float>* got[] = {&o, &lse, &dq, &dk, &dv};
-  const std::vector<float>* want[] = {&o_ref, &lse_ref, &dq_ref, &dk_ref, &dv_ref};
-  for (int t = 0; t < 5; ++t) {
-    double abs_diff;
-    const double rel = max_rel(*got[t], *want[t], &abs_diff);
-    std::printf("%s S=%lld H=%lld KV=%lld %s %-3s max abs %.2e rel %.2e\n", isa_name(c.isa),
-                (long long)c.S, (long long)c.H, (long long)c.KV, c.documents ? "docs  " : "causal",
-                names[t], abs_diff, rel);
-    EXPECT_LT(rel, 1e-5) << names[t];
-  }
-  // Padding rows see nothing: zero output, -inf lse, zero gradient, no NaN anywhere.
+                               tags, want.dq.data(), want.dk.data(), want.dv.data());
+  expect_close(c, got, want, 1e-5, "fp32");
+  // Padding rows see nothing: zero output, -inf lse, zero gradient.
   for (int64_t i = 0; i < c.S; ++i) {
     if (in.doc[size_t(i)] >= 0) continue;
     for (int64_t h = 0; h < c.H; ++h) {
-      EXPECT_EQ(lse[size_t(h * c.S + i)], -std::numeric_limits<float>::infinity());
+      EXPECT_EQ(got.lse[size_t(h * c.S + i)], -std::numeric_limits<float>::infinity());
       for (int64_t x = 0; x < c.D; ++x) {
-        EXPECT_EQ(o[size_t((i * c.H + h) * c.D + x)], 0.0f);
-        EXPECT_EQ(dq[size_t((i * c.H + h) * c.D + x)], 0.0f);
+        EXPECT_EQ(got.o[size_t((i * c.H + h) * c.D + x)], 0.0f);
+        EXPECT_EQ(got.dq[size_t((i * c.H + h) * c.D + x)], 0.0f);
       }
     }
   }
-  for (const auto* v : got)
-    for (float x : *v) ASSERT_FALSE(std::isnan(x));
 }
 
-// Every kernel path this CPU runs, on sizes that are and are not multiples of the blocks,
-// the micro-kernels' strips and chunks; the longest sequence on the widest path only.
 std::vector<Case> cases() {
   std::vector<Case> out;
   const std::vector<Isa> isas = test_isas();
@@ -150,9 +159,11 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashVsReference);
 INSTANTIATE_TEST_SUITE_P(Sizes, FlashVsReference, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return "S" + std::to_string(c.S) + (c.documents ? "_docs" : "_causal") +
-                                  "_gqa" + std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D) +
-                                  "_" + isa_name(c.isa);
+                           std::string name = "S";
+                           name += std::to_string(c.S);
+                           name += c.documents ? "_docs_gqa" : "_causal_gqa";
+                           name += std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D) + "_";
+                           return name + isa_name(c.isa);
                          });
 
 // bf16 inputs: products in bf16 (vdpbf16ps tiles, where the CPU has them) and in fp32
@@ -171,33 +182,25 @@ TEST_P(FlashBf16VsReference, ForwardAndBackwardMatch) {
   const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
   const TokenTags tags{in.idx.data(), in.doc.data()};
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
-  std::vector<float> o_ref(nq), lse_ref(nl), dq_ref(nq, 0.f), dk_ref(nk, 0.f), dv_ref(nk, 0.f);
-  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, o_ref.data(), lse_ref.data());
+  Outputs want{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
+               std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
+  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(),
+                              want.lse.data());
   attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags, tags,
-                               dq_ref.data(), dk_ref.data(), dv_ref.data());
+                               want.dq.data(), want.dk.data(), want.dv.data());
   for (Precision products : {Precision::Bf16, Precision::Fp32}) {
     FlashAttention flash({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa, products);
-    std::vector<float> o(nq), lse(nl), delta(nl), dq(nq, 0.f), dk(nk, 0.f), dv(nk, 0.f);
-    flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o.data(), lse.data());
-    attention_delta(o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
-    flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
-                   tags, dq.data(), dk.data(), dv.data());
+    Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
+                std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
+    std::vector<float> delta(nl);
+    flash.forward(d, q.data(), k.data(), v.data(), tags, tags, got.o.data(), got.lse.data());
+    attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+    flash.backward(d, q.data(), k.data(), v.data(), got.lse.data(), delta.data(), dout.data(), tags,
+                   tags, got.dq.data(), got.dk.data(), got.dv.data());
     // bf16 products round p and dS to 8 bits of mantissa: a few parts in 1e3 of the largest
     // value; fp32 products of bf16 inputs are the fp32 kernel itself.
     const bool b16 = flash.products() == Precision::Bf16;
-    const double bound = b16 ? 1e-2 : 1e-5;
-    const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
-    const std::vector<float>* got[] = {&o, &lse, &dq, &dk, &dv};
-    const std::vector<float>* want[] = {&o_ref, &lse_ref, &dq_ref, &dk_ref, &dv_ref};
-    for (int t = 0; t < 5; ++t) {
-      double abs_diff;
-      const double rel = max_rel(*got[t], *want[t], &abs_diff);
-      std::printf("%s %s products S=%lld %s %-3s rel %.2e\n", isa_name(c.isa), b16 ? "bf16" : "fp32",
-                  (long long)c.S, c.documents ? "docs  " : "causal", names[t], rel);
-      EXPECT_LT(rel, bound) << names[t] << (b16 ? " bf16 products" : " fp32 products");
-    }
-    for (const auto* x : got)
-      for (float e : *x) ASSERT_FALSE(std::isnan(e));
+    expect_close(c, got, want, b16 ? 1e-2 : 1e-5, b16 ? "bf16 products" : "fp32 products");
   }
 }
 
@@ -215,8 +218,9 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashBf16VsReference);
 INSTANTIATE_TEST_SUITE_P(Sizes, FlashBf16VsReference, ::testing::ValuesIn(bf16_cases()),
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return "S" + std::to_string(c.S) + "_D" + std::to_string(c.D) + "_" +
-                                  isa_name(c.isa);
+                           std::string name = "S";
+                           name += std::to_string(c.S) + "_D" + std::to_string(c.D) + "_";
+                           return name + isa_name(c.isa);
                          });
 
 TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {

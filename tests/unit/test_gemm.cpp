@@ -120,7 +120,9 @@ TEST(GemmBf16, NativeAndConvertedMatchTheDefinition) {
                                (gemm_bf16_native() ? " native" : " converted");
       EXPECT_LE(e32, 2e-5 * std::max(1.0, scale)) << what;  // fp32 accumulation of exact products
       EXPECT_LE(e16, 1.0 / 256) << what;                    // one bf16 rounding of the result
-      if (su.lib == GemmLib::OneDnn && su.isa == Isa::Avx512Bf16) EXPECT_TRUE(gemm_bf16_native()) << what;
+      if (su.lib == GemmLib::OneDnn && su.isa == Isa::Avx512Bf16) {
+        EXPECT_TRUE(gemm_bf16_native()) << what;
+      }
     }
   }
   gemm_setup(GemmLib::OneDnn, test_isa());

@@ -39,18 +39,30 @@ inline void mk_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, in
   }
 }
 
-// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, DC vectors of columns.
-template <int DC>
-inline void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
-                  int64_t ldc, const float* scale, bool zero_c) {
-  V acc[R][DC];
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
+// An output block's accumulators from c (ROWS x DC vectors): zero, c * scale[row], or c.
+template <int ROWS, int DC>
+inline void load_acc(V (&acc)[ROWS][DC], const float* c, int64_t ldc, const float* scale, bool zero_c) {
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     LCT_UNROLL for (int v = 0; v < DC; ++v) {
       if (zero_c) acc[r][v] = Simd::zero();
       else if (scale) acc[r][v] = Simd::mul(Simd::load(c + r * ldc + v * W), Simd::set1(scale[r]));
       else acc[r][v] = Simd::load(c + r * ldc + v * W);
     }
   }
+}
+
+template <int ROWS, int DC>
+inline void store_acc(const V (&acc)[ROWS][DC], float* c, int64_t ldc) {
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
+}
+
+// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, DC vectors of columns.
+template <int DC>
+inline void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
+                  int64_t ldc, const float* scale, bool zero_c) {
+  V acc[R][DC];
+  load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t k = 0; k < K; ++k) {
     V bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = Simd::load(b + k * ldb + v * W);
@@ -59,16 +71,14 @@ inline void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int6
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = Simd::fma(x, bb[v], acc[r][v]);
     }
   }
-  LCT_UNROLL for (int r = 0; r < R; ++r)
-    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
+  store_acc(acc, c, ldc);
 }
 
 template <int DC>
 inline void mk_atb(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
                    float* c, int64_t ldc) {
   V acc[KC][DC];
-  LCT_UNROLL for (int k = 0; k < KC; ++k)
-    LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = Simd::load(c + k * ldc + v * W);
+  load_acc(acc, c, ldc, nullptr, false);
   for (int64_t r = 0; r < rows; ++r) {
     V bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = Simd::load(b + r * ldb + v * W);
@@ -77,8 +87,7 @@ inline void mk_atb(const float* a, int64_t lda, const float* b, int64_t ldb, int
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = Simd::fma(x, bb[v], acc[k][v]);
     }
   }
-  LCT_UNROLL for (int k = 0; k < KC; ++k)
-    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + k * ldc + v * W, acc[k][v]);
+  store_acc(acc, c, ldc);
 }
 
 // Runs f(d0, DC-constant) over the head dimension in passes of at most Shape::DC vectors.

@@ -46,13 +46,7 @@ template <int DC>
 inline void mk_ab_bf16(const bf16* p, int64_t ldp, const bf16* b2, int64_t ldb, int64_t K,
                        float* c, int64_t ldc, const float* scale, bool zero_c) {
   V acc[R][DC];
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
-    LCT_UNROLL for (int v = 0; v < DC; ++v) {
-      if (zero_c) acc[r][v] = Simd::zero();
-      else if (scale) acc[r][v] = Simd::mul(Simd::load(c + r * ldc + v * W), Simd::set1(scale[r]));
-      else acc[r][v] = Simd::load(c + r * ldc + v * W);
-    }
-  }
+  load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t j = 0; j < K / 2; ++j) {
     __m512bh bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = load_pairs(b2 + j * ldb + v * 2 * W);
@@ -61,8 +55,7 @@ inline void mk_ab_bf16(const bf16* p, int64_t ldp, const bf16* b2, int64_t ldb, 
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bb[v]);
     }
   }
-  LCT_UNROLL for (int r = 0; r < R; ++r)
-    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
+  store_acc(acc, c, ldc);
 }
 
 // c[KC][DC] += a2[rows/2][KC][2]^T . b2[rows/2][DC][2]  (pairs of rows)
@@ -70,8 +63,7 @@ template <int DC>
 inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb, int64_t rows,
                         float* c, int64_t ldc) {
   V acc[KC][DC];
-  LCT_UNROLL for (int k = 0; k < KC; ++k)
-    LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = Simd::load(c + k * ldc + v * W);
+  load_acc(acc, c, ldc, nullptr, false);
   for (int64_t i = 0; i < rows / 2; ++i) {
     __m512bh bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = load_pairs(b2 + i * ldb + v * 2 * W);
@@ -80,8 +72,7 @@ inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[k][v] = _mm512_dpbf16_ps(acc[k][v], x, bb[v]);
     }
   }
-  LCT_UNROLL for (int k = 0; k < KC; ++k)
-    LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + k * ldc + v * W, acc[k][v]);
+  store_acc(acc, c, ldc);
 }
 
 // R rows of NV fp32 vectors to bf16, row-major at dst (row stride ld).
