@@ -5,6 +5,7 @@
 #include "app/cli.hpp"
 #include "common/error.hpp"
 #include "io/file_kind.hpp"
+#include "kernels/gemm.hpp"
 #include "lct_build_info.hpp"
 #include "sys/threads.hpp"
 
@@ -19,6 +20,7 @@ std::string version_text() {
   return cat("lctrain ", LCT_VERSION, " (git ", LCT_GIT_REVISION, ")\n",
              "  MPI       ", mpi_line, "\n",
              "  HDF5      ", hdf5_description(), "\n",
+             "  oneDNN    ", onednn_version(), "\n",
              "  OpenBLAS  ", openblas_description(), "\n",
              "  CLI11     ", CLI11_VERSION, "\n",
              "  libnuma   API ", LIBNUMA_API_VERSION, "\n",

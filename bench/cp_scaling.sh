@@ -9,6 +9,8 @@
 #   bash bench/cp_scaling.sh "16384 32768" [STEPS] [T]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
+unset OPENBLAS_CORETYPE
 LENS=${1:-"16384 32768"}
 STEPS=${2:-3}
 T=${3:-2}

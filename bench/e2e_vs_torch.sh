@@ -7,6 +7,8 @@
 #   bash bench/e2e_vs_torch.sh [SEQ_LEN] [ROUNDS]      (from the repository root, after a build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
+unset OPENBLAS_CORETYPE
 S=${1:-4096}
 ROUNDS=${2:-3}
 STEPS=${STEPS:-6}

@@ -5,13 +5,17 @@
 # full checkpointing its plan (train --dry-run) is printed for the full model as well.
 #   bash bench/max_seq_len.sh "TORCH_LENS" "LCTRAIN_LENS" [LAYERS]
 # LAYERS (default: the preset's 8) shortens lctrain's long runs: one step at S = 64K takes
-# hours on 2 cores with 8 layers, minutes with 1; memory per layer is what grows with S.
+# tens of minutes on 2 cores with 8 layers, about one with 1; memory per layer is what grows
+# with S. TORCH_LENS " " (a space) skips PyTorch; PRECISION=bf16 trains lctrain in bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
+unset OPENBLAS_CORETYPE
 TORCH_LENS=${1:-"8192 6144"}
 LCT_LENS=${2:-"65536"}
 LAYERS=${3:-8}
 MEM_GIB=${MEM_GIB:-20}
+PRECISION=${PRECISION:-fp32}
 L=build/app/lctrain
 W=$(mktemp -d /tmp/lct_maxlen.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -26,9 +30,9 @@ for S in $TORCH_LENS; do
 done
 for S in $LCT_LENS; do
   $L train --model "$W/m.h5" --data "$W/d.h5" --run-dir "$W/x" --seq-len "$S" --checkpointing full \
-     --dry-run | grep "memory estimate" | sed "s/^/lctrain 8 layers, seq_len $S plan: /"
+     --precision "$PRECISION" --dry-run | grep "memory estimate" | sed "s/^/lctrain 8 layers, seq_len $S plan: /"
   $L train --model "$W/m1.h5" --data "$W/d.h5" --run-dir "$W/r$S" --seq-len "$S" --steps 1 \
-     --checkpointing full --peak-gflops 1 > "$W/l$S.log"
+     --checkpointing full --precision "$PRECISION" --peak-gflops 1 > "$W/l$S.log"
   grep "memory estimate" "$W/l$S.log" | sed "s/^/lctrain $LAYERS layer(s), seq_len $S plan: /"
   /usr/bin/python3 -c "import h5py; s=h5py.File('$W/r$S/timing.h5')['steps']; print('lctrain $LAYERS layer(s): seq_len $S  step %.1f s  peak_rss_gib %.2f  status ok' % (s['seconds'][0], s['peak_rss_mib'][0]/1024))"
 done

@@ -263,12 +263,16 @@ std::string openblas_kernel_warning(const CpuInfo& cpu) {
              " in the job's environment");
 }
 
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return cat(v->major, ".", v->minor, ".", v->patch);
+}
+
 std::string gemm_description() {
   if (g_lib == GemmLib::OpenBlas)
     return cat("OpenBLAS ", openblas_get_config(), " (", openblas_get_corename(), " kernels)");
-  const dnnl_version_t* v = dnnl_version();
-  return cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (",
-             onednn_isa_name(dnnl::get_effective_cpu_isa()), " kernels)");
+  return cat("oneDNN ", onednn_version(), " (", onednn_isa_name(dnnl::get_effective_cpu_isa()),
+             " kernels", g_bf16_native ? ", bf16 products native" : "", ")");
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

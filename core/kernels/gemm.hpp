@@ -26,6 +26,7 @@ GemmLib gemm_lib();
 // "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Cooperlake kernels)"
 std::string gemm_description();
 std::string openblas_kernels();  // openblas_get_corename(): "Cooperlake", "Haswell", ...
+std::string onednn_version();    // "2.6.3"
 
 struct CpuInfo;
 // One line when OpenBLAS runs narrower kernels than the CPU has (an inherited
