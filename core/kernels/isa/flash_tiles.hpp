@@ -1,7 +1,8 @@
 // Flash-attention tiles for one ISA (the Simd of the including translation unit), fp32.
 // The including file defines LCT_ISA_NS, includes simd.hpp and defines
 //   struct Shape { R (query rows per strip), NV (vectors per key chunk),
-//                  DC (vectors of D per output pass), KC (keys per dK/dV pass) };
+//                  DC (vectors of D per output pass), KC (keys per dK/dV pass),
+//                  DB (vectors of D per dK/dV pass) };
 // so that the accumulators of every micro-kernel fit the ISA's registers.
 //
 // Micro-kernels (all row-major, leading dimensions given):
@@ -90,13 +91,16 @@ inline void mk_atb(const float* a, int64_t lda, const float* b, int64_t ldb, int
   store_acc(acc, c, ldc);
 }
 
-// Runs f(d0, DC-constant) over the head dimension in passes of at most Shape::DC vectors.
-template <class F>
+// Runs f(d0, width) over the head dimension in passes of at most MAX vectors (4, 3, 2, 1),
+// the width a compile-time constant.
+template <int MAX, class F>
 inline void over_d(int64_t D, F&& f) {
   int64_t d0 = 0;
-  if constexpr (Shape::DC >= 4)
+  if constexpr (MAX >= 4)
     for (; d0 + 4 * W <= D; d0 += 4 * W) f(d0, std::integral_constant<int, 4>());
-  if constexpr (Shape::DC >= 2)
+  if constexpr (MAX == 3)
+    for (; d0 + 3 * W <= D; d0 += 3 * W) f(d0, std::integral_constant<int, 3>());
+  if constexpr (MAX >= 2)
     for (; d0 + 2 * W <= D; d0 += 2 * W) f(d0, std::integral_constant<int, 2>());
   for (; d0 + W <= D; d0 += W) f(d0, std::integral_constant<int, 1>());
 }
@@ -166,7 +170,7 @@ void flash_fwd_tile(const FlashFwdTile& t) {
       const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
       LCT_UNROLL for (int r = 0; r < R; ++r)
         LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(p + r * np + c0 + v * W, s[r][v]);
-      over_d(D, [&](int64_t d0, auto dc) {
+      over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
         mk_ab<decltype(dc)::value>(p + c0, np, t.v + c0 * D + d0, D, NC, t.acc + r0 * D + d0, D,
                                    rescale ? corr : nullptr, false);
       });
@@ -194,14 +198,14 @@ void flash_bwd_tile(const FlashBwdTile& t) {
           Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
       }
     }
-    over_d(D, [&](int64_t d0, auto dc) {
+    over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab<decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
                                  nullptr, true);
     });
   }
   // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
   for (int64_t k0 = 0; k0 < np; k0 += KC)
-    over_d(D, [&](int64_t d0, auto dc) {
+    over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
       mk_atb<decltype(dc)::value>(t.p + k0, np, t.dout + d0, t.ldq, t.rows, t.dv + k0 * D + d0, D);
       mk_atb<decltype(dc)::value>(t.ds + k0, np, t.q + d0, t.ldq, t.rows, t.dk + k0 * D + d0, D);
     });

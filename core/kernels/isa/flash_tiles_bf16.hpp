@@ -105,7 +105,7 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
       float corr[R];
       const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
       store_rows_bf16(s, p + c0, np);
-      over_d(D, [&](int64_t d0, auto dc) {
+      over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
         mk_ab_bf16<decltype(dc)::value>(p + c0, np, t.v2 + c0 * D + 2 * d0, 2 * D, NC,
                                         t.acc + r0 * D + d0, D, rescale ? corr : nullptr, false);
       });
@@ -134,14 +134,14 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
       store_rows_bf16(s, t.ds + r0 * np + c0, np);
       store_row_pairs_bf16(s, t.dsi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
     }
-    over_d(D, [&](int64_t d0, auto dc) {
+    over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab_bf16<decltype(dc)::value>(t.ds + r0 * np, np, t.k2 + 2 * d0, 2 * D, np,
                                       t.dq + r0 * D + d0, D, nullptr, true);
     });
   }
   // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
   for (int64_t k0 = 0; k0 < np; k0 += KC)
-    over_d(D, [&](int64_t d0, auto dc) {
+    over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
       mk_atb_bf16<decltype(dc)::value>(t.pi + 2 * k0, 2 * np, t.dout2 + 2 * d0, 2 * D, t.rows,
                                        t.dv + k0 * D + d0, D);
       mk_atb_bf16<decltype(dc)::value>(t.dsi + 2 * k0, 2 * np, t.q2 + 2 * d0, 2 * D, t.rows,

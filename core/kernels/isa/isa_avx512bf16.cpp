@@ -6,7 +6,7 @@
 
 namespace lct::LCT_ISA_NS {
 struct Shape {
-  static constexpr int R = 4, NV = 4, DC = 4, KC = 4;
+  static constexpr int R = 4, NV = 4, DC = 4, KC = 4, DB = 4;
 };
 }  // namespace lct::LCT_ISA_NS
 

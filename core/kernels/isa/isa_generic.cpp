@@ -5,7 +5,7 @@
 
 namespace lct::LCT_ISA_NS {
 struct Shape {
-  static constexpr int R = 4, NV = 8, DC = 1, KC = 4;
+  static constexpr int R = 4, NV = 8, DC = 1, KC = 4, DB = 1;
 };
 }  // namespace lct::LCT_ISA_NS
 
