@@ -317,6 +317,24 @@ def every_kernel_path_and_gemm_library_trains_to_the_same_losses():
 
 
 @case
+def bf16_without_bf16_products_warns_and_still_trains():
+    """On the avx2 path (or a CPU without AVX512_BF16/AMX) bf16 is widened to fp32: one warning
+    line, the same training to bf16's precision."""
+    good_model()
+    good_dataset()
+    tiny_run("f32")
+    p = run("--isa", "avx2", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "b16", "--seq-len", "600",
+            "--steps", "6", "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "64", "--block-k", "48",
+            "--precision", "bf16")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("warning: --precision bf16 without bf16 products here") == 1, p.stdout
+    assert "not faster" in p.stdout
+    ref, got = timing("f32")[0]["loss"], timing("b16")[0]["loss"]
+    assert np.max(np.abs(got - ref) / ref) < 2e-2, (got, ref)
+    assert timing("b16")[1]["peak_how"].startswith("fp32 units"), timing("b16")[1]["peak_how"]
+
+
+@case
 def bench_attention_writes_its_table():
     p = ok("bench", "attention", "--seq-len", "300,512", "--heads", "4", "--kv-heads", "2",
            "--repeats", "1", "--out", "b.h5")
