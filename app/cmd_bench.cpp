@@ -93,7 +93,8 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
   Table table({"seq_len", "heads", "kv_heads", "head_dim", "threads", "fwd_s", "fwd_gflops",
                "fwd_peak_frac", "fwdbwd_s", "fwdbwd_gflops", "fwdbwd_peak_frac", "gemm_gflops",
                "fwd_gemm_ratio", "fwdbwd_gemm_ratio", "workspace_mib"});
-  Isa used = ctx.topo.isa;
+  const Isa attn_isa = ctx.attention_isa(precision);
+  Isa used = attn_isa;
   Precision products = precision;
   for (const int64_t S : lens) {
     Buffer<float> qf(size_t(S * H * D)), kf(size_t(S * KV * D)), vf(kf.size()), o_(qf.size()),
@@ -108,7 +109,7 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
     const TokenTags tags{idx.data(), doc.data()};
     const AttnDims d{S, S, H, KV, D};
-    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, ctx.topo.isa, precision);
+    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
     const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
     auto forward = [&] { flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
     auto both = [&] {

@@ -82,6 +82,16 @@ std::pair<double, std::string> Context::mfu_peak(Precision precision, double ove
   return {p.fp32, (precision == Precision::Bf16 ? "fp32 units (no bf16 products here), " : "fp32, ") + p.fp32_how};
 }
 
+Isa Context::attention_isa(Precision precision) const {
+  const Isa isa = lct::attention_isa(topo.isa, precision, topo.cpu);
+  if (isa != topo.isa)
+    out() << std::fixed << std::setprecision(1) << "attention: bf16 operands widened to fp32 "
+          << "products (this CPU's vdpbf16ps runs at half its fp32 FMA rate: " << topo.peak.bf16
+          << " against " << topo.peak.fp32 << " GFLOP/s measured); matrix products stay bf16\n"
+          << std::defaultfloat << std::setprecision(6);
+  return isa;
+}
+
 std::string Context::bf16_warning(Precision precision) const {
   if (precision != Precision::Bf16 || gemm_bf16_native()) return "";
   return cat("warning: --precision bf16 without bf16 products here (",

@@ -14,7 +14,7 @@ namespace {
 
 // GFLOP/s of `probe` run on every thread at once: the best of a few ~20 ms windows after a
 // warm-up window (clocks ramp up; a noisy neighbour lowers a window, never raises one).
-double run_probe(double (*probe)(int64_t), int threads) {
+double run_probe(double (*probe)(int64_t), int threads, const std::function<void()>& together) {
   const double t0 = omp_get_wtime();
   const double flops_per_iter = probe(1) ;
   int64_t iters = 100000;
@@ -30,6 +30,7 @@ double run_probe(double (*probe)(int64_t), int threads) {
   }
   double best = 0;
   for (int window = 0; window < 6; ++window) {
+    if (together) together();
     std::vector<double> seconds(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
     {
@@ -52,20 +53,25 @@ const char* fp32_name(Isa isa) {
 
 }  // namespace
 
-Peak measure_peak(const CpuInfo& cpu, int threads) {
+Peak measure_peak(const CpuInfo& cpu, int threads, const std::function<void()>& together) {
   Peak p;
   const IsaKernels* widest = isa_kernels(cpu.widest());
   if (!widest) widest = isa_kernels(Isa::Generic);
   const std::string on = cat(threads, " thread", threads == 1 ? "" : "s", ", measured");
-  p.fp32 = run_probe(widest->fma_probe, threads);
+  p.fp32 = run_probe(widest->fma_probe, threads, together);
   p.fp32_how = cat(fp32_name(widest->isa), ", ", on);
   if (widest->bf16_probe) {
-    p.bf16 = run_probe(widest->bf16_probe, threads);
+    p.bf16 = run_probe(widest->bf16_probe, threads, together);
     p.bf16_how = cat("vdpbf16ps, ", on);
   }
   if (cpu.amx_bf16 && (widest->isa == Isa::Avx512 || widest->isa == Isa::Avx512Bf16))
     p.bf16_amx_nominal = 1024.0 * (p.fp32 / 64.0);  // 64 fp32 FLOP per cycle per core
   return p;
+}
+
+Isa attention_isa(Isa isa, Precision precision, const CpuInfo& cpu) {
+  const bool slow_dot = cpu.vendor == "GenuineIntel";
+  return precision == Precision::Bf16 && isa == Isa::Avx512Bf16 && slow_dot ? Isa::Avx512 : isa;
 }
 
 }  // namespace lct

@@ -2,8 +2,10 @@
 // their binding) in well under a second: MFU is model FLOP/s against this, never against a
 // library's sgemm, whose kernels may be narrower than the CPU's.
 #pragma once
+#include <functional>
 #include <string>
 
+#include "common/bf16.hpp"
 #include "sys/cpu.hpp"
 
 namespace lct {
@@ -19,6 +21,15 @@ struct Peak {
 };
 
 // Runs the probes on `threads` OpenMP threads (all at once: the peak under full load).
-Peak measure_peak(const CpuInfo& cpu, int threads);
+// `together`, called before each timed window, lines the windows of several ranks up (a
+// barrier), so that each rank is timed while the others are busy too.
+Peak measure_peak(const CpuInfo& cpu, int threads, const std::function<void()>& together = {});
+
+// The kernel path for attention: the run's ISA, except that bf16 inputs go to the fp32 tiles
+// (widened while packed) on Intel CPUs, whose AVX512_BF16 cores run vdpbf16ps at half the
+// fp32 FMA FLOP rate (measured on a Xeon with AMX: 596-763 against 1,176-1,333 GFLOP/s on 16
+// threads; AMD's Zen 4/5 run it at twice). Decided by the CPU, not by a noisy measurement,
+// so that a resumed run always picks the same kernels (bit-exact resume).
+Isa attention_isa(Isa isa, Precision precision, const CpuInfo& cpu);
 
 }  // namespace lct
