@@ -5,25 +5,96 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <map>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 
+#include "common/error.hpp"
 #include "model/config.hpp"
 
 namespace lct {
 
 namespace {
 
-// TOML keys may use snake_case (seq_len) as well as the option's own dashed name.
+// A config file that says one thing twice: which line, and what.
+struct ConfigRepeat : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// TOML keys may use snake_case (seq_len) as well as the option's own dashed name. A section
+// given twice, or one key given twice in a section (in either spelling), is refused: CLI11
+// would silently keep one of them.
 class TomlConfig : public CLI::ConfigTOML {
  public:
   std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
-    auto items = CLI::ConfigTOML::from_config(in);
+    std::stringstream text;
+    text << in.rdbuf();
+    refuse_repeats(text.str());
+    auto items = CLI::ConfigTOML::from_config(text);
     for (auto& item : items) std::replace(item.name.begin(), item.name.end(), '_', '-');
     return items;
   }
+
+ private:
+  static void refuse_repeats(const std::string& text) {
+    std::istringstream lines(text);
+    std::string line, section;
+    std::map<std::string, int> sections, keys;  // name -> line first seen
+    for (int n = 1; std::getline(lines, line); ++n) {
+      const size_t a = line.find_first_not_of(" \t");
+      if (a == std::string::npos || line[a] == '#') continue;
+      const size_t b = line.find_last_not_of(" \t\r");
+      const std::string t = line.substr(a, b - a + 1);
+      if (t.front() == '[') {
+        section = t;
+        if (auto [it, fresh] = sections.emplace(section, n); !fresh)
+          throw ConfigRepeat(cat("line ", n, ": section ", section, " is given again (first on line ",
+                                 it->second, "); merge them"));
+        continue;
+      }
+      const size_t eq = t.find('=');
+      if (eq == std::string::npos) continue;
+      std::string key = t.substr(0, t.find_last_not_of(" \t", eq - 1) + 1);
+      std::replace(key.begin(), key.end(), '_', '-');
+      if (auto [it, fresh] = keys.emplace(section + key, n); !fresh)
+        throw ConfigRepeat(cat("line ", n, ": '", key, "' is given again", section.empty() ? "" : " in ",
+                               section, " (first on line ", it->second, ", perhaps spelt with ",
+                               "'_' or '-'); keep one"));
+    }
+  }
 };
+
+// The rule for a number, checked on the text as given, so that NaN, an empty TOML value or an
+// integer past 64 bits is refused instead of read as 0 or saturated; the rule shows in --help.
+CLI::Validator number(bool integer, double lo, bool lo_open, double hi = HUGE_VAL,
+                      bool hi_open = false) {
+  auto show = [](double v) { return std::isinf(v) ? std::string(v > 0 ? "inf" : "-inf") : CLI::detail::to_string(v); };
+  const std::string rule = hi == HUGE_VAL ? cat(lo_open ? "> " : ">= ", show(lo))
+                                          : cat("in ", lo_open ? "(" : "[", show(lo), ", ", show(hi),
+                                                hi_open ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = integer ? double(std::strtoll(s.c_str(), &end, 10)) : std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || errno == ERANGE || std::isnan(v))
+          return cat("'", s, "' is not ", integer ? "an integer" : "a number", " ", rule);
+        if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi))
+          return cat(s, " is not ", rule);
+        return "";
+      },
+      rule);
+}
+CLI::Validator count(int64_t lo) { return number(true, double(lo), false); }      // integers >= lo
+CLI::Validator nonnegative() { return number(false, 0, false); }
+CLI::Validator positive() { return number(false, 0, true); }
+CLI::Validator fraction() { return number(false, 0, false, 1, true); }           // [0, 1)
 
 template <class T>
 Value to_value(const T& v) {
@@ -86,7 +157,8 @@ class Registry {
 
 void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
   r.add(&app, "--threads", o.threads, 0,
-        "OpenMP threads per rank; 0 = the CPUs this rank owns (cpuset / ranks on the host)");
+        "OpenMP threads per rank; 0 = the CPUs this rank owns (cpuset / ranks on the host)")
+      ->check(count(0));
   r.add(&app, "--oversubscribe", o.oversubscribe, false,
         "allow more threads x ranks than CPUs (functional tests only: it ruins speed)");
   r.add(&app, "--bind-threads", o.bind_threads, true,
@@ -107,25 +179,36 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   r.add(c, "--out", o.out, std::string(), "model file to write (HDF5)", "-o")->required();
   r.add(c, "--preset", o.preset, std::string("tiny"), "model size preset: " + presets);
   const char* from = " (0 = the preset's)";
-  r.add(c, "--vocab-size", o.vocab_size, int64_t(0), std::string("vocabulary size") + from);
-  r.add(c, "--hidden-size", o.hidden_size, int64_t(0), std::string("model width C") + from);
+  r.add(c, "--vocab-size", o.vocab_size, int64_t(0), std::string("vocabulary size") + from)
+      ->check(count(0));
+  r.add(c, "--hidden-size", o.hidden_size, int64_t(0), std::string("model width C") + from)
+      ->check(count(0));
   r.add(c, "--intermediate-size", o.intermediate_size, int64_t(0),
-        std::string("SwiGLU width I") + from);
-  r.add(c, "--num-hidden-layers", o.num_hidden_layers, int64_t(0), std::string("layers L") + from);
+        std::string("SwiGLU width I") + from)
+      ->check(count(0));
+  r.add(c, "--num-hidden-layers", o.num_hidden_layers, int64_t(0), std::string("layers L") + from)
+      ->check(count(0));
   r.add(c, "--num-attention-heads", o.num_attention_heads, int64_t(0),
-        std::string("query heads H") + from);
+        std::string("query heads H") + from)
+      ->check(count(0));
   r.add(c, "--num-key-value-heads", o.num_key_value_heads, int64_t(0),
-        std::string("key/value heads KV, H % KV == 0") + from);
+        std::string("key/value heads KV, H % KV == 0") + from)
+      ->check(count(0));
   r.add(c, "--max-position-embeddings", o.max_position_embeddings, int64_t(0),
-        std::string("longest context the model is meant for") + from);
-  r.add(c, "--rope-theta", o.rope_theta, 0.0, std::string("RoPE base") + from);
-  r.add(c, "--rms-norm-eps", o.rms_norm_eps, 0.0, std::string("RMSNorm epsilon") + from);
+        std::string("longest context the model is meant for") + from)
+      ->check(count(0));
+  r.add(c, "--rope-theta", o.rope_theta, 0.0, std::string("RoPE base") + from)
+      ->check(nonnegative());
+  r.add(c, "--rms-norm-eps", o.rms_norm_eps, 0.0, std::string("RMSNorm epsilon") + from)
+      ->check(nonnegative());
   r.add(c, "--initializer-range", o.initializer_range, 0.0,
-        std::string("std of the normal init of every matrix") + from);
+        std::string("std of the normal init of every matrix") + from)
+      ->check(nonnegative());
   r.add(c, "--tie-word-embeddings", o.tie_word_embeddings, std::string("preset"),
         "share the embedding and LM-head matrix: true, false or preset")
       ->check(CLI::IsMember({"preset", "true", "false"}));
-  r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation");
+  r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation")
+      ->check(count(0));
   r.add(c, "--force", o.force, false, "replace the output file if it exists");
 }
 
@@ -138,19 +221,25 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--synthetic", o.synthetic, std::string(),
         "generate data instead of reading files: passkey")
       ->check(CLI::IsMember({"", "passkey"}));
-  r.add(c, "--num-docs", o.num_docs, int64_t(256), "synthetic: number of documents");
+  r.add(c, "--num-docs", o.num_docs, int64_t(256), "synthetic: number of documents")
+      ->check(count(1));
   r.add(c, "--doc-length", o.doc_length, int64_t(1024),
-        "synthetic: tokens per document, BOS and EOS included");
-  r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey: digits of the key");
-  r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed");
+        "synthetic: tokens per document, BOS and EOS included")
+      ->check(count(2));
+  r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey: digits of the key")
+      ->check(count(1));
+  r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed")
+      ->check(count(0));
   r.add(c, "--seq-len", o.seq_len, int64_t(4096),
-        "report packing efficiency for sequences of this many tokens");
+        "report packing efficiency for sequences of this many tokens")
+      ->check(count(1));
   r.add(c, "--force", o.force, false, "replace the output file if it exists");
 }
 
 void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
   r.add(c, "file", o.file, std::string(), "an HDF5 file (model, dataset, ...) or a run directory")->required();
-  r.add(c, "--seq-len", o.seq_len, int64_t(0), "datasets: report packing at this length (0 = no)");
+  r.add(c, "--seq-len", o.seq_len, int64_t(0), "datasets: report packing at this length (0 = no)")
+      ->check(count(0));
   r.add(c, "--tensors", o.tensors, true, "models: list every tensor with its norm");
 }
 
@@ -158,49 +247,75 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--model", o.model, std::string(), "model file or checkpoint to start from")->required();
   r.add(c, "--data", o.data, std::string(), "dataset file (lctrain prepare)")->required();
   r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")->required();
-  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence");
-  r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch");
-  r.add(c, "--grad-accum", o.grad_accum, int64_t(1), "micro-batches per optimizer step");
-  r.add(c, "--steps", o.steps, int64_t(100), "optimizer steps of the whole run");
-  r.add(c, "--lr", o.lr, 1e-3, "peak learning rate");
-  r.add(c, "--min-lr", o.min_lr, 1e-4, "learning rate at the end of the cosine decay");
-  r.add(c, "--warmup-steps", o.warmup_steps, int64_t(10), "linear warmup steps");
-  r.add(c, "--beta1", o.beta1, 0.9, "AdamW beta1");
-  r.add(c, "--beta2", o.beta2, 0.95, "AdamW beta2");
-  r.add(c, "--eps", o.eps, 1e-8, "AdamW epsilon");
-  r.add(c, "--weight-decay", o.weight_decay, 0.1, "AdamW decoupled weight decay (linear weights)");
+  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
+      ->check(count(2));
+  r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch")
+      ->check(count(1));
+  r.add(c, "--grad-accum", o.grad_accum, int64_t(1), "micro-batches per optimizer step")
+      ->check(count(1));
+  r.add(c, "--steps", o.steps, int64_t(100), "optimizer steps of the whole run")
+      ->check(count(1));
+  r.add(c, "--lr", o.lr, 1e-3, "peak learning rate")
+      ->check(positive());
+  r.add(c, "--min-lr", o.min_lr, 1e-4, "learning rate at the end of the cosine decay")
+      ->check(nonnegative());
+  r.add(c, "--warmup-steps", o.warmup_steps, int64_t(10), "linear warmup steps")
+      ->check(count(0));
+  r.add(c, "--beta1", o.beta1, 0.9, "AdamW beta1")
+      ->check(fraction());
+  r.add(c, "--beta2", o.beta2, 0.95, "AdamW beta2")
+      ->check(fraction());
+  r.add(c, "--eps", o.eps, 1e-8, "AdamW epsilon")
+      ->check(positive());
+  r.add(c, "--weight-decay", o.weight_decay, 0.1, "AdamW decoupled weight decay (linear weights)")
+      ->check(nonnegative());
   r.add(c, "--decay-norms-embeddings", o.decay_norms_embeddings, false,
         "also decay RMSNorm weights and embeddings");
-  r.add(c, "--grad-clip", o.grad_clip, 1.0, "clip the global gradient norm to this (0 = off)");
+  r.add(c, "--grad-clip", o.grad_clip, 1.0, "clip the global gradient norm to this (0 = off)")
+      ->check(nonnegative());
   r.add(c, "--checkpointing", o.checkpointing, std::string("none"),
         "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)")
       ->check(CLI::IsMember({"none", "attention", "full"}));
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
-  r.add(c, "--seed", o.seed, int64_t(1), "data order seed");
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
+      ->check(count(1));
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
+      ->check(count(1));
+  r.add(c, "--seed", o.seed, int64_t(1), "data order seed")
+      ->check(count(0));
   r.add(c, "--checkpoint-every", o.checkpoint_every, int64_t(0),
-        "write a checkpoint every N steps (0 = only at the end)");
-  r.add(c, "--keep-checkpoints", o.keep_checkpoints, int64_t(2), "keep the newest K checkpoints (K >= 2)");
+        "write a checkpoint every N steps (0 = only at the end)")
+      ->check(count(0));
+  r.add(c, "--keep-checkpoints", o.keep_checkpoints, int64_t(2), "keep the newest K checkpoints (K >= 2)")
+      ->check(count(2));
   r.add(c, "--keep-every", o.keep_every, int64_t(0),
-        "also keep every checkpoint whose step is a multiple of N (0 = none)");
+        "also keep every checkpoint whose step is a multiple of N (0 = none)")
+      ->check(count(0));
   r.add(c, "--resume", o.resume, std::string("none"),
         "none; auto (the newest complete checkpoint in --run-dir, if any; a damaged one falls "
         "back to the previous); or a checkpoint file");
   r.add(c, "--time-limit", o.time_limit, 0.0,
         "seconds from start: checkpoint and exit 85 before it, exit 86 at it (0 = none; the "
-        "Slurm scripts pass the job's remaining time)");
+        "Slurm scripts pass the job's remaining time)")
+      ->check(nonnegative());
   r.add(c, "--comm-timeout", o.comm_timeout, 600.0,
-        "abort the job when a rank waits this many seconds in one communication call (0 = never)");
+        "abort the job when a rank waits this many seconds in one communication call (0 = never)")
+      ->check(nonnegative());
   r.add(c, "--stop-at", o.stop_at, int64_t(0),
-        "stop after this step as on SIGUSR1: checkpoint, exit 85 (0 = run to --steps)");
+        "stop after this step as on SIGUSR1: checkpoint, exit 85 (0 = run to --steps)")
+      ->check(count(0));
   r.add(c, "--max-skips", o.max_skips, int64_t(10),
-        "stop after this many consecutive steps skipped for a non-finite loss or gradient");
-  r.add(c, "--log-every", o.log_every, int64_t(1), "print a step line every N steps");
+        "stop after this many consecutive steps skipped for a non-finite loss or gradient")
+      ->check(count(0));
+  r.add(c, "--log-every", o.log_every, int64_t(1), "print a step line every N steps")
+      ->check(count(1));
   r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
-        "peak for MFU in GFLOP/s per rank (0 = the multiply-add peak measured at start-up)");
+        "peak for MFU in GFLOP/s per rank (0 = the multiply-add peak measured at start-up)")
+      ->check(nonnegative());
   r.add(c, "--force", o.force, false, "start over in a run directory that holds a previous run");
-  r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / cp)");
-  r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence");
+  r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / cp)")
+      ->check(count(0));
+  r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")
+      ->check(count(1));
   r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
         "context-parallel attention: ring (K/V travel the ring) or allgather (Llama 3)")
       ->check(CLI::IsMember({"ring", "allgather"}));
@@ -219,14 +334,19 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
 void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
   r.add(c, "--model", o.model, std::string(), "model file or checkpoint")->required();
   r.add(c, "--data", o.data, std::string(), "dataset file")->required();
-  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence");
-  r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per forward pass");
-  r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)");
+  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
+      ->check(count(2));
+  r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per forward pass")
+      ->check(count(1));
+  r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)")
+      ->check(count(0));
   r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file");
   r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
+      ->check(count(1));
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
+      ->check(count(1));
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 
@@ -238,12 +358,18 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"),
         "sequence lengths (gemm: tokens per product), comma-separated");
   r.add(c, "--preset", o.preset, std::string("30m"), "gemm: the model preset whose products are measured");
-  r.add(c, "--heads", o.heads, int64_t(8), "query heads");
-  r.add(c, "--kv-heads", o.kv_heads, int64_t(8), "key/value heads");
-  r.add(c, "--head-dim", o.head_dim, int64_t(64), "head dimension");
-  r.add(c, "--repeats", o.repeats, int64_t(3), "timed repetitions (the median is reported)");
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block");
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block");
+  r.add(c, "--heads", o.heads, int64_t(8), "query heads")
+      ->check(count(1));
+  r.add(c, "--kv-heads", o.kv_heads, int64_t(8), "key/value heads")
+      ->check(count(1));
+  r.add(c, "--head-dim", o.head_dim, int64_t(64), "head dimension")
+      ->check(count(1));
+  r.add(c, "--repeats", o.repeats, int64_t(3), "timed repetitions (the median is reported)")
+      ->check(count(1));
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
+      ->check(count(1));
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
+      ->check(count(1));
   r.add(c, "--causal", o.causal, true, "causal mask (FLOPs halved)");
   r.add(c, "--backward", o.backward, true, "also time forward+backward");
   r.add(c, "--precision", o.precision, std::string("fp32"),
@@ -310,6 +436,10 @@ Invocation parse_command_line(int argc, char** argv) {
                 key + "'. Keys are option names (snake_case or dashed) inside a [subcommand] " +
                 "section, global options at the top; 'lctrain SUBCOMMAND --help' lists them\n";
     return inv;
+  } catch (const ConfigRepeat& e) {
+    inv.exit_code = 2;
+    inv.error = "config file '" + app["--config"]->as<std::string>() + "': " + e.what() + "\n";
+    return inv;
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e, out, err);
     inv.exit_code = code == 0 ? 0 : 2;
@@ -319,6 +449,13 @@ Invocation parse_command_line(int argc, char** argv) {
   }
   const CLI::App* chosen = app.get_subcommands().at(0);
   inv.command = chosen->get_name();
+  // The one rule that ties two options together.
+  if (inv.command == "train" && inv.train.min_lr > inv.train.lr) {
+    inv.exit_code = 2;
+    inv.error = cat("--min-lr ", inv.train.min_lr, " is above --lr ", inv.train.lr,
+                    ": the cosine decay goes from --lr down to --min-lr; lower --min-lr\n");
+    return inv;
+  }
   inv.settings = reg.resolved({&app, chosen});
   return inv;
 }

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   std::string error = lct::run_agreed(world, [&] {
     ctx.emplace(lct::Context{inv, world, lct::Topology::detect(lct::node_share(world))});
     lct::apply_thread_plan(ctx->topo, {inv.global.threads, inv.global.oversubscribe,
-                                       inv.global.bind_threads});
+                                       inv.global.bind_threads, lct::omp_num_threads_from_env()});
     lct::choose_isa(ctx->topo, inv.global.isa);
     lct::gemm_setup(lct::parse_gemm_lib(inv.global.gemm), ctx->topo.isa);
   });

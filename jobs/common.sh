@@ -26,9 +26,12 @@ make_inputs() {
 }
 
 # One rank per task, threads bound to the task's cores; a rank that dies kills the step.
+# srun of Slurm 22.05-23.02 does not inherit sbatch's --cpus-per-task: without it every rank
+# would get one CPU (and one thread). SRUN_CPUS_PER_TASK and the explicit flag cover both.
 launch() {
-  export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1} OMP_PLACES=cores OMP_PROC_BIND=close
-  srun --mpi=pmix --cpu-bind=cores --kill-on-bad-exit=1 "$LCTRAIN" "$@"
+  local cpt=${SLURM_CPUS_PER_TASK:-1}
+  export OMP_NUM_THREADS=$cpt OMP_PLACES=cores OMP_PROC_BIND=close SRUN_CPUS_PER_TASK=$cpt
+  srun --mpi=pmix --cpus-per-task="$cpt" --cpu-bind=cores --kill-on-bad-exit=1 "$LCTRAIN" "$@"
 }
 
 # TRAIN_ARGS: the train command line from the settings above (call again after changing them).

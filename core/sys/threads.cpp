@@ -18,7 +18,8 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
   const int ranks = topo.share.ranks_on_node;
   const int fair = node / ranks;  // CPUs per rank when ranks share one CPU set
   const int avail = std::max(1, std::min(own, fair));
-  const int threads = req.threads > 0 ? req.threads : avail;
+  const int asked = req.threads > 0 ? req.threads : req.env_threads;
+  const int threads = asked > 0 ? asked : avail;
   if (req.allow_oversubscribe) return threads;
   if (fair < 1)
     fail(ranks, " MPI ranks share ", node, " CPUs on host ", topo.host,
@@ -27,15 +28,27 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
   const char* fix =
       "bind ranks to more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass "
       "--oversubscribe (functional tests only)";
+  const char* by = req.threads > 0 ? "" : " (OMP_NUM_THREADS)";
   if (threads > own)
-    fail(threads, " OpenMP threads requested but this rank's cpuset has ", own, " CPU",
+    fail(threads, " OpenMP threads requested", by, " but this rank's cpuset has ", own, " CPU",
          own == 1 ? "" : "s", ": that oversubscribes the cores; use --threads ", avail,
          " or fewer (0 = automatic), ", fix);
   if (threads * ranks > node)
-    fail(threads, " OpenMP threads per rank x ", ranks, " ranks on host ", topo.host, " = ",
+    fail(threads, " OpenMP threads per rank", by, " x ", ranks, " ranks on host ", topo.host, " = ",
          threads * ranks, " threads on ", node, " CPUs: that oversubscribes the cores; use ",
          "--threads ", avail, " or fewer (0 = automatic), ", fix);
   return threads;
+}
+
+int omp_num_threads_from_env() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (n < 1 || n > 4096 || (*end != '\0' && *end != ','))
+    fail("OMP_NUM_THREADS='", v, "' is not a positive thread count; unset it or give e.g. ",
+         "OMP_NUM_THREADS=4 (or use --threads)");
+  return int(n);
 }
 
 void apply_thread_plan(Topology& topo, const ThreadRequest& req) {

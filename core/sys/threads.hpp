@@ -14,10 +14,15 @@
 namespace lct {
 
 struct ThreadRequest {
-  int threads = 0;                  // 0 = automatic
+  int threads = 0;                  // --threads; 0 = OMP_NUM_THREADS if set, else automatic
   bool allow_oversubscribe = false;
   bool bind = true;                 // pin thread i to cpuset[i] when each gets its own CPU
+  int env_threads = 0;              // OMP_NUM_THREADS (its first level), 0 when unset
 };
+
+// OMP_NUM_THREADS as the OpenMP convention reads it ("8" or "8,2": the outer level), 0 when
+// unset; anything else is an error naming the variable.
+int omp_num_threads_from_env();
 
 // Pure decision, testable: returns the thread count or throws lct::Error with the fix.
 int plan_threads(const Topology& topo, const ThreadRequest& req);

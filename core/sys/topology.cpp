@@ -1,6 +1,7 @@
 #include "sys/topology.hpp"
 
 #include <numa.h>
+#include <omp.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -12,6 +13,20 @@
 namespace lct {
 
 std::vector<int> current_cpuset() {
+  // With OMP_PLACES or OMP_PROC_BIND set (as Slurm job scripts do), libgomp pins the initial
+  // thread to the first place when it loads, before main: the affinity mask then shows one
+  // core. The places were computed from the rank's mask before that pinning, so their union
+  // is the CPU set the rank was given.
+  const int places = omp_get_num_places();
+  if (places > 0) {
+    std::set<int> cpus;
+    for (int p = 0; p < places; ++p) {
+      std::vector<int> ids(size_t(omp_get_place_num_procs(p)));
+      omp_get_place_proc_ids(p, ids.data());
+      cpus.insert(ids.begin(), ids.end());
+    }
+    return {cpus.begin(), cpus.end()};
+  }
   cpu_set_t mask;
   CPU_ZERO(&mask);
   std::vector<int> cpus;
@@ -75,7 +90,10 @@ std::string Topology::describe() const {
              share.ranks_on_node == 1 ? "" : "s", " on this host sharing CPUs ",
              cpu_list(share.node_cpus), "\n", "rank cpuset ", cpu_list(cpuset), " (NUMA ",
              numa_list, "); ", threads, " OpenMP thread", threads == 1 ? "" : "s",
-             threads_bound ? ", each bound to one CPU" : ", unbound", "\n", "cpu: ",
+             threads_bound                ? ", each bound to one CPU"
+             : omp_get_proc_bind() != omp_proc_bind_false ? ", bound by OMP_PROC_BIND/OMP_PLACES"
+                                                          : ", unbound",
+             "\n", "cpu: ",
              cpu.model_name, " (family ", cpu.family, " model ", cpu.model, "), ",
              cpu.physical_cores, " cores / ", cpu.logical_cpus, " CPUs; ", cpu.features(), "\n",
              "kernels: ", isa_name(isa),

@@ -32,7 +32,10 @@ def command(*args, env=None, ranks=None):
     cmd = [LCTRAIN, *map(str, args)]
     if ranks:
         cmd = [MPIEXEC, "-n", str(ranks), "--oversubscribe"] + cmd
-    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    # The thread variables of the caller's shell would change what lctrain runs: a case sets
+    # them itself when it is about them.
+    e = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND")}
+    e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
              OMPI_MCA_rmaps_base_oversubscribe="1")
     e.update(env or {})
     return cmd, e
@@ -198,6 +201,37 @@ def two_ranks_share_cores_without_oversubscribing():
     p = ok("init", "-o", "m.h5", ranks=2, env={"OMPI_MCA_rmaps_base_oversubscribe": "0"})
     assert p.stdout.count("lctrain 0.1") == 1, "only rank 0 prints"
     assert "2 ranks in all" in p.stdout, p.stdout
+
+
+@case
+def omp_places_in_the_environment_keep_every_cpu_of_the_rank():
+    # libgomp pins the initial thread to the first place when OMP_PLACES/OMP_PROC_BIND are
+    # set (the Slurm scripts set them): the rank must still see, and use, all of its CPUs.
+    good_model()
+    good_dataset()
+    cpus = sorted(os.sched_getaffinity(0))
+    env = {"OMP_PLACES": "cores", "OMP_PROC_BIND": "close"}
+    p = ok("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "256",
+           "--dry-run", env=env)
+    want = f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 1 and cpus == list(range(cpus[0], cpus[-1] + 1)) else None
+    line = next(l for l in p.stdout.splitlines() if "rank cpuset" in l)
+    if want:
+        assert f"rank cpuset {want} " in line, line
+    threads = len(cpus)
+    assert f"; {threads} OpenMP thread" in line and "bound by OMP_PROC_BIND" in line, line
+
+
+@case
+def omp_num_threads_is_honoured_and_threads_overrides_it():
+    good_model()
+    good_dataset()
+    train = ["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "256", "--dry-run"]
+    line = lambda p: next(l for l in p.stdout.splitlines() if "rank cpuset" in l)
+    assert "; 1 OpenMP thread," in line(ok(*train, env={"OMP_NUM_THREADS": "1"}))
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert "; 2 OpenMP threads," in line(ok("--threads", "2", *train, env={"OMP_NUM_THREADS": "1"}))
+    expect_error(train, "OMP_NUM_THREADS='four'", env={"OMP_NUM_THREADS": "four"})
+    expect_error(train, "(OMP_NUM_THREADS)", "oversubscribes", env={"OMP_NUM_THREADS": "999"})
 
 
 def tiny_run(run_dir, *extra, steps=6, data="d.h5", model="m.h5"):
@@ -634,6 +668,38 @@ def bad_config_unknown_key():
         f.write("[init]\nsede = 3\n")
     expect_error(["init", "--config", "run.toml", "-o", "m.h5"], "run.toml", "unknown option 'init.sede'",
                  code=2)
+
+
+@case
+def bad_config_repeated_section_or_key():
+    good_model()
+    good_dataset()
+    train = ["train", "--config", "run.toml", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--dry-run"]
+    for text, needles in [
+        ("[train]\nlr = 0.1\n[train]\nlr = 0.2\n", ["run.toml", "line 3", "section [train] is given again"]),
+        ("[train]\nseq_len = 256\nseq-len = 512\n", ["run.toml", "line 3", "'seq-len' is given again"]),
+        ("[train]\nlr =\n", ["--lr", "'' is not a number > 0"]),
+    ]:
+        with open("run.toml", "w") as f:
+            f.write(text)
+        expect_error(train, *needles, code=2, keep=["run.toml"])
+
+
+@case
+def bad_numbers_are_refused_where_the_option_is_declared():
+    good_model()
+    good_dataset()
+    train = ["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "256", "--dry-run"]
+    for flag, value, rule in [("--lr", "-1", "> 0"), ("--lr", "nan", "> 0"), ("--beta1", "2", "in [0, 1)"),
+                              ("--beta2", "-1", "in [0, 1)"), ("--warmup-steps", "-5", ">= 0"),
+                              ("--grad-clip", "-1", ">= 0"), ("--checkpoint-every", "-1", ">= 0"),
+                              ("--stop-at", "-3", ">= 0"), ("--log-every", "0", ">= 1"),
+                              ("--seed", "99999999999999999999", ">= 0"), ("--steps", "0", ">= 1")]:
+        expect_error(train + [flag, value], flag, value, rule, code=2)
+    expect_error(["--threads", "-1"] + train, "--threads", ">= 0", code=2)
+    expect_error(train + ["--min-lr", "0.01", "--lr", "0.001"], "--min-lr 0.01 is above --lr 0.001", code=2)
+    expect_error(["init", "-o", "x.h5", "--seed", "99999999999999999999"], "--seed", code=2)
+    assert "FLOAT:in [0, 1)" in ok("train", "--help").stdout, "the rule shows in --help"
 
 
 @case

@@ -50,6 +50,14 @@ grep -q "verification: .*PASSED" "$work"/lctrain-lctrain-one-node-"$id".out
 read -r loss_a step_a _ <<< "$(final_loss "$work/straight")"
 echo "one-node job $id: final loss $loss_a at step $step_a"
 
+echo "== threads: one task of 2 CPUs (sbatch -n 1 -c 2) must run 2 OpenMP threads"
+id=$(LCT_RUN_DIR=$work/threads LCT_TRAIN_ARGS="--seq-len 600 --steps 3 --block-q 32 --block-k 32" \
+     sbatch --parsable --chdir="$work" --ntasks=1 --cpus-per-task=2 "$src/jobs/one_node.sbatch")
+[ "$(wait_done "$id")" = COMPLETED ] || { cat "$work"/lctrain-*"$id".out; exit 1; }
+grep "rank cpuset" "$work"/lctrain-lctrain-one-node-"$id".out
+grep -q "; 2 OpenMP threads" "$work"/lctrain-lctrain-one-node-"$id".out ||
+  { echo "FAIL: the job's rank does not run 2 threads"; exit 1; }
+
 echo "== requeue job"
 id=$(LCT_RUN_DIR=$work/requeued sbatch --parsable --chdir="$work" "$src/jobs/requeue.sbatch")
 t0=$SECONDS

@@ -25,6 +25,22 @@ TEST(ThreadPlan, AutomaticUsesTheCpusThisRankOwns) {
   EXPECT_EQ(plan_threads(machine(4, 16, 4), {}), 4);    // --map-by slot:PE=4
 }
 
+TEST(ThreadPlan, OmpNumThreadsIsHonouredUnlessThreadsIsGiven) {
+  ThreadRequest env;
+  env.env_threads = 1;
+  EXPECT_EQ(plan_threads(machine(2, 2, 1), env), 1);
+  env.threads = 2;
+  EXPECT_EQ(plan_threads(machine(2, 2, 1), env), 2);  // --threads wins
+  env = {};
+  env.env_threads = 4;
+  try {
+    plan_threads(machine(2, 2, 1), env);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(OMP_NUM_THREADS)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ThreadPlan, RefusesOversubscriptionUnlessAllowed) {
   EXPECT_THROW(plan_threads(machine(2, 2, 1), {3, false, true}), Error);
   EXPECT_THROW(plan_threads(machine(2, 2, 2), {2, false, true}), Error);  // 2 ranks x 2 > 2 CPUs
@@ -94,6 +110,23 @@ TEST(KernelPath, ThisCpuRunsWhatItReportsAndThePeakProbeMeasuresIt) {
   const Peak p = measure_peak(cpu, 1);
   EXPECT_GT(p.fp32, 0.5);  // GFLOP/s of one thread: any CPU of this century
   EXPECT_EQ(p.bf16 > 0, cpu.avx512_bf16 && cpu.avx512);
+}
+
+TEST(KernelPath, ThePeakProbeLinesUpEveryTimedWindowWithTheOtherRanks) {
+  int calls = 0;
+  const Peak p = measure_peak(detect_cpu(), 1, [&] { ++calls; });
+  EXPECT_GT(p.fp32, 0.5);
+  EXPECT_GE(calls, 6);  // at least every window of the fp32 probe
+}
+
+TEST(KernelPath, Bf16AttentionWidensToFp32ProductsOnCpusWhoseDotProductIsSlowerThanFma) {
+  CpuInfo amd, intel;
+  amd.vendor = "AuthenticAMD";
+  intel.vendor = "GenuineIntel";
+  EXPECT_EQ(attention_isa(Isa::Avx512Bf16, Precision::Bf16, amd), Isa::Avx512Bf16);
+  EXPECT_EQ(attention_isa(Isa::Avx512Bf16, Precision::Bf16, intel), Isa::Avx512);
+  EXPECT_EQ(attention_isa(Isa::Avx512Bf16, Precision::Fp32, intel), Isa::Avx512Bf16);
+  EXPECT_EQ(attention_isa(Isa::Avx2, Precision::Bf16, intel), Isa::Avx2);
 }
 
 }  // namespace
