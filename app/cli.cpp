@@ -406,7 +406,9 @@ Invocation parse_command_line(int argc, char** argv) {
   app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.fallthrough();  // global options may follow the subcommand
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 success, 1 error, 2 bad command line, 85 stopped for requeue.");
+  app.footer("Exit codes: 0 success, 1 error, 2 bad command line, 85 stopped for requeue after a "
+             "checkpoint, 86 stopped at once (second signal or past --time-limit: resume from the "
+             "last checkpoint), 87 the job was aborted (a rank failed alone or hung).");
 
   Registry reg;
   declare_global(reg, app, inv.global);

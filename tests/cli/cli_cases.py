@@ -699,7 +699,10 @@ def bad_numbers_are_refused_where_the_option_is_declared():
     expect_error(["--threads", "-1"] + train, "--threads", ">= 0", code=2)
     expect_error(train + ["--min-lr", "0.01", "--lr", "0.001"], "--min-lr 0.01 is above --lr 0.001", code=2)
     expect_error(["init", "-o", "x.h5", "--seed", "99999999999999999999"], "--seed", code=2)
-    assert "FLOAT:in [0, 1)" in ok("train", "--help").stdout, "the rule shows in --help"
+    help_text = ok("train", "--help").stdout
+    assert "FLOAT:in [0, 1)" in help_text, "the rule shows in --help"
+    for code in ("85 ", "86 ", "87 "):
+        assert code in help_text, f"exit code {code}missing from the --help footer"
 
 
 @case
