@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
-#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>

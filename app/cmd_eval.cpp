@@ -22,7 +22,6 @@ int cmd_eval(Context& ctx) {
   // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
-  ctx.measure_peak();  // decides bf16 attention's kernels, as in train
   LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
                               {o.block_q, o.block_k}, ctx.attention_isa(precision), precision});
   std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());

@@ -52,7 +52,6 @@ int cmd_train(Context& ctx) {
   const ModelConfig& mc = init.config;
   const int64_t local_tokens = o.batch_size * o.seq_len / cp;
   const Precision precision = parse_precision(o.precision);
-  ctx.measure_peak();  // before the model: it decides bf16 attention's kernels
   const ModelShape shape{local_tokens, o.seq_len, parse_checkpointing(o.checkpointing),
                          {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
   const ModelMemory mem = LlamaModel::memory(mc, shape, ctx.topo.threads);
@@ -153,6 +152,7 @@ int cmd_train(Context& ctx) {
     return kExitOk;
   }
 
+  ctx.measure_peak();
   const auto [peak, peak_how] = ctx.mfu_peak(precision, o.peak_gflops);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) out << w << "\n";
   out << "data: " << loader.packing().sequences.size() << " sequences of " << o.seq_len

@@ -28,7 +28,7 @@ struct Context {
   // (`override` > 0: --peak-gflops). bf16 without bf16 hardware runs on the fp32 units.
   std::pair<double, std::string> mfu_peak(Precision precision, double override) const;
   // The kernel path attention runs in `precision` (bf16 products only where vdpbf16ps is
-  // faster than fp32 FMA); prints one line, with the measured peaks, when it widens bf16.
+  // faster than fp32 FMA); prints one line when it widens bf16.
   Isa attention_isa(Precision precision) const;
   // For bf16 on a CPU (or --isa) without bf16 products: one warning line; else empty.
   std::string bf16_warning(Precision precision) const;
