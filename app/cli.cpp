@@ -290,8 +290,11 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "also keep every checkpoint whose step is a multiple of N (0 = none)")
       ->check(count(0));
   r.add(c, "--resume", o.resume, std::string("none"),
-        "none; auto (the newest complete checkpoint in --run-dir, if any; a damaged one falls "
-        "back to the previous); or a checkpoint file");
+        "none; auto (the checkpoint --run-dir/checkpoints/latest names, if any; a damaged one "
+        "falls back to the previous of the same run); or a checkpoint file (one of --run-dir's "
+        "own: a rollback, later ones are set aside)");
+  r.add(c, "--allow-data-change", o.allow_data_change, false,
+        "resume even when --data is not the dataset the checkpoint was trained on");
   r.add(c, "--time-limit", o.time_limit, 0.0,
         "seconds from start: checkpoint and exit 85 before it, exit 86 at it (0 = none; the "
         "Slurm scripts pass the job's remaining time)")
@@ -310,7 +313,9 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--peak-gflops", o.peak_gflops, 0.0,
         "peak for MFU in GFLOP/s per rank (0 = the multiply-add peak measured at start-up)")
       ->check(nonnegative());
-  r.add(c, "--force", o.force, false, "start over in a run directory that holds a previous run");
+  r.add(c, "--force", o.force, false,
+        "start over in a run directory that holds a previous run (its files are moved into "
+        "replaced-DATE-TIME/ inside it, never deleted)");
   r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / cp)")
       ->check(count(0));
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")

@@ -61,10 +61,10 @@ struct TrainOptions {
   std::string resume;         // none | auto | checkpoint path
   double time_limit;          // seconds since start; 0 = none
   double comm_timeout;        // seconds a rank may wait in one communication call; 0 = none
-  int64_t max_skips;
-  int64_t stop_at;            // stop as on a signal after this step; 0 = none          // consecutive non-finite steps before the run stops
+  int64_t max_skips;          // consecutive non-finite steps before the run stops
+  int64_t stop_at;            // stop as on a signal after this step; 0 = none
   double peak_gflops;
-  bool force, dry_run;
+  bool force, dry_run, allow_data_change;
   int64_t dp, cp;
   std::string cp_algo, cp_split;
   std::string precision;      // fp32 | bf16

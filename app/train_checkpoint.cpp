@@ -1,7 +1,10 @@
 #include "app/train_checkpoint.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <ostream>
 
+#include "app/train_setup.hpp"
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
 
@@ -11,6 +14,14 @@ void save_checkpoint(const World& w, RunDirectory* run, const std::string& run_d
                      const CheckpointView& c, const Provenance& prov, const RetentionPolicy& keep) {
   // Every rank knows the path: RunDirectory names it the same way everywhere.
   const std::string path = RunDirectory::path_of(run_dir, c.state.step);
+  agreed(w, [&] {  // weights are replicated: every rank finds the same
+    const int64_t n = c.layout->total;
+    const int64_t bad = std::count_if(c.params, c.params + n, [](float x) { return !std::isfinite(x); });
+    if (bad)
+      fail("the weights after step ", c.state.step, " are not finite (", bad, " of ", n, " values); ",
+           "no checkpoint is written for them and the last good one stays ", latest_or_none(run),
+           "; lower --lr, raise --warmup-steps or check the data, then resume");
+  });
   agreed(w, [&] {
     // HDF5's collective calls cannot be interrupted: a rank stuck in one (a hung file
     // system) is caught by the watchdog instead.
@@ -20,21 +31,48 @@ void save_checkpoint(const World& w, RunDirectory* run, const std::string& run_d
   agreed(w, [&] {
     if (!run) return;
     run->mark_latest(c.state.step);
-    run->prune(keep.keep_last, keep.keep_every);
+    run->prune(keep.keep_last, keep.keep_every, c.state.step);
   });
 }
+
+namespace {
+// The steps `--resume auto` tries, in order: the one `latest` names, then the older ones.
+// Each must carry the directory's run id (*lineage). Without a pointer (a crash before the
+// first one was written, or a directory from before pointers): every checkpoint, newest
+// first.
+std::vector<int64_t> resume_order(const RunDirectory& run, std::ostream& out, std::string* lineage) {
+  const std::vector<int64_t> steps = run.checkpoint_steps();
+  const int64_t latest = run.latest_step();
+  *lineage = run.run_id();
+  if (latest < 0) {
+    if (!steps.empty())
+      out << "warning: '" << run.path() << "/checkpoints' has no readable 'latest' pointer; "
+          << "trying its checkpoints newest first\n";
+    return {steps.rbegin(), steps.rend()};
+  }
+  std::vector<int64_t> order{latest};
+  for (auto s = steps.rbegin(); s != steps.rend(); ++s) {
+    if (*s < latest) order.push_back(*s);
+    if (*s > latest)
+      out << "note: '" << run.checkpoint_path(*s) << "' is newer than what 'latest' names (a "
+          << "crash before the pointer was written, or an abandoned branch): not resumed from\n";
+  }
+  return order;
+}
+}  // namespace
 
 std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
                                             const ResumeRequest& req, std::string* used_path) {
   std::vector<std::string> candidates;
+  std::string lineage;  // the run id every candidate must carry ("": take the first readable)
   if (req.how == "auto") {
-    std::vector<int64_t> steps;
+    std::vector<int64_t> order;
     agreed(w, [&] {
-      if (w.root()) steps = RunDirectory(req.run_dir, false).checkpoint_steps();
+      if (w.root()) order = resume_order(RunDirectory(req.run_dir, false), out, &lineage);
     });
-    steps = broadcast_ints(steps, w.comm);
-    for (auto s = steps.rbegin(); s != steps.rend(); ++s)
-      candidates.push_back(RunDirectory::path_of(req.run_dir, *s));
+    order = broadcast_ints(order, w.comm);
+    lineage = broadcast_string(lineage, w.comm);
+    for (int64_t s : order) candidates.push_back(RunDirectory::path_of(req.run_dir, s));
     if (candidates.empty()) return std::nullopt;
   } else {
     candidates.push_back(req.how);
@@ -44,6 +82,11 @@ std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
     TrainState state;
     const std::string err = run_agreed(w, [&] {
       state = read_checkpoint(path, *req.config, *req.layout, req.into, req.run, w.rank, req.rank);
+      // (A checkpoint from before lineages carries none, and is taken.)
+      if (!lineage.empty() && !state.run_id.empty() && state.run_id != lineage)
+        fail("checkpoint '", path, "' belongs to another run (run id ",
+             state.run_id.empty() ? "none" : state.run_id, ", this run's is ", lineage,
+             "); a run resumes only from its own checkpoints");
     });
     if (err.empty()) {
       if (!first_error.empty())

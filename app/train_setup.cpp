@@ -1,13 +1,22 @@
 #include "app/train_setup.hpp"
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
 
+#include <limits.h>
+#include <unistd.h>
+
+#include <ostream>
+
 #include "common/error.hpp"
+#include "io/atomic.hpp"
+#include "parallel/ring_attention.hpp"
+#include "sys/memory.hpp"
 
 namespace lct {
 
@@ -29,12 +38,25 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
          "newest checkpoint always leaves a complete one to resume from");
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
+  // Token indices and positions are 32-bit: a micro-batch holds at most 2^31 - 1 tokens.
+  if (o.batch_size > INT32_MAX / o.seq_len)
+    fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
+         "micro-batch can hold (2^31 - 1); use a smaller --batch-size, and --grad-accum for ",
+         "larger steps");
   if (cp > 1 && o.seq_len % (2 * cp) != 0)
     fail("--seq-len ", o.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
          ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
          (o.seq_len / (2 * cp) + 1) * 2 * cp);
   if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
     fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
+  // The longest name lctrain writes in the run directory must stay under the system's
+  // limit, or the failure comes from deep inside MPI-IO or HDF5 on the first checkpoint.
+  const size_t longest = o.run_dir.size() + std::string("/checkpoints/step_00000000.h5").size() +
+                         unique_suffix().size();
+  if (longest >= PATH_MAX)
+    fail("--run-dir is ", o.run_dir.size(), " characters long; the files lctrain writes in it ",
+         "would have names of ", longest, ", past the system's limit of ", PATH_MAX - 1,
+         ": choose a shorter path");
   const int64_t real = int64_t(ds.tokens.size());
   if (real < o.seq_len)
     fail("dataset '", o.data, "' holds ", real, " tokens, fewer than one sequence of --seq-len ",
@@ -47,6 +69,64 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
   if (o.dp < 0) fail("--dp ", o.dp, " must be at least 1 (or 0 for world size / cp)");
   const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world / o.cp);
   return {dp, o.cp};
+}
+
+void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
+                  const ModelShape& shape, int64_t cp, int threads, int node_size) {
+  const ModelMemory mem = LlamaModel::memory(mc, shape, threads);
+  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
+                D = mc.head_dim();
+  const double cp_buffers =
+      cp == 1 ? 0
+      : o.cp_algo == "ring"
+          ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
+          : AllGatherAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision);
+  // A step's micro-batches are all built before its first forward pass (the loss is
+  // normalised by the whole step's targets): 5 int32 per token each, plus the whole
+  // sequences of the one being split over cp.
+  const double batches = 20.0 * (double(o.grad_accum) * double(Tl) + double(o.batch_size) * double(o.seq_len));
+  const double need = double(mem.total()) + cp_buffers + batches;
+  const MemoryBudget budget = available_memory();
+  const double avail = budget.bytes / double(node_size);
+  out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
+      << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(double(mem.params_grads))
+      << ", AdamW " << gib(double(mem.optimizer)) << ", activations " << gib(double(mem.activations))
+      << " (checkpointing " << o.checkpointing << ", " << Tl << " tokens per rank), micro-batches "
+      << gib(batches) << ", scratch " << gib(double(mem.scratch) + cp_buffers) << "; " << gib(avail)
+      << " available per rank (" << budget.source << (node_size > 1 ? cat(" / ", node_size, " ranks") : "")
+      << ")\n";
+  if (avail > 0 && need > 0.95 * avail)
+    fail("this run needs about ", gib(need), " per rank but ", gib(avail), " are available (",
+         budget.source, "); use --checkpointing full, a shorter --seq-len, a smaller --batch-size ",
+         "or --grad-accum, a larger --cp, or ask the job for more memory");
+}
+
+std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOptions& o,
+                                                 std::ostream& out, double checkpoint_bytes) {
+  std::unique_ptr<RunDirectory> run;
+  agreed(w, [&] {
+    if (!w.root()) return;
+    run = std::make_unique<RunDirectory>(o.run_dir);
+    char host[256] = "?", when[32];
+    ::gethostname(host, sizeof host - 1);
+    const std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+    run->lock(cat("lctrain train, pid ", ::getpid(), " on host ", host, ", ", w.size,
+                  " rank(s), started ", when));
+    run->remove_stale_temporaries();  // safe now: no other run writes here
+    const bool continues =
+        o.resume == "auto" || (o.resume != "none" && run->holds_checkpoint(o.resume));
+    if (!continues && run->has_previous_run()) {
+      if (!o.force)
+        fail("run directory '", o.run_dir, "' holds a previous run (timing.h5 or checkpoints); ",
+             "pass --resume auto to continue it, --force to start over in it (its files are moved ",
+             "into replaced-DATE-TIME/ there), or choose another --run-dir");
+      out << "--force: the previous run's files were moved to '" << run->set_aside_previous_run()
+          << "'\n";
+    }
+    check_free_space(run->checkpoint_path(0), checkpoint_bytes, "a checkpoint in", kRunDirSpaceAdvice);
+  });
+  return run;
 }
 
 std::string latest_or_none(const RunDirectory* run) {

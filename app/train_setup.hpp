@@ -2,6 +2,8 @@
 // test hook for its failure paths.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -9,6 +11,8 @@
 #include "data/dataset.hpp"
 #include "io/run_dir.hpp"
 #include "model/config.hpp"
+#include "model/llama.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 
@@ -19,6 +23,20 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
 
 // {dp, cp} from the flags: dp = 0 takes what cp leaves of the world.
 std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
+
+// Prints the memory estimate per rank (model, optimizer, activations, the step's
+// micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may
+// use: the node's available memory, or its cgroup's limit (Slurm --mem), shared by the
+// `node_size` ranks of the node.
+void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
+                  const ModelShape& shape, int64_t cp, int threads, int node_size);
+
+// Rank 0 locks the run directory for the whole run, removes what killed writers left, and
+// refuses a previous run in it unless this run continues it (--resume auto, or one of its
+// own checkpoints) or --force sets it aside. Checks the space for a checkpoint. Agreed:
+// every rank returns (null on ranks other than 0) or throws alike.
+std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOptions& o,
+                                                 std::ostream& out, double checkpoint_bytes);
 
 // "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
 std::string latest_or_none(const RunDirectory* run);

@@ -11,7 +11,9 @@ void write_array_file(const std::string& path, const std::vector<NamedArray>& ar
                       const Provenance* prov) {
   AtomicTarget target(path, force, "array file");
   {
-    h5::File f = h5::File::create(target.temp_path());
+    double bytes = 0;
+    for (const NamedArray& a : arrays) bytes += 4.0 * double(a.f32.size() + a.i32.size()) + 8.0 * double(a.f64.size());
+    h5::File f = h5::File::create(target, bytes, "array file");
     for (const auto& [k, v] : attrs) h5::write_attr(f.h, k, v);
     for (const NamedArray& a : arrays) {
       for (size_t slash = a.name.find('/'); slash != std::string::npos; slash = a.name.find('/', slash + 1))

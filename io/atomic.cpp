@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "common/error.hpp"
 
@@ -30,16 +31,33 @@ void fsync_path(const std::string& path, const std::string& what) {
   ::close(fd);
 }
 
+std::string unique_suffix() {
+  // Two writers of one name can share a pid (two hosts on a shared file system, or two
+  // writes in one process): host, pid and 32 random bits keep their temporary files apart.
+  char host[256] = "host";
+  ::gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = 0;
+  std::random_device rd;
+  char tail[16];
+  std::snprintf(tail, sizeof tail, "%08x", unsigned(rd()));
+  return cat(".tmp-", host, "-", ::getpid(), "-", tail);
+}
+
 AtomicTarget::AtomicTarget(std::string final_path, bool force, const std::string& what)
     : final_(std::move(final_path)) {
   check_can_write(final_, force, what);
-  temp_ = cat(final_, ".tmp-", ::getpid());
+  temp_ = final_ + unique_suffix();
 }
 
 void check_can_write(const std::string& final_, bool force, const std::string& what) {
+  if (final_.empty()) fail(what, ": the file name is empty; give a file name");
   struct stat st;
   if (::stat(final_.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) fail(what, " '", final_, "' is a directory; give a file name");
+    // --force replaces a file lctrain could have written, never a device, pipe or socket.
+    if (!S_ISREG(st.st_mode))
+      fail(what, " '", final_, "' exists and is not a regular file (a device, pipe or socket); ",
+           "lctrain replaces only regular files, even with --force: choose another name");
     if (!force)
       fail(what, " '", final_, "' already exists; lctrain never overwrites a file unless asked: ",
            "pass --force to replace it, or choose another name");
@@ -52,7 +70,8 @@ void check_can_write(const std::string& final_, bool force, const std::string& w
          "); choose a directory you can write to");
 }
 
-void check_free_space(const std::string& path, double bytes, const std::string& what) {
+void check_free_space(const std::string& path, double bytes, const std::string& what,
+                      const std::string& advice) {
   struct statvfs fs;
   const std::string dir = parent_dir(path);
   if (::statvfs(dir.c_str(), &fs) != 0) return;  // unknown: the write itself will tell
@@ -60,21 +79,23 @@ void check_free_space(const std::string& path, double bytes, const std::string& 
   if (free < 1.01 * bytes)
     fail(what, " '", path, "' needs about ", cat(int64_t(bytes / (1 << 20) + 1)), " MiB but only ",
          int64_t(free / (1 << 20)), " MiB are free in '", dir,
-         "'; free some space (or lower --keep-checkpoints), or choose another --run-dir");
+         "'; ", advice);
 }
 
 void reserve_space(const std::string& path, double bytes, const std::string& what,
-                   const std::string& shown) {
+                   const std::string& shown, const std::string& advice) {
   const int fd = ::open(path.c_str(), O_WRONLY);
   if (fd < 0) fail(what, " '", path, "' cannot be opened: ", std::strerror(errno));
   const int rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, off_t(bytes));
   const int err = errno;
   ::close(fd);
   if (rc == 0) return;
-  if (err == EOPNOTSUPP || err == ENOSYS) return check_free_space(shown, bytes, what);
+  if (err == EOPNOTSUPP || err == ENOSYS) return check_free_space(shown, bytes, what, advice);
+  struct statvfs fs;
+  const double free = ::statvfs(parent_dir(path).c_str(), &fs) == 0
+                          ? double(fs.f_bavail) * double(fs.f_frsize) : 0;
   fail(what, " '", shown, "': cannot reserve ", int64_t(bytes / (1 << 20) + 1), " MiB on disk (",
-       std::strerror(err), "); free some space (or lower --keep-checkpoints), or choose another ",
-       "--run-dir");
+       std::strerror(err), "; ", int64_t(free / (1 << 20)), " MiB free); ", advice);
 }
 
 void release_reserve(const std::string& path) {

@@ -6,6 +6,9 @@
 
 namespace lct {
 
+// ".tmp-HOST-PID-RANDOM": the suffix of a temporary file, unique across hosts and calls.
+std::string unique_suffix();
+
 class AtomicTarget {
  public:
   AtomicTarget(std::string final_path, bool force, const std::string& what);
@@ -22,12 +25,19 @@ class AtomicTarget {
   bool committed_ = false;
 };
 
-// Throws unless `path` could be written: its directory exists and is writable, and it is
-// not an existing file (unless force) or a directory. Lets long runs fail before working.
+// Throws unless `path` could be written: a non-empty name whose directory exists and is
+// writable, and not an existing file (unless force; and never a directory, device, pipe or
+// socket). Lets long runs fail before working.
 void check_can_write(const std::string& path, bool force, const std::string& what);
 
+// What a message about a full disk tells a user of training, and of any other writer.
+inline constexpr const char* kRunDirSpaceAdvice =
+    "free some space (or lower --keep-checkpoints), or choose another --run-dir";
+inline constexpr const char* kFileSpaceAdvice = "free some space, or write the file elsewhere";
+
 // Throws unless the file system holding `path` has `bytes` free (plus a 1% margin).
-void check_free_space(const std::string& path, double bytes, const std::string& what);
+void check_free_space(const std::string& path, double bytes, const std::string& what,
+                      const std::string& advice = kFileSpaceAdvice);
 
 // Reserves `bytes` of disk blocks for the (existing, open elsewhere) file at `path` without
 // changing its size, so that writes up to that size cannot fail for lack of space.
@@ -35,7 +45,7 @@ void check_free_space(const std::string& path, double bytes, const std::string& 
 // without fallocate.
 // `shown` is the name messages give (the final name of a temporary file).
 void reserve_space(const std::string& path, double bytes, const std::string& what,
-                   const std::string& shown);
+                   const std::string& shown, const std::string& advice = kFileSpaceAdvice);
 
 // Gives back the reserved blocks past the end of the file once it is complete.
 void release_reserve(const std::string& path);

@@ -50,6 +50,11 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Provenance
   h5::Handle g = h5::create_group(f, f.h, "train_state");
   for_each_state_field(c.state, [&](const char* name, int64_t v) { h5::write_attr(g, name, v); });
   for_each_layout_field(c.run, [&](const char* name, int64_t v) { h5::write_attr(g, name, v); });
+  h5::write_attr(g, "run_id", c.state.run_id);
+  h5::write_attr(g, "data_documents", c.state.data.documents);
+  h5::write_attr(g, "data_tokens", c.state.data.tokens);
+  h5::write_attr(g, "data_fingerprint", c.state.data.fingerprint);
+  h5::write_attr(g, "data_source", c.state.data.source);
   h5::Handle r = h5::create_group(f, f.h, "ranks");
   h5::write_rank_rows(f, r, "state",
                       {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
@@ -89,7 +94,7 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   // The disk space first, on rank 0: HDF5 itself cannot fail a collective write on one
   // rank without stranding the others inside it.
   h5::agree_on(f, [&] {
-    if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path);
+    if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path, kRunDirSpaceAdvice);
   });
   write_contents(f, c, prov);
   h5::agree_on(f, [&] { f.close(); });  // collective: the metadata is written here
@@ -122,6 +127,11 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   });
   TrainState s;
   for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
+  // Checkpoints from before lineages and data identities have neither: "" (unknown).
+  if (h5::has_attr(g, "run_id")) s.run_id = h5::read_string(g, "run_id", w);
+  if (h5::has_attr(g, "data_fingerprint"))
+    s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
+              h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
   if (info.shape != std::vector<int64_t>{run.world_size, 4} || info.type_class != H5T_INTEGER)

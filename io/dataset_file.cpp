@@ -11,7 +11,9 @@ void write_dataset_file(const std::string& path, const TokenDataset& ds, const P
   validate(ds, cat("dataset for '", path, "'"));
   AtomicTarget target(path, force, "dataset file");
   {
-    h5::File f = h5::File::create(target.temp_path());
+    h5::File f = h5::File::create(
+        target, 4.0 * double(ds.tokens.size()) + 8.0 * double(ds.doc_offsets.size() + 3 * ds.num_docs()),
+        "dataset file");
     h5::write_kind(f, "dataset", kDatasetFormatVersion);
     h5::write_attr(f.h, "vocab_size", ds.vocab_size);
     h5::write_attr(f.h, "tokenizer", ds.tokenizer);

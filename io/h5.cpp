@@ -102,9 +102,16 @@ File create_with(const std::string& path, hid_t fapl) {
 }
 }  // namespace
 
-File File::create(const std::string& path) {
+File File::create(const AtomicTarget& target, double data_bytes, const std::string& what) {
+  // Arrays are stored uncompressed; checksums, chunk indexes, attributes and provenance add
+  // a little: 2% and 256 KiB cover them.
+  const double bytes = 1.02 * data_bytes + double(256 << 10);
+  check_free_space(target.final_path(), bytes, what);  // a full disk: nothing created at all
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  return create_with(path, fapl);
+  File f = create_with(target.temp_path(), fapl);
+  reserve_space(f.path, bytes, what, target.final_path());
+  f.reserved = true;
+  return f;
 }
 
 File File::create_parallel(const std::string& path, MPI_Comm comm) {
@@ -163,12 +170,15 @@ void File::discard(hid_t id) {
 void File::close() {
   if (!h.valid()) return;
   const hid_t id = h.release();
-  if (H5Fclose(id) >= 0) return;
-  const std::string msg = with_reason(cat("writing HDF5 file '", path, "' failed (disk full or I/O error?)"));
-  // HDF5 keeps a file it failed to flush open. A parallel close that failed on one rank
-  // only cannot be retried collectively: the ranks' writes are agreed before it instead.
-  if (!parallel() && created) discard(id);
-  throw Error(msg);
+  if (H5Fclose(id) >= 0) {
+    if (reserved) release_reserve(path);
+    return;
+  }
+  // HDF5 keeps a file it failed to flush open, but closing it again crashes HDF5 1.10: the
+  // id is dropped. The reservation made in create() is what keeps a full disk from getting
+  // here; a parallel close that failed on one rank only cannot be retried collectively
+  // either: the ranks' writes are agreed before it instead.
+  throw Error(with_reason(cat("writing HDF5 file '", path, "' failed (disk full or I/O error?)")));
 }
 
 File::~File() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/provenance.hpp"
+#include "io/atomic.hpp"
 
 namespace lct::h5 {
 
@@ -57,13 +58,18 @@ struct File {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   bool parallel() const { return comm != MPI_COMM_NULL; }
-  // A new file (HDF5 1.8+ format: checksummed metadata).
-  static File create(const std::string& path);
+  // A new file at `target`'s temporary name (HDF5 1.8+ format: checksummed metadata), with
+  // disk blocks for about `data_bytes` of arrays reserved first: a full disk fails here, with
+  // the space needed and `what` the file is, before HDF5 has written anything it could fail
+  // to flush. close() gives the unused blocks back.
+  static File create(const AtomicTarget& target, double data_bytes, const std::string& what);
   // Collective over `comm`: every rank calls it with the same path.
   static File create_parallel(const std::string& path, MPI_Comm comm);
   // Existing file, read-only; `what` names it in messages ("model file").
   static File open_read(const std::string& path, const std::string& what);
-  void close();  // flushes and closes; throws on failure (a full disk shows up here)
+  // Flushes and closes; throws on failure. Never retried: HDF5 1.10 crashes closing a file
+  // twice after a failed close.
+  void close();
 
   // A file created here and never closed successfully (an error was thrown while writing
   // it) is discarded: emptied on disk (rank 0) so that closing it, which flushes metadata,
@@ -75,6 +81,7 @@ struct File {
   File& operator=(File&&) = default;
   ~File();
   bool created = false;
+  bool reserved = false;  // disk blocks set aside by create(), given back by close()
 
  private:
   void discard(hid_t id);  // empty on disk (rank 0), then close, errors ignored

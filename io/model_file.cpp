@@ -52,7 +52,7 @@ void write_model_file(const std::string& path, const ModelConfig& config, const 
                       const float* params, const Provenance& prov, bool force) {
   AtomicTarget target(path, force, "model file");
   {
-    h5::File f = h5::File::create(target.temp_path());
+    h5::File f = h5::File::create(target, 4.0 * double(layout.total), "model file");
     h5::write_kind(f, "model", kModelFormatVersion);
     write_model_contents(f, f.h, "", config, layout, params);
     h5::write_provenance(f, prov);

@@ -24,7 +24,9 @@ void write_timing_file(const std::string& path, const TimingTable& t, const Prov
                        const std::string& kind) {
   AtomicTarget target(path, true, "timing file");
   {
-    h5::File f = h5::File::create(target.temp_path());
+    double bytes = 0;
+    for (const TimingColumn& c : t.columns) bytes += 8.0 * double(c.values.size());
+    h5::File f = h5::File::create(target, bytes, "timing file");
     h5::write_kind(f, kind, kTimingFormatVersion);
     for (const auto& [k, v] : t.summary) h5::write_attr(f.h, k, v);
     h5::create_group(f, f.h, "steps");

@@ -1,8 +1,37 @@
 #include "data/dataset.hpp"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "common/error.hpp"
 
 namespace lct {
+
+namespace {
+struct Fnv1a {
+  uint64_t h = 1469598103934665603ull;
+  template <class T>
+  void add(T v) {
+    const auto* b = reinterpret_cast<const unsigned char*>(&v);
+    for (size_t i = 0; i < sizeof v; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+};
+}  // namespace
+
+DataIdentity identify(const TokenDataset& ds) {
+  Fnv1a f;
+  for (int64_t o : ds.doc_offsets) f.add(o);
+  const size_t n = ds.tokens.size(), samples = std::min<size_t>(n, size_t(1) << 20);
+  for (size_t i = 0; i < samples; ++i) f.add(ds.tokens[i * n / samples]);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.h));
+  return {ds.num_docs(), int64_t(n), hex, ds.source};
+}
+
+std::string DataIdentity::describe() const {
+  return cat(documents, " documents, ", tokens, " tokens, fingerprint ", fingerprint, ", from '",
+             source, "'");
+}
 
 void validate(const TokenDataset& ds, const std::string& where) {
   const auto& off = ds.doc_offsets;

@@ -27,6 +27,21 @@ struct TokenDataset {
   int64_t doc_length(int64_t d) const { return doc_offsets[d + 1] - doc_offsets[d]; }
 };
 
+// What a checkpoint remembers of the data it was trained on, so that a resume on other data
+// is noticed: sizes, a fingerprint of the offsets and of up to 2^20 evenly spaced tokens
+// (FNV-1a, 16 hex digits; cheap at any size yet different for two passkey sets of one
+// shape), and the dataset's own `source` line.
+struct DataIdentity {
+  int64_t documents = 0, tokens = 0;
+  std::string fingerprint;  // "" when unknown (a checkpoint from before identities)
+  std::string source;
+  bool same_data(const DataIdentity& o) const {
+    return documents == o.documents && tokens == o.tokens && fingerprint == o.fingerprint;
+  }
+  std::string describe() const;  // "1024 documents, 524288 tokens, fingerprint ..., from '...'"
+};
+DataIdentity identify(const TokenDataset& ds);
+
 // Checks offsets are monotone and cover the tokens, ids are in [0, vocab), passkey arrays
 // match the document count; throws lct::Error naming `where` otherwise.
 void validate(const TokenDataset& ds, const std::string& where);

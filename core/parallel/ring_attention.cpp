@@ -34,6 +34,14 @@ void KvBlocks::pack(int i, const X* k, const X* v, TokenTags t) {
   std::memcpy(const_cast<int32_t*>(tags(i).doc), t.doc, size_t(tokens_) * sizeof(int32_t));
 }
 
+double RingAttention::buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                   Precision activations) {
+  // kv_ (2 blocks), o_part_, lse_part_ + delta_, dkv_[2] + dkv_in_ (3 x [dk | dv]).
+  const double kvd = double(KV * D);
+  return 2.0 * double(KvBlocks::bytes_for(Tl, KV * D, elem_size(activations))) +
+         4.0 * (double(Tl * H * D) + 2.0 * double(H * Tl) + 3.0 * 2.0 * double(Tl) * kvd);
+}
+
 RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                              AttnBlocks blocks, Isa isa, Precision activations)
     : n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, Tl, H, KV, D}, blocks, isa, activations),
@@ -104,6 +112,16 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
   add_into(dk, dkv_in_.data(), n);
   add_into(dv, dkv_in_.data() + n, n);
   clock.lap(Phase::AttnBwd);
+}
+
+double AllGatherAttention::buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                        Precision activations) {
+  // own_ + gathered_ (n + 1 blocks), k_all_ + v_all_, dk_all_ + dv_all_ + dkv_send_ (6 x
+  // all), dkv_own_, delta_, idx_all_ + doc_all_.
+  const double all = double(n) * double(Tl * KV * D);  // K or V of the whole sequence
+  return double(n + 1) * double(KvBlocks::bytes_for(Tl, KV * D, elem_size(activations))) +
+         2.0 * all * double(elem_size(activations)) +
+         4.0 * (6.0 * all + 2.0 * double(Tl * KV * D) + double(H * Tl)) + 8.0 * double(n) * double(Tl);
 }
 
 AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,

@@ -61,6 +61,8 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
   size_t bytes_sent() const { return kv_ring_.bytes_sent + dkv_ring_.bytes_sent; }
+  // What the buffers below take, for the memory estimate made before any is allocated.
+  static double buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
 
  private:
   int n_;
@@ -83,6 +85,9 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
   size_t bytes_sent() const { return bytes_sent_; }
+  // What the buffers below take, for the memory estimate made before any is allocated.
+  static double buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                             Precision activations);
 
  private:
   template <class X>

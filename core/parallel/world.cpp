@@ -1,6 +1,7 @@
 #include "parallel/world.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <climits>
 #include <cstdio>
 #include <set>
@@ -13,6 +14,11 @@ namespace lct {
 
 World world_init(int* argc, char*** argv, int wanted) {
   World w;
+  // Open MPI 4.1's OMPIO probes its shared-file-pointer components at every MPI_File_open;
+  // two of them (lockedfile, sm) sprintf the file name into a fixed buffer and abort the job
+  // ("buffer overflow detected") for paths past ~245 characters. lctrain never uses shared
+  // file pointers: leave them out, unless the user chose the components. Other MPIs ignore it.
+  ::setenv("OMPI_MCA_sharedfp", "^lockedfile,sm", 0);
   MPI_Init_thread(argc, argv, wanted, &w.thread_level);
   MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &w.size);
@@ -117,6 +123,16 @@ std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm) {
   v.resize(size_t(n));
   MPI_Bcast(v.data(), n, MPI_INT64_T, 0, comm);
   return v;
+}
+
+std::vector<double> allgather(const std::vector<double>& mine, MPI_Comm comm, const char* what) {
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  std::vector<double> all(mine.size() * size_t(ranks));
+  WaitScope w(what);
+  MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
+                comm);
+  return all;
 }
 
 }  // namespace lct

@@ -48,11 +48,14 @@ void agreed(const World& w, const std::function<void()>& body);
 [[noreturn]] void abort_job(const World& w, const std::string& what);
 
 // Every rank measures its peak at the same moment (all cores loaded, as in training); each
-// figure is the largest any rank measured, so MFU is never flattered by one noisy probe.
+// figure is the slowest rank's: a lone core's turbo would otherwise set every rank's peak.
 Peak measure_peak_together(const World& w, const Topology& topo);
 
 // Rank 0's value on every rank of `comm`.
 std::string broadcast_string(std::string s, MPI_Comm comm);
 std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm);
+// Every rank's `mine` (the same length everywhere), rank after rank: [ranks * mine.size()].
+// `what` names the call for the watchdog.
+std::vector<double> allgather(const std::vector<double>& mine, MPI_Comm comm, const char* what);
 
 }  // namespace lct

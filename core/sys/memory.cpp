@@ -2,6 +2,13 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
 namespace lct {
 
 double peak_rss_mib() {
@@ -10,22 +17,93 @@ double peak_rss_mib() {
   return double(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-}  // namespace lct
 
-#include <fstream>
-#include <string>
+namespace {
 
-namespace lct {
-
-double available_memory_gib() {
+double meminfo_available() {
   std::ifstream in("/proc/meminfo");
   std::string key;
   double kib = 0;
   while (in >> key >> kib) {
-    if (key == "MemAvailable:") return kib / (1024.0 * 1024.0);
+    if (key == "MemAvailable:") return kib * 1024.0;
     in.ignore(256, '\n');
   }
   return 0;
+}
+
+double read_number(const std::string& file) {  // -1 when missing or "max"
+  std::ifstream in(file);
+  std::string v;
+  if (!(in >> v) || v == "max") return -1;
+  try {
+    return std::stod(v);
+  } catch (...) {
+    return -1;
+  }
+}
+
+struct CgroupMount {
+  std::string dir, root;  // where it is mounted, and which cgroup path that directory is
+  bool v2 = false;
+};
+
+// Where the memory controller is mounted: a v1 "cgroup" mount with the memory option, or the
+// v2 "cgroup2" one (used when no v1 memory mount exists).
+std::vector<CgroupMount> memory_mounts() {
+  std::vector<CgroupMount> v1, v2;
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, point, rest;
+    f >> id >> parent >> dev >> root >> point;
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string type, source, options;
+    tail >> type >> source >> options;
+    if (type == "cgroup2") v2.push_back({point, root, true});
+    if (type == "cgroup" && ("," + options + ",").find(",memory,") != std::string::npos)
+      v1.push_back({point, root, false});
+  }
+  return v1.empty() ? v2 : v1;
+}
+
+// The process's cgroup path for the mount's hierarchy, from /proc/self/cgroup.
+std::string cgroup_path(bool v2) {
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+    if (v2 ? controllers == ",," : controllers.find(",memory,") != std::string::npos)
+      return line.substr(b + 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+MemoryBudget available_memory() {
+  MemoryBudget best{meminfo_available(), "MemAvailable"};
+  for (const CgroupMount& m : memory_mounts()) {
+    std::string path = cgroup_path(m.v2);
+    if (path.empty()) continue;
+    if (m.root != "/" && path.rfind(m.root, 0) == 0) path = path.substr(m.root.size());
+    // From the process's own cgroup up to the mount: a limit may sit on any ancestor.
+    for (std::string p = path;; p = p.substr(0, p.find_last_of('/'))) {
+      const std::string dir = m.dir + (p == "/" ? "" : p);
+      const double limit = read_number(dir + (m.v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+      const double used = read_number(dir + (m.v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+      // v1 reports "no limit" as a huge page-rounded number.
+      if (limit > 0 && limit < 1e18 && used >= 0 && (best.bytes <= 0 || limit - used < best.bytes)) {
+        char gib[32];
+        std::snprintf(gib, sizeof gib, "%.2f GiB", limit / double(1ull << 30));
+        best = {std::max(0.0, limit - used), "cgroup " + (p.empty() ? "/" : p) + " limit " + gib};
+      }
+      if (p.empty() || p == "/") break;
+    }
+  }
+  return best;
 }
 
 }  // namespace lct

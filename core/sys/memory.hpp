@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace lct {
@@ -52,5 +53,12 @@ double peak_rss_mib();  // the process's high-water resident set, MiB
 }  // namespace lct
 
 namespace lct {
-double available_memory_gib();  // MemAvailable from /proc/meminfo (0 when unknown)
+// Memory this process may still use: the node's MemAvailable, or less where a cgroup limit
+// applies (Slurm --mem, a container): the tightest of (limit - usage) over the process's
+// memory cgroup and its ancestors, v1 or v2. bytes = 0 when unknown.
+struct MemoryBudget {
+  double bytes = 0;
+  std::string source;  // "MemAvailable" or "cgroup /slurm/uid_0/job_12 limit 4.00 GiB"
+};
+MemoryBudget available_memory();
 }  // namespace lct

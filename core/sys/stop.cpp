@@ -38,14 +38,16 @@ void install_stop_handlers() {
 
 int stop_signal() { return g_signal; }
 
-const char* stop_signal_name() {
-  switch (g_signal) {
+const char* signal_name(int sig) {
+  switch (sig) {
     case SIGUSR1: return "SIGUSR1";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
     default: return "";
   }
 }
+
+const char* stop_signal_name() { return signal_name(g_signal); }
 
 double process_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();

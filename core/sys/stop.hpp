@@ -10,6 +10,7 @@ namespace lct {
 void install_stop_handlers();
 int stop_signal();          // 0, or the first signal received
 const char* stop_signal_name();  // "SIGUSR1", ... ("" when none)
+const char* signal_name(int sig);  // "SIGUSR1", "SIGTERM", "SIGINT"; "" for any other
 
 // Seconds since the process started (steady clock), for --time-limit.
 double process_seconds();

@@ -1,6 +1,9 @@
 // Everything besides weights and optimiser moments that a resumed run needs.
 #pragma once
 #include <cstdint>
+#include <string>
+
+#include "data/dataset.hpp"
 
 namespace lct {
 
@@ -13,6 +16,13 @@ struct TrainState {
   int64_t restarts = 0;     // how many times the run was resumed
   int64_t skipped_steps = 0;      // updates skipped for a non-finite loss or gradient
   int64_t consecutive_skips = 0;  // of those, how many in a row up to `step`
+  // The run's lineage: drawn at a fresh start, kept by every resume, so that a run
+  // directory's checkpoints of another run are never taken for this one's.
+  std::string run_id;
+  DataIdentity data;  // what the run trains on
 };
+
+// A new lineage id: 16 random hex digits.
+std::string new_run_id();
 
 }  // namespace lct

@@ -268,7 +268,7 @@ def train_loss_falls_and_outputs_are_readable():
     assert np.allclose(steps["mfu"] * attrs["peak_gflops"], steps["gflops"]), (steps["mfu"], steps["gflops"])
     assert "peak for MFU:" in p.stdout and "cpu:" in p.stdout and "gemm: oneDNN" in p.stdout
     ckpts = sorted(os.listdir("run/checkpoints"))
-    assert ckpts == ["latest", "step_00000010.h5", "step_00000015.h5"], ckpts
+    assert ckpts == ["latest", "run_id", "step_00000010.h5", "step_00000015.h5"], ckpts
     assert open("run/checkpoints/latest").read().strip() == "step_00000015.h5"
     with h5py.File("run/checkpoints/step_00000015.h5", "r") as f:
         assert f.attrs["lctrain_file"] == "checkpoint"

@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "data/passkey.hpp"
+#include "io/atomic.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
 #include "model/init.hpp"
@@ -107,6 +108,21 @@ TEST_F(DatasetFile, ReadingAModelAsADatasetSaysWhatTheFileIs) {
     EXPECT_NE(std::string(e.what()).find("is an lctrain model file, not a dataset file"),
               std::string::npos) << e.what();
   }
+}
+
+using Atomic = TempDir;
+
+// Two writers of one file in one process (or in two processes of one pid on two hosts of
+// a shared file system) must not share a temporary file: the name carries the host, the
+// pid and random bits.
+TEST_F(Atomic, TwoWritersOfOneFileGetDifferentTemporaryNames) {
+  const AtomicTarget a(path("x.h5"), false, "file"), b(path("x.h5"), false, "file");
+  EXPECT_NE(a.temp_path(), b.temp_path());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  EXPECT_NE(a.temp_path().find(std::string(".tmp-") + host + "-" + std::to_string(::getpid()) + "-"),
+            std::string::npos)
+      << a.temp_path();
 }
 
 }  // namespace

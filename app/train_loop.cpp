@@ -1,0 +1,182 @@
+#include "app/train_loop.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <ostream>
+
+#include "app/train_checkpoint.hpp"
+#include "app/train_setup.hpp"
+#include "common/error.hpp"
+#include "io/timing_file.hpp"
+#include "model/flops.hpp"
+#include "model/shard.hpp"
+#include "parallel/ring_attention.hpp"
+#include "parallel/watchdog.hpp"
+#include "sys/stop.hpp"
+
+namespace lct {
+
+namespace {
+// Why a rank asks to stop, as it travels in RankFigures::kStopFlag: a signal's number, or:
+constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
+}  // namespace
+
+double TrainLoop::cp_bytes_sent() const {
+  if (auto* r = dynamic_cast<const RingAttention*>(cp_attention)) return double(r->bytes_sent());
+  if (auto* a = dynamic_cast<const AllGatherAttention*>(cp_attention)) return double(a->bytes_sent());
+  return 0;
+}
+
+// This rank's share of the step's --grad-accum micro-batches (its dp slice, its cp shard).
+std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
+  const int64_t dp = layout.dp, cp = layout.cp;
+  const CpSplit split = o.cp_split == "zigzag" ? CpSplit::Zigzag : CpSplit::Contiguous;
+  std::vector<Batch> micro;
+  for (int64_t a = 0; a < o.grad_accum; ++a) {
+    std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
+    seqs = {seqs.begin() + where.dp_rank * o.batch_size,
+            seqs.begin() + (where.dp_rank + 1) * o.batch_size};
+    Batch full = make_batch(ds, seqs, o.seq_len);
+    *visible_pairs_total += visible_pairs(full);
+    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split) : std::move(full));
+  }
+  return micro;
+}
+
+// Every rank's figures of the step, and whether and why any rank must stop (a signal, too
+// close to --time-limit for another step and a checkpoint, --stop-at), in one collective.
+RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
+  const auto& ph = clock.seconds;
+  const double bytes = cp_bytes_sent() + double(reducer.bytes_sent);
+  slowest_step_ = std::max(slowest_step_, clock.total());
+  const bool near_limit =
+      o.time_limit > 0 && process_seconds() + 1.5 * (slowest_step_ + last_io_) + 2 > o.time_limit;
+  const double why = stop_signal() ? double(stop_signal())
+                     : near_limit   ? kStopTimeLimit
+                     : step == o.stop_at ? kStopAt
+                                         : 0;
+  const std::vector<double> mine = {
+      clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
+      ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before_, why,
+      omp_get_wtime() - last_timing_write_};
+  bytes_before_ = bytes;
+  return {allgather(mine, ctx.world.comm, "the allgather of the step's per-rank figures"),
+          ctx.world.size};
+}
+
+// "SIGTERM on every rank", "SIGUSR1 on rank 3", "--time-limit near on rank 0", "--stop-at".
+std::string TrainLoop::stop_reason(const RankFigures& ranks, int64_t step) const {
+  if (step == o.stop_at) return "--stop-at";
+  int first = -1, asking = 0;
+  for (int r = 0; r < ranks.ranks; ++r)
+    if (ranks.rank(r)[RankFigures::kStopFlag] != 0) {
+      asking += 1;
+      if (first < 0) first = r;
+    }
+  const double why = ranks.rank(first)[RankFigures::kStopFlag];
+  const std::string what = why == kStopTimeLimit ? "--time-limit near"
+                           : why == kStopAt       ? "--stop-at"
+                                                  : cat(signal_name(int(why)), " (signal ", int(why), ")");
+  if (ranks.ranks == 1) return what;
+  return asking == ranks.ranks ? what + " on every rank"
+                               : cat(what, " on rank ", first,
+                                     asking > 1 ? cat(" and ", asking - 1, " other(s)") : "");
+}
+
+void TrainLoop::checkpoint() {
+  state.data_epoch = loader.epoch();
+  state.data_cursor = loader.cursor();
+  save_checkpoint(ctx.world, run_dir, o.run_dir,
+                  {&mc, &model.layout(), model.params(), trainer.optimizer().m(),
+                   trainer.optimizer().v(), state, layout,
+                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}},
+                  prov, {o.keep_checkpoints, o.keep_every});
+}
+
+void TrainLoop::write_timing() {
+  agreed(ctx.world, [&] {
+    if (run_dir) write_timing_file(run_dir->timing_path(), record.table(), prov);
+  });
+  last_timing_write_ = omp_get_wtime();
+}
+
+int TrainLoop::train() {
+  const World& world = ctx.world;
+  std::ostream& out = ctx.out();
+  const Fault fault = injected_fault();
+  PhaseClock clock;
+  last_timing_write_ = omp_get_wtime();
+  last_io_ = checkpoint_bytes(model.layout()) / 100e6;  // until one is measured: 100 MB/s
+  const double run_start = omp_get_wtime();
+  const int64_t first_step = state.step + 1;
+  try {
+    for (int64_t step = first_step; step <= o.steps; ++step) {
+      watchdog_set_context(cat("step ", step));
+      fault.maybe_fire(world.rank, step);
+      clock.reset();
+      double pairs = 0;
+      const std::vector<Batch> micro = micro_batches(&pairs);
+      clock.lap(Phase::Other);
+      const StepStats st = trainer.train_step(micro, step, clock);
+      state.step = step;
+      state.tokens_seen += st.real_tokens;
+      state.skipped_steps += st.skipped;
+      state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
+      const RankFigures ranks = gather_figures(clock, step);
+      clock.lap(Phase::Allreduce);
+
+      // Decisions every rank must take alike come from the gathered figures only.
+      const bool stop = ranks.any_stop() && step < o.steps;  // the last step ends normally
+      const bool timing_due = ranks.rank(0)[RankFigures::kSinceTimingWrite] > 10;  // rank 0's clock
+      const bool due = step == o.steps || stop ||
+                       (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
+      // A skip streak does not push good checkpoints out, unless the run ends or must stop
+      // now (a skipped step leaves the weights as they were: still the last good ones).
+      if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) {
+        checkpoint();
+        clock.lap(Phase::IO);
+        last_io_ = clock.seconds[size_t(Phase::IO)];
+      }
+
+      const double secs = clock.total();
+      const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * o.seq_len), pairs);
+      const StepFigures fig{st, state.restarts, o.steps, secs,
+                            f.total() / double(layout.cp) / secs / 1e9, peak, &clock, &ranks};
+      record.add(fig);
+      if (step % o.log_every == 0 || step == first_step || step == o.steps || stop)
+        out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *
+                                         double(o.steps - step))
+            << std::endl;
+      if (state.consecutive_skips >= o.max_skips) {  // every rank sees the same reduced loss
+        write_timing();
+        throw AgreedError(cat(
+            state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
+            "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
+            "good checkpoint intact (", latest_or_none(run_dir), "); lower --lr, raise ",
+            "--warmup-steps or check the data, then resume"));
+      }
+      if (due || timing_due) write_timing();
+      if (stop) {
+        out << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step)
+            << "); checkpoint '" << RunDirectory::path_of(o.run_dir, step)
+            << "' written; continue with --resume auto (exit code " << int(kExitRequeue) << ")"
+            << std::endl;
+        return kExitRequeue;
+      }
+    }
+  } catch (const AgreedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // One rank failed alone while the others may be waiting for it in a collective call.
+    if (world.size == 1) throw;
+    abort_job(world, e.what());
+  }
+
+  record.finish(out, layout.dp, layout.cp, peak, peak_how);
+  write_timing();
+  if (world.root()) out << "wrote " << run_dir->timing_path() << " and " << latest_or_none(run_dir) << std::endl;
+  return kExitOk;
+}
+
+}  // namespace lct

@@ -1,0 +1,54 @@
+// The step loop of lctrain train: each step builds its micro-batches, trains, gathers every
+// rank's figures, and then, decided alike on every rank from those figures, checkpoints,
+// records, prints and stops.
+#pragma once
+#include <string>
+
+#include "app/context.hpp"
+#include "app/train_record.hpp"
+#include "io/checkpoint.hpp"
+#include "io/run_dir.hpp"
+#include "model/attention_op.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/reducer.hpp"
+#include "train/data_loader.hpp"
+#include "train/trainer.hpp"
+
+namespace lct {
+
+struct TrainLoop {
+  Context& ctx;
+  const TrainOptions& o;
+  const ModelConfig& mc;
+  const TokenDataset& ds;
+  const Mesh& mesh;
+  RunDirectory* run_dir;  // rank 0's, null elsewhere
+  LlamaModel& model;
+  Trainer& trainer;
+  MpiStepReducer& reducer;
+  DataLoader& loader;
+  TrainState& state;
+  TrainRecord& record;
+  RunLayout layout;
+  RankState where;
+  Provenance prov;
+  double peak;
+  std::string peak_how;
+  const AttentionOp* cp_attention;
+
+  // Trains from state.step + 1 to --steps: kExitOk, or kExitRequeue after a stop request
+  // (signal, --time-limit, --stop-at) with its checkpoint written. Throws AgreedError.
+  int train();
+
+  // The loop's own; the rest above is what it works with.
+  std::vector<Batch> micro_batches(double* visible_pairs);
+  RankFigures gather_figures(const PhaseClock& clock, int64_t step);
+  void checkpoint();
+  void write_timing();
+  std::string stop_reason(const RankFigures& ranks, int64_t step) const;
+  double cp_bytes_sent() const;
+
+  double bytes_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0;
+};
+
+}  // namespace lct
