@@ -19,6 +19,7 @@ int cmd_eval(Context& ctx) {
   ModelData m = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
+  if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
   // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";

@@ -804,6 +804,17 @@ def bad_sequence_not_divisible_by_twice_cp():
                  ranks=2)
 
 
+@case
+def bad_eval_seq_len_beyond_max_position_embeddings_warns():
+    """eval warns, in train's words, when its sequences are longer than the model was made for."""
+    ok("init", "-o", "m.h5", "--max-position-embeddings", "512")
+    good_dataset()
+    warning = "warning: --seq-len 600 exceeds the model's max_position_embeddings 512"
+    assert warning in ok("eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600").stdout
+    assert "exceeds" not in ok("eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "512").stdout
+    assert warning in tiny_run("r", steps=1).stdout
+
+
 def main():
     global LCTRAIN, MPIEXEC
     ap = argparse.ArgumentParser()
