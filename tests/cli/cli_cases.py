@@ -815,6 +815,37 @@ def bad_eval_seq_len_beyond_max_position_embeddings_warns():
     assert warning in tiny_run("r", steps=1).stdout
 
 
+@case
+def bad_model_non_finite_weights():
+    """NaN or Inf in a model file is refused on reading (by inspect, eval and train alike),
+    naming the tensor and the count: before, training ran into skipped steps only."""
+    good_model()
+    good_dataset()
+    def fn(f):
+        w = f["model.layers.1.mlp.up_proj.weight"]
+        a = w[:]
+        a[3, 5] = np.nan
+        a[0, 1:3] = np.inf
+        w[...] = a
+    edit("m.h5", fn)
+    needles = ["'m.h5'", "'model.layers.1.mlp.up_proj.weight'", "1 NaN and 2 infinite values", "11264"]
+    expect_error(["inspect", "m.h5"], *needles, keep=["m.h5"])
+    expect_error(["eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600"], *needles)
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600"],
+                 *needles)
+
+
+@case
+def bad_eval_loss_not_finite():
+    """Finite weights far too large overflow the forward pass: eval fails (it printed
+    'mean loss -nan' and exited 0) and writes no --out."""
+    good_model()
+    good_dataset()
+    edit("m.h5", lambda f: f["model.norm.weight"].__setitem__(..., np.full(64, 3e38, np.float32)))
+    expect_error(["eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600", "--out", "e.h5"],
+                 "mean loss over 1794 targets is NaN", "overflowed float32", "lctrain inspect m.h5")
+
+
 def main():
     global LCTRAIN, MPIEXEC
     ap = argparse.ArgumentParser()
