@@ -846,6 +846,19 @@ def bad_eval_loss_not_finite():
                  "mean loss over 1794 targets is NaN", "overflowed float32", "lctrain inspect m.h5")
 
 
+@case
+def bad_inspect_directory_or_pipe():
+    """inspect takes a file or a run directory: another directory is an error (it was shown as
+    an empty run), and a named pipe is refused before it is opened (opening it hung)."""
+    os.mkdir("notes")
+    expect_error(["inspect", "notes"], "'notes' is a directory but not a run directory", "timing.h5",
+                 "checkpoints/", "inspect shows an HDF5 file")
+    os.mkfifo("pipe")
+    expect_error(["inspect", "pipe"], "'pipe' is a named pipe", "inspect shows an HDF5 file")
+    os.makedirs("r/checkpoints")  # a run that has not reached its first checkpoint yet
+    assert "checkpoints: 0" in ok("inspect", "r").stdout
+
+
 def main():
     global LCTRAIN, MPIEXEC
     ap = argparse.ArgumentParser()
