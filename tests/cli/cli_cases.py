@@ -859,6 +859,15 @@ def bad_inspect_directory_or_pipe():
     assert "checkpoints: 0" in ok("inspect", "r").stdout
 
 
+@case
+def bad_passkey_dataset_larger_than_memory():
+    """A passkey dataset that cannot be built in memory is refused before it is generated, with
+    its size and the memory there is (the failed allocation answered with training advice)."""
+    expect_error(["prepare", "--synthetic", "passkey", "--num-docs", "100000", "--doc-length", "100000000",
+                  "-o", "x.h5"], "--num-docs 100000 x --doc-length 100000000 = 1e+13 tokens",
+                 "GiB of memory", "4 bytes per token", "GiB are available", "fewer documents")
+
+
 def main():
     global LCTRAIN, MPIEXEC
     ap = argparse.ArgumentParser()
