@@ -95,6 +95,16 @@ CLI::Validator nonnegative() { return number(false, 0, false); }
 CLI::Validator positive() { return number(false, 0, true); }
 CLI::Validator fraction() { return number(false, 0, false, 1, true); }           // [0, 1)
 
+// Where a subcommand writes (`what`: "file" or "directory"). An empty path (`-o ""`, an unset
+// shell variable) names nothing: refused here, instead of failing at the final rename.
+CLI::Validator output_path(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string {
+        return s.empty() ? cat("an empty path names no ", what, "; give the ", what, " to write") : "";
+      },
+      "");
+}
+
 template <class T>
 Value to_value(const T& v) {
   if constexpr (std::is_same_v<T, bool>) return v;
@@ -175,7 +185,9 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
 void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   std::string presets;
   for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  r.add(c, "--out", o.out, std::string(), "model file to write (HDF5)", "-o")->required();
+  r.add(c, "--out", o.out, std::string(), "model file to write (HDF5)", "-o")
+      ->required()
+      ->check(output_path("file"));
   r.add(c, "--preset", o.preset, std::string("tiny"), "model size preset: " + presets);
   const char* from = " (0 = the preset's)";
   r.add(c, "--vocab-size", o.vocab_size, int64_t(0), std::string("vocabulary size") + from)
@@ -212,7 +224,9 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
 }
 
 void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
-  r.add(c, "--out", o.out, std::string(), "dataset file to write (HDF5)", "-o")->required();
+  r.add(c, "--out", o.out, std::string(), "dataset file to write (HDF5)", "-o")
+      ->required()
+      ->check(output_path("file"));
   r.add(c, "inputs", o.inputs, std::vector<std::string>(), "UTF-8 text files, one document each");
   r.add(c, "--separator", o.separator, std::string(),
         "split each file into documents at this string (\"\" = one document per file; "
@@ -245,7 +259,9 @@ void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
 void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--model", o.model, std::string(), "model file or checkpoint to start from")->required();
   r.add(c, "--data", o.data, std::string(), "dataset file (lctrain prepare)")->required();
-  r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")->required();
+  r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")
+      ->required()
+      ->check(output_path("directory"));
   r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
       ->check(count(2));
   r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch")
@@ -339,7 +355,8 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
       ->check(count(1));
   r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)")
       ->check(count(0));
-  r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file");
+  r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file")
+      ->check(output_path("file"));
   r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
@@ -376,7 +393,8 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
         "ring: message sizes in KiB, comma-separated");
-  r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file");
+  r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file")
+      ->check(output_path("file"));
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 

@@ -868,6 +868,22 @@ def bad_passkey_dataset_larger_than_memory():
                  "GiB of memory", "4 bytes per token", "GiB are available", "fewer documents")
 
 
+@case
+def bad_output_path_empty():
+    """An empty output path is a command-line error (exit 2) wherever lctrain writes: init -o ''
+    failed only at the end, at the rename of its temporary file to ''."""
+    good_model()
+    good_dataset()
+    for args, flag, what in [
+        (["init", "-o", ""], "--out", "file"),
+        (["prepare", "--synthetic", "passkey", "-o", ""], "--out", "file"),
+        (["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", ""], "--run-dir", "directory"),
+        (["eval", "--model", "m.h5", "--data", "d.h5", "--out", ""], "--out", "file"),
+        (["bench", "attention", "--out", ""], "--out", "file"),
+    ]:
+        expect_error(args, flag, f"an empty path names no {what}", code=2, keep=["m.h5", "d.h5"])
+
+
 def main():
     global LCTRAIN, MPIEXEC
     ap = argparse.ArgumentParser()
