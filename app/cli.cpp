@@ -69,6 +69,30 @@ class TomlConfig : public CLI::ConfigTOML {
   }
 };
 
+// CLI11 marks a negating flag with the value it sets ("--tensors,--no-tensors{false}"), which
+// reads as the default whatever the default is; show the names alone and the real default:
+// "--tensors,--no-tensors (default true)".
+class Help : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override {
+    std::string names = CLI::Formatter::make_option_name(opt, positional);
+    if (!has_flag_default(opt)) return names;
+    for (size_t a; (a = names.find('{')) != std::string::npos;) names.erase(a, names.find('}', a) + 1 - a);
+    return names;
+  }
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!has_flag_default(opt)) return CLI::Formatter::make_option_opts(opt);
+    const std::string env = opt->get_envname();
+    return " (default " + opt->get_default_str() + ")" + (env.empty() ? "" : " (Env:" + env + ")");
+  }
+
+ private:
+  // Registry::add gives every boolean flag its default string (--help and --version have none).
+  static bool has_flag_default(const CLI::Option* opt) {
+    return opt->get_expected_max() == 0 && !opt->get_default_str().empty();
+  }
+};
+
 // The rule for a number, checked on the text as given, so that NaN, an empty TOML value or an
 // integer past 64 bits is refused instead of read as 0 or saturated; the rule shows in --help.
 CLI::Validator number(bool integer, double lo, bool lo_open, double hi = HUGE_VAL,
@@ -131,7 +155,8 @@ class Registry {
     if (!short_name.empty()) names += "," + short_name;
     CLI::Option* opt;
     if constexpr (std::is_same_v<T, bool>) {
-      opt = app->add_flag(names + ",!--no-" + name.substr(2), var, help);
+      opt = app->add_flag(names + ",!--no-" + name.substr(2), var, help)
+                ->default_str(var ? "true" : "false");  // for Help only: flags never show it
     } else {
       opt = app->add_option(names, var, help)->capture_default_str();
     }
@@ -416,6 +441,7 @@ Invocation parse_command_line(int argc, char** argv) {
   CLI::App app("lctrain: long-context transformer training on CPU clusters (OpenMP + MPI)",
                "lctrain");
   app.config_formatter(std::make_shared<TomlConfig>());
+  app.formatter(std::make_shared<Help>());  // before the subcommands, which copy it
   app.set_config("--config", "",
                  "TOML file: global keys at the top, a [init]/[prepare]/[train]/... section per subcommand")
       ->check(CLI::ExistingFile);

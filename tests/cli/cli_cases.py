@@ -884,6 +884,19 @@ def bad_output_path_empty():
         expect_error(args, flag, f"an empty path names no {what}", code=2, keep=["m.h5", "d.h5"])
 
 
+@case
+def help_shows_the_real_default_of_every_flag():
+    """--help showed every boolean flag as '--tensors,--no-tensors{false}', whatever its default."""
+    for args, flag, default in [(["inspect"], "--tensors,--no-tensors", "true"),
+                                (["bench"], "--causal,--no-causal", "true"),
+                                ([], "--bind-threads,--no-bind-threads", "true"),
+                                ([], "--oversubscribe,--no-oversubscribe", "false"),
+                                (["train"], "--dry-run,--no-dry-run", "false")]:
+        text = ok(*args, "--help").stdout
+        assert f"{flag} (default {default})" in text, (args, text)
+        assert "{false}" not in text and "{true}" not in text, text
+
+
 def main():
     global LCTRAIN, MPIEXEC
     ap = argparse.ArgumentParser()
