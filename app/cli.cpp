@@ -1,5 +1,6 @@
 // The one place where options are declared. Precedence: command line > config file >
-// environment (LCT_<OPTION>) > default, as CLI11 applies them.
+// environment (LCT_<OPTION> for global options, LCT_<SUBCOMMAND>_<OPTION> for a subcommand's)
+// > default, as CLI11 applies them.
 #include "app/cli.hpp"
 
 #include <CLI/CLI.hpp>
@@ -160,7 +161,7 @@ class Registry {
     } else {
       opt = app->add_option(names, var, help)->capture_default_str();
     }
-    if (name.rfind("--", 0) == 0) opt->envname(env_of(key));
+    if (name.rfind("--", 0) == 0) opt->envname(env_of(app, key));
     items_.push_back({app, [app, key, help, &var] {
                         return Setting{app->get_parent() ? app->get_name() : "", key,
                                        to_value(var), help};
@@ -181,8 +182,12 @@ class Registry {
     std::replace(k.begin(), k.end(), '-', '_');
     return k;
   }
-  static std::string env_of(const std::string& key) {
-    std::string e = "LCT_" + key;
+  // LCT_THREADS for a global option, LCT_TRAIN_SEQ_LEN for train's --seq-len: one variable
+  // feeds one subcommand, as a [train] key of a config file does (a shared LCT_SEQ_LEN set
+  // train's, eval's, prepare's, inspect's and bench's at once, and a shared LCT_OUT or
+  // LCT_FORCE every writer's).
+  static std::string env_of(const CLI::App* app, const std::string& key) {
+    std::string e = "LCT_" + (app->get_parent() ? app->get_name() + "_" : "") + key;
     std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::toupper(c); });
     return e;
   }

@@ -178,9 +178,9 @@ def prepare_splits_on_separator():
 def config_file_and_precedence():
     with open("run.toml", "w") as f:
         f.write('[init]\npreset = "tiny"\nhidden_size = 128\nseed = 3\n')
-    ok("init", "--config", "run.toml", "-o", "a.h5", env={"LCT_SEED": "9", "LCT_HIDDEN_SIZE": "32"})
+    ok("init", "--config", "run.toml", "-o", "a.h5", env={"LCT_INIT_SEED": "9", "LCT_INIT_HIDDEN_SIZE": "32"})
     ok("init", "--config", "run.toml", "-o", "b.h5", "--hidden-size", "96")
-    ok("init", "-o", "c.h5", env={"LCT_HIDDEN_SIZE": "32"})
+    ok("init", "-o", "c.h5", env={"LCT_INIT_HIDDEN_SIZE": "32"})
     with h5py.File("a.h5") as a, h5py.File("b.h5") as b, h5py.File("c.h5") as c:
         assert a.attrs["hidden_size"] == 128       # file beats environment
         assert a["provenance/config"].attrs["init.seed"] == 3
@@ -895,6 +895,21 @@ def help_shows_the_real_default_of_every_flag():
         text = ok(*args, "--help").stdout
         assert f"{flag} (default {default})" in text, (args, text)
         assert "{false}" not in text and "{true}" not in text, text
+
+
+@case
+def environment_variables_are_per_subcommand():
+    """LCT_EVAL_SEQ_LEN sets eval's --seq-len and not train's (one LCT_SEQ_LEN fed train, eval,
+    prepare, inspect and bench at once); global options keep LCT_<OPTION>."""
+    good_model()
+    good_dataset()
+    env = {"LCT_EVAL_SEQ_LEN": "600", "LCT_TRAIN_SEQ_LEN": "512", "LCT_SEQ_LEN": "256", "LCT_THREADS": "1"}
+    p = ok("eval", "--model", "m.h5", "--data", "d.h5", env=env)
+    assert "eval: 3 sequences of 600 tokens" in p.stdout, p.stdout
+    p = ok("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--dry-run", env=env)
+    table = dict(l.split()[:2] for l in p.stdout.splitlines() if l.startswith("  ") and len(l.split()) > 1)
+    assert table["train.seq_len"] == "512" and table["threads"] == "1", p.stdout
+    assert "(Env:LCT_EVAL_SEQ_LEN)" in ok("eval", "--help").stdout
 
 
 def main():
