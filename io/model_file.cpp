@@ -90,11 +90,11 @@ void check_finite_tensors(const h5::File& f, const std::string& prefix, const Pa
     bad = c;
   }
   if (!first) return;
+  const std::string others =
+      other_tensors == 0 ? "" : cat(" (", other_tensors, " more tensor", other_tensors > 1 ? "s hold" : " holds", " some too)");
   fail("'", f.path, "': tensor '", prefix + first->name, "' holds ", describe(bad), " among its ",
-       first->numel, other_tensors ? cat(" (", other_tensors, " more tensor", other_tensors > 1 ? "s hold" : " holds",
-                          " some too)") : "",
-       "; training from it would skip every step and eval would give NaN: re-create the model ",
-       "(lctrain init) or use an earlier checkpoint");
+       first->numel, others, "; training from it would skip every step and eval would give NaN: ",
+       "re-create the model (lctrain init) or use an earlier checkpoint");
 }
 
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
