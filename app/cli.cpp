@@ -1,5 +1,6 @@
 // The one place where options are declared. Precedence: command line > config file >
-// environment (LCT_<OPTION>) > default, as CLI11 applies them.
+// environment (LCT_<OPTION> for global options, LCT_<SUBCOMMAND>_<OPTION> for a subcommand's)
+// > default, as CLI11 applies them.
 #include "app/cli.hpp"
 
 #include <CLI/CLI.hpp>
@@ -69,6 +70,30 @@ class TomlConfig : public CLI::ConfigTOML {
   }
 };
 
+// CLI11 marks a negating flag with the value it sets ("--tensors,--no-tensors{false}"), which
+// reads as the default whatever the default is; show the names alone and the real default:
+// "--tensors,--no-tensors (default true)".
+class Help : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override {
+    std::string names = CLI::Formatter::make_option_name(opt, positional);
+    if (!has_flag_default(opt)) return names;
+    for (size_t a; (a = names.find('{')) != std::string::npos;) names.erase(a, names.find('}', a) + 1 - a);
+    return names;
+  }
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!has_flag_default(opt)) return CLI::Formatter::make_option_opts(opt);
+    const std::string env = opt->get_envname();
+    return " (default " + opt->get_default_str() + ")" + (env.empty() ? "" : " (Env:" + env + ")");
+  }
+
+ private:
+  // Registry::add gives every boolean flag its default string (--help and --version have none).
+  static bool has_flag_default(const CLI::Option* opt) {
+    return opt->get_expected_max() == 0 && !opt->get_default_str().empty();
+  }
+};
+
 // The rule for a number, checked on the text as given, so that NaN, an empty TOML value or an
 // integer past 64 bits is refused instead of read as 0 or saturated; the rule shows in --help.
 CLI::Validator number(bool integer, double lo, bool lo_open, double hi = HUGE_VAL,
@@ -94,6 +119,16 @@ CLI::Validator count(int64_t lo) { return number(true, double(lo), false); }    
 CLI::Validator nonnegative() { return number(false, 0, false); }
 CLI::Validator positive() { return number(false, 0, true); }
 CLI::Validator fraction() { return number(false, 0, false, 1, true); }           // [0, 1)
+
+// Where a subcommand writes (`what`: "file" or "directory"). An empty path (`-o ""`, an unset
+// shell variable) names nothing: refused here, instead of failing at the final rename.
+CLI::Validator output_path(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string {
+        return s.empty() ? cat("an empty path names no ", what, "; give the ", what, " to write") : "";
+      },
+      "");
+}
 
 template <class T>
 Value to_value(const T& v) {
@@ -121,11 +156,12 @@ class Registry {
     if (!short_name.empty()) names += "," + short_name;
     CLI::Option* opt;
     if constexpr (std::is_same_v<T, bool>) {
-      opt = app->add_flag(names + ",!--no-" + name.substr(2), var, help);
+      opt = app->add_flag(names + ",!--no-" + name.substr(2), var, help)
+                ->default_str(var ? "true" : "false");  // for Help only: flags never show it
     } else {
       opt = app->add_option(names, var, help)->capture_default_str();
     }
-    if (name.rfind("--", 0) == 0) opt->envname(env_of(key));
+    if (name.rfind("--", 0) == 0) opt->envname(env_of(app, key));
     items_.push_back({app, [app, key, help, &var] {
                         return Setting{app->get_parent() ? app->get_name() : "", key,
                                        to_value(var), help};
@@ -146,8 +182,12 @@ class Registry {
     std::replace(k.begin(), k.end(), '-', '_');
     return k;
   }
-  static std::string env_of(const std::string& key) {
-    std::string e = "LCT_" + key;
+  // LCT_THREADS for a global option, LCT_TRAIN_SEQ_LEN for train's --seq-len: one variable
+  // feeds one subcommand, as a [train] key of a config file does (a shared LCT_SEQ_LEN set
+  // train's, eval's, prepare's, inspect's and bench's at once, and a shared LCT_OUT or
+  // LCT_FORCE every writer's).
+  static std::string env_of(const CLI::App* app, const std::string& key) {
+    std::string e = "LCT_" + (app->get_parent() ? app->get_name() + "_" : "") + key;
     std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::toupper(c); });
     return e;
   }
@@ -175,7 +215,9 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
 void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   std::string presets;
   for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  r.add(c, "--out", o.out, std::string(), "model file to write (HDF5)", "-o")->required();
+  r.add(c, "--out", o.out, std::string(), "model file to write (HDF5)", "-o")
+      ->required()
+      ->check(output_path("file"));
   r.add(c, "--preset", o.preset, std::string("tiny"), "model size preset: " + presets);
   const char* from = " (0 = the preset's)";
   r.add(c, "--vocab-size", o.vocab_size, int64_t(0), std::string("vocabulary size") + from)
@@ -212,7 +254,9 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
 }
 
 void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
-  r.add(c, "--out", o.out, std::string(), "dataset file to write (HDF5)", "-o")->required();
+  r.add(c, "--out", o.out, std::string(), "dataset file to write (HDF5)", "-o")
+      ->required()
+      ->check(output_path("file"));
   r.add(c, "inputs", o.inputs, std::vector<std::string>(), "UTF-8 text files, one document each");
   r.add(c, "--separator", o.separator, std::string(),
         "split each file into documents at this string (\"\" = one document per file; "
@@ -245,7 +289,9 @@ void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
 void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--model", o.model, std::string(), "model file or checkpoint to start from")->required();
   r.add(c, "--data", o.data, std::string(), "dataset file (lctrain prepare)")->required();
-  r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")->required();
+  r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")
+      ->required()
+      ->check(output_path("directory"));
   r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
       ->check(count(2));
   r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch")
@@ -344,7 +390,8 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
       ->check(count(1));
   r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)")
       ->check(count(0));
-  r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file");
+  r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file")
+      ->check(output_path("file"));
   r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
@@ -381,7 +428,8 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
         "ring: message sizes in KiB, comma-separated");
-  r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file");
+  r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file")
+      ->check(output_path("file"));
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 
@@ -403,6 +451,7 @@ Invocation parse_command_line(int argc, char** argv) {
   CLI::App app("lctrain: long-context transformer training on CPU clusters (OpenMP + MPI)",
                "lctrain");
   app.config_formatter(std::make_shared<TomlConfig>());
+  app.formatter(std::make_shared<Help>());  // before the subcommands, which copy it
   app.set_config("--config", "",
                  "TOML file: global keys at the top, a [init]/[prepare]/[train]/... section per subcommand")
       ->check(CLI::ExistingFile);

@@ -1,4 +1,5 @@
 // lctrain eval: loss and passkey retrieval of a model (or checkpoint) on a dataset.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -11,6 +12,21 @@
 
 namespace lct {
 
+namespace {
+
+// The weights were checked on reading, so a non-finite loss means the forward pass overflowed
+// float32 (weights finite but far too large, as a diverged run leaves them).
+void check_finite_loss(const EvalResult& r, const std::string& model) {
+  const double loss = r.mean_loss();
+  if (std::isfinite(loss)) return;
+  fail("eval: the mean loss over ", r.valid_targets, " targets is ", std::isnan(loss) ? "NaN" : "infinite",
+       ": the model's forward pass overflowed float32 (its weights are finite, checked on reading, ",
+       "but some are too large); 'lctrain inspect ", model, "' shows each tensor's norm, and if it ",
+       "is a checkpoint its run's timing table shows where the loss went");
+}
+
+}  // namespace
+
 int cmd_eval(Context& ctx) {
   const EvalOptions& o = ctx.inv.eval;
   if (ctx.world.size > 1) fail("eval runs on one rank; run it without mpirun, or with -n 1");
@@ -19,6 +35,7 @@ int cmd_eval(Context& ctx) {
   ModelData m = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
+  if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
   // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
@@ -29,6 +46,7 @@ int cmd_eval(Context& ctx) {
   const double t0 = omp_get_wtime();
   const EvalResult r = evaluate(model, ds, o.seq_len, o.batch_size, o.max_sequences, clock);
   const double secs = omp_get_wtime() - t0;
+  check_finite_loss(r, o.model);
 
   std::ostream& out = ctx.out();
   char line[200];

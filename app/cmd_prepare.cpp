@@ -5,22 +5,39 @@
 #include <iostream>
 
 #include "app/context.hpp"
+#include "app/train_setup.hpp"
 #include "common/error.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
 #include "data/text.hpp"
 #include "io/dataset_file.hpp"
 #include "io/text_files.hpp"
+#include "sys/memory.hpp"
 
 namespace lct {
 
 namespace {
+
+// The whole dataset is built in memory before it is written: 4 bytes per token id, plus one
+// document's text and ids (about 10 bytes per token) while it is generated. Counted in
+// double, so that sizes past 64 bits are refused too instead of overflowing.
+void check_passkey_fits_memory(const PrepareOptions& o) {
+  const double tokens = double(o.num_docs) * double(o.doc_length);
+  const double need = 4.0 * tokens + 10.0 * double(o.doc_length) + 28.0 * double(o.num_docs);
+  const double avail = available_memory_gib() * double(1u << 30);
+  if (avail <= 0 || need <= 0.95 * avail) return;
+  fail("prepare: --num-docs ", o.num_docs, " x --doc-length ", o.doc_length, " = ", tokens,
+       " tokens need about ", gib(need), " of memory (the dataset is built whole before it is ",
+       "written, 4 bytes per token, and train and eval load it whole on every rank) but ", gib(avail),
+       " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
+}
 
 TokenDataset build(const PrepareOptions& o) {
   if (o.synthetic == "passkey") {
     if (!o.inputs.empty())
       fail("prepare: --synthetic passkey generates its data; drop the input files, or drop ",
            "--synthetic to tokenize them");
+    check_passkey_fits_memory(o);
     return make_passkey_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)});
   }
   if (o.inputs.empty())

@@ -193,9 +193,37 @@ void inspect_other(const InspectRequest& req, std::ostream& out) {
   h5::last_error();
 }
 
+constexpr const char* kInspectTakes =
+    "inspect shows an HDF5 file (lctrain's or any other) or a run directory (train's --run-dir)";
+
+// A directory is a run directory once train has made checkpoints/ in it (before step 1) or
+// written timing.h5; any other would be summarised as an empty run.
+void check_run_dir(const RunDirectory& run) {
+  namespace fs = std::filesystem;
+  if (fs::exists(run.timing_path()) || fs::is_directory(fs::path(run.checkpoint_path(0)).parent_path()))
+    return;
+  fail("'", run.path(), "' is a directory but not a run directory (it holds neither timing.h5 nor ",
+       "checkpoints/); ", kInspectTakes);
+}
+
+// Anything but a regular file or a directory is refused before it is opened: opening a
+// named pipe blocks until something writes to it. A missing path is left to the reader.
+void check_openable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || fs::is_regular_file(st) || fs::is_directory(st)) return;
+  const char* what = fs::is_fifo(st)     ? "a named pipe (FIFO)"
+                     : fs::is_socket(st) ? "a socket"
+                     : fs::is_block_file(st) || fs::is_character_file(st) ? "a device"
+                                                                          : "not a regular file";
+  fail("'", path, "' is ", what, ", not a file: ", kInspectTakes);
+}
+
 // A run directory: its timing table and every checkpoint, each opened and checked.
 void inspect_run_dir(const InspectRequest& req, std::ostream& out) {
   const RunDirectory run(req.path, false);
+  check_run_dir(run);
   out << "run directory '" << req.path << "'\n";
   if (std::filesystem::exists(run.timing_path()))
     inspect_timing({run.timing_path(), 0, false}, "timing", out, false);
@@ -224,6 +252,7 @@ void inspect_run_dir(const InspectRequest& req, std::ostream& out) {
 }  // namespace
 
 void inspect_file(const InspectRequest& req, std::ostream& out) {
+  check_openable(req.path);
   if (std::filesystem::is_directory(req.path)) return inspect_run_dir(req, out);
   const std::string kind = file_kind(req.path);
   if (kind == "model") return inspect_model(req, kind, out);

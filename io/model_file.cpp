@@ -1,5 +1,7 @@
 #include "io/model_file.hpp"
 
+#include <cmath>
+
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "io/model_schema.hpp"
@@ -48,6 +50,53 @@ void read_tensors(const h5::File& f, const std::string& prefix, const ModelConfi
   }
 }
 
+namespace {
+
+struct NonFinite {
+  size_t nan = 0, inf = 0;
+  size_t total() const { return nan + inf; }
+};
+
+NonFinite count_non_finite(const float* x, size_t n) {
+  NonFinite c;
+  for (size_t i = 0; i < n; ++i) {
+    c.nan += std::isnan(x[i]);
+    c.inf += std::isinf(x[i]);
+  }
+  return c;
+}
+
+std::string describe(const NonFinite& c) {  // "2 NaN values", "1 NaN and 3 infinite values"
+  if (c.nan && c.inf) return cat(c.nan, " NaN and ", c.inf, " infinite values");
+  const size_t n = c.nan ? c.nan : c.inf;
+  return cat(n, c.nan ? " NaN value" : " infinite value", n > 1 ? "s" : "");
+}
+
+}  // namespace
+
+void check_finite_tensors(const h5::File& f, const std::string& prefix, const ParamLayout& layout,
+                          const float* values) {
+  const TensorSpec* first = nullptr;
+  NonFinite bad;
+  size_t other_tensors = 0;
+  for (const TensorSpec& t : layout.tensors) {
+    const NonFinite c = count_non_finite(values + t.offset, t.numel);
+    if (c.total() == 0) continue;
+    if (first) {
+      ++other_tensors;
+      continue;
+    }
+    first = &t;
+    bad = c;
+  }
+  if (!first) return;
+  const std::string others =
+      other_tensors == 0 ? "" : cat(" (", other_tensors, " more tensor", other_tensors > 1 ? "s hold" : " holds", " some too)");
+  fail("'", f.path, "': tensor '", prefix + first->name, "' holds ", describe(bad), " among its ",
+       first->numel, others, "; training from it would skip every step and eval would give NaN: ",
+       "re-create the model (lctrain init) or use an earlier checkpoint");
+}
+
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       const float* params, const Provenance& prov, bool force) {
   AtomicTarget target(path, force, "model file");
@@ -69,6 +118,7 @@ ModelData read_model_file(const std::string& path) {
   m.layout = ParamLayout::llama(m.config);
   m.params = Buffer<float>(m.layout.total);
   read_tensors(f, "", m.config, m.layout, m.params.data());
+  check_finite_tensors(f, "", m.layout, m.params.data());
   return m;
 }
 

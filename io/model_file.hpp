@@ -21,8 +21,9 @@ struct ModelData {
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                       const float* params, const Provenance& prov, bool force);
 
-// Validates kind, format_version, config, every tensor's presence, dtype and shape, and the
-// data checksums. A checkpoint is accepted wherever a model file is.
+// Validates kind, format_version, config, every tensor's presence, dtype and shape, the
+// data checksums, and that every weight is finite. A checkpoint is accepted wherever a model
+// file is.
 ModelData read_model_file(const std::string& path);
 
 }  // namespace lct

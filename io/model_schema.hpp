@@ -12,5 +12,10 @@ ModelConfig read_model_config(const h5::File& f);
 // Reads every tensor of `layout` from "prefix + name" into out, checking dtype and shape.
 void read_tensors(const h5::File& f, const std::string& prefix, const ModelConfig& config,
                   const ParamLayout& layout, float* out);
+// Throws naming the first tensor of `layout` ("prefix + name") in `values` that holds NaN or
+// infinite values, with how many: a model holding any trains into skipped steps only and
+// evaluates to NaN. Model files are checked on reading; checkpoints may call it as well.
+void check_finite_tensors(const h5::File& f, const std::string& prefix, const ParamLayout& layout,
+                          const float* values);
 
 }  // namespace lct

@@ -49,6 +49,12 @@ std::vector<std::string> model_preset_names() {
   return names;
 }
 
+std::string seq_len_warning(const ModelConfig& c, int64_t seq_len) {
+  if (seq_len <= c.max_position_embeddings) return "";
+  return cat("warning: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
+             c.max_position_embeddings);
+}
+
 int64_t ModelConfig::num_parameters() const {
   const int64_t c = hidden_size, d = head_dim();
   const int64_t attn = c * num_attention_heads * d * 2 + c * num_key_value_heads * d * 2;

@@ -53,6 +53,10 @@ struct ModelConfig {
   }
 };
 
+// The warning train and eval print when their sequences are longer than the model was made
+// for (RoPE then reaches positions it was not meant for); "" when they fit.
+std::string seq_len_warning(const ModelConfig& c, int64_t seq_len);
+
 // Named presets: "tiny" (tests), "small" (the default job), "30m" (the benchmark model).
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();

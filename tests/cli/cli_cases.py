@@ -178,9 +178,9 @@ def prepare_splits_on_separator():
 def config_file_and_precedence():
     with open("run.toml", "w") as f:
         f.write('[init]\npreset = "tiny"\nhidden_size = 128\nseed = 3\n')
-    ok("init", "--config", "run.toml", "-o", "a.h5", env={"LCT_SEED": "9", "LCT_HIDDEN_SIZE": "32"})
+    ok("init", "--config", "run.toml", "-o", "a.h5", env={"LCT_INIT_SEED": "9", "LCT_INIT_HIDDEN_SIZE": "32"})
     ok("init", "--config", "run.toml", "-o", "b.h5", "--hidden-size", "96")
-    ok("init", "-o", "c.h5", env={"LCT_HIDDEN_SIZE": "32"})
+    ok("init", "-o", "c.h5", env={"LCT_INIT_HIDDEN_SIZE": "32"})
     with h5py.File("a.h5") as a, h5py.File("b.h5") as b, h5py.File("c.h5") as c:
         assert a.attrs["hidden_size"] == 128       # file beats environment
         assert a["provenance/config"].attrs["init.seed"] == 3
@@ -802,6 +802,114 @@ def bad_sequence_not_divisible_by_twice_cp():
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r",
                   "--seq-len", "602", "--cp", "2"], "--seq-len 602 is not divisible by 2 x cp = 4", "604",
                  ranks=2)
+
+
+@case
+def bad_eval_seq_len_beyond_max_position_embeddings_warns():
+    """eval warns, in train's words, when its sequences are longer than the model was made for."""
+    ok("init", "-o", "m.h5", "--max-position-embeddings", "512")
+    good_dataset()
+    warning = "warning: --seq-len 600 exceeds the model's max_position_embeddings 512"
+    assert warning in ok("eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600").stdout
+    assert "exceeds" not in ok("eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "512").stdout
+    assert warning in tiny_run("r", steps=1).stdout
+
+
+@case
+def bad_model_non_finite_weights():
+    """NaN or Inf in a model file is refused on reading (by inspect, eval and train alike),
+    naming the tensor and the count: before, training ran into skipped steps only."""
+    good_model()
+    good_dataset()
+    def fn(f):
+        w = f["model.layers.1.mlp.up_proj.weight"]
+        a = w[:]
+        a[3, 5] = np.nan
+        a[0, 1:3] = np.inf
+        w[...] = a
+    edit("m.h5", fn)
+    needles = ["'m.h5'", "'model.layers.1.mlp.up_proj.weight'", "1 NaN and 2 infinite values", "11264"]
+    expect_error(["inspect", "m.h5"], *needles, keep=["m.h5"])
+    expect_error(["eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600"], *needles)
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600"],
+                 *needles)
+
+
+@case
+def bad_eval_loss_not_finite():
+    """Finite weights far too large overflow the forward pass: eval fails (it printed
+    'mean loss -nan' and exited 0) and writes no --out."""
+    good_model()
+    good_dataset()
+    edit("m.h5", lambda f: f["model.norm.weight"].__setitem__(..., np.full(64, 3e38, np.float32)))
+    expect_error(["eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600", "--out", "e.h5"],
+                 "mean loss over 1794 targets is NaN", "overflowed float32", "lctrain inspect m.h5")
+
+
+@case
+def bad_inspect_directory_or_pipe():
+    """inspect takes a file or a run directory: another directory is an error (it was shown as
+    an empty run), and a named pipe is refused before it is opened (opening it hung)."""
+    os.mkdir("notes")
+    expect_error(["inspect", "notes"], "'notes' is a directory but not a run directory", "timing.h5",
+                 "checkpoints/", "inspect shows an HDF5 file")
+    os.mkfifo("pipe")
+    expect_error(["inspect", "pipe"], "'pipe' is a named pipe", "inspect shows an HDF5 file")
+    os.makedirs("r/checkpoints")  # a run that has not reached its first checkpoint yet
+    assert "checkpoints: 0" in ok("inspect", "r").stdout
+
+
+@case
+def bad_passkey_dataset_larger_than_memory():
+    """A passkey dataset that cannot be built in memory is refused before it is generated, with
+    its size and the memory there is (the failed allocation answered with training advice)."""
+    expect_error(["prepare", "--synthetic", "passkey", "--num-docs", "100000", "--doc-length", "100000000",
+                  "-o", "x.h5"], "--num-docs 100000 x --doc-length 100000000 = 1e+13 tokens",
+                 "GiB of memory", "4 bytes per token", "GiB are available", "fewer documents")
+
+
+@case
+def bad_output_path_empty():
+    """An empty output path is a command-line error (exit 2) wherever lctrain writes: init -o ''
+    failed only at the end, at the rename of its temporary file to ''."""
+    good_model()
+    good_dataset()
+    for args, flag, what in [
+        (["init", "-o", ""], "--out", "file"),
+        (["prepare", "--synthetic", "passkey", "-o", ""], "--out", "file"),
+        (["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", ""], "--run-dir", "directory"),
+        (["eval", "--model", "m.h5", "--data", "d.h5", "--out", ""], "--out", "file"),
+        (["bench", "attention", "--out", ""], "--out", "file"),
+    ]:
+        expect_error(args, flag, f"an empty path names no {what}", code=2, keep=["m.h5", "d.h5"])
+
+
+@case
+def help_shows_the_real_default_of_every_flag():
+    """--help showed every boolean flag as '--tensors,--no-tensors{false}', whatever its default."""
+    for args, flag, default in [(["inspect"], "--tensors,--no-tensors", "true"),
+                                (["bench"], "--causal,--no-causal", "true"),
+                                ([], "--bind-threads,--no-bind-threads", "true"),
+                                ([], "--oversubscribe,--no-oversubscribe", "false"),
+                                (["train"], "--dry-run,--no-dry-run", "false")]:
+        text = ok(*args, "--help").stdout
+        assert f"{flag} (default {default})" in text, (args, text)
+        assert "{false}" not in text and "{true}" not in text, text
+
+
+@case
+def environment_variables_are_per_subcommand():
+    """LCT_EVAL_SEQ_LEN sets eval's --seq-len and not train's (one LCT_SEQ_LEN fed train, eval,
+    prepare, inspect and bench at once); global options keep LCT_<OPTION>."""
+    good_model()
+    good_dataset()
+    env = {"LCT_EVAL_SEQ_LEN": "600", "LCT_TRAIN_SEQ_LEN": "512", "LCT_SEQ_LEN": "256", "LCT_THREADS": "1"}
+    p = ok("eval", "--model", "m.h5", "--data", "d.h5", env=env)
+    assert "eval: 3 sequences of 600 tokens" in p.stdout, p.stdout
+    p = ok("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--dry-run", env=env)
+    table = dict(l.split()[:2] for l in p.stdout.splitlines() if l.startswith("  ") and len(l.split()) > 1)
+    assert table["train.seq_len"] == "512" and table["threads"] == "1", p.stdout
+    assert "(Env:LCT_EVAL_SEQ_LEN)" in ok("eval", "--help").stdout
 
 
 def main():
