@@ -24,7 +24,7 @@ namespace {
 void check_passkey_fits_memory(const PrepareOptions& o) {
   const double tokens = double(o.num_docs) * double(o.doc_length);
   const double need = 4.0 * tokens + 10.0 * double(o.doc_length) + 28.0 * double(o.num_docs);
-  const double avail = available_memory_gib() * double(1u << 30);
+  const double avail = available_memory().bytes;
   if (avail <= 0 || need <= 0.95 * avail) return;
   fail("prepare: --num-docs ", o.num_docs, " x --doc-length ", o.doc_length, " = ", tokens,
        " tokens need about ", gib(need), " of memory (the dataset is built whole before it is ",

@@ -149,9 +149,7 @@ int cmd_train(Context& ctx) {
   // 2. The run directory (rank 0's; the others wait to agree).
   std::unique_ptr<RunDirectory> run =
       open_run_directory(world, o, out, checkpoint_bytes(init.layout));
-  if (o.seq_len > mc.max_position_embeddings)
-    out << "warning: --seq-len " << o.seq_len << " exceeds the model's max_position_embeddings "
-        << mc.max_position_embeddings << "\n";
+  if (const std::string w = seq_len_warning(mc, o.seq_len); !w.empty()) out << w << "\n";
 
   // 3. The model, its optimizer and its data.
   std::unique_ptr<AttentionOp> cp_attention = make_cp_attention(mesh, o, mc, shape, cp);

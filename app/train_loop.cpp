@@ -175,6 +175,11 @@ int TrainLoop::train() {
 
   record.finish(out, layout.dp, layout.cp, peak, peak_how);
   write_timing();
+  if (const int64_t k = state.consecutive_skips; k > 0)
+    throw AgreedError(cat("the run reached step ", o.steps, " but its last ", k, " step(s) had a ",
+                          "non-finite loss or gradient and were skipped: the final checkpoint ",
+                          latest_or_none(run_dir), " holds the weights of step ", o.steps - k,
+                          "; lower --lr, raise --warmup-steps or check the data"));
   if (world.root()) out << "wrote " << run_dir->timing_path() << " and " << latest_or_none(run_dir) << std::endl;
   return kExitOk;
 }

@@ -150,6 +150,9 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   read_tensors(f, "", c, layout, out.params);
   read_tensors(f, kAvg, c, layout, out.exp_avg);
   read_tensors(f, kAvgSq, c, layout, out.exp_avg_sq);
+  check_finite_tensors(f, "", layout, out.params);
+  check_finite_tensors(f, kAvg, layout, out.exp_avg);
+  check_finite_tensors(f, kAvgSq, layout, out.exp_avg_sq);
   return s;
 }
 

@@ -1,5 +1,6 @@
 #include "io/h5.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,6 +152,11 @@ void agree_on(const File& f, const std::function<void()>& body) {
 File File::open_read(const std::string& path, const std::string& what) {
   if (access(path.c_str(), F_OK) != 0) fail(what, " '", path, "' does not exist");
   if (access(path.c_str(), R_OK) != 0) fail(what, " '", path, "' is not readable");
+  // Opening a named pipe would block until something writes to it.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(what, " '", path, "' is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file (a pipe, device or socket)",
+         "; give an HDF5 file");
   File f;
   f.path = path;
   f.h = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

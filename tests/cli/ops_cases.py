@@ -295,6 +295,20 @@ def non_finite_steps_are_skipped_counted_and_stop_the_run():
         assert f["train_state"].attrs["step"] == 1
 
 
+@case
+def a_run_whose_last_steps_are_skipped_checkpoints_its_good_weights_and_fails():
+    fixture()
+    p = run(*train_command(lr="1e30"), "--run-dir", "r", "--steps", "3", "--checkpoint-every", "1")
+    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
+    assert p.returncode == 1 and len(errors) == 1, (p.returncode, p.stdout, p.stderr)
+    assert "its last 2 step(s)" in errors[0] and "'r/checkpoints/step_00000003.h5'" in errors[0], errors
+    assert "holds the weights of step 1" in errors[0], errors
+    assert open("r/checkpoints/latest").read().strip() == "step_00000003.h5"
+    a, b = tensors("r/checkpoints/step_00000001.h5"), tensors("r/checkpoints/step_00000003.h5")
+    assert all(np.array_equal(a[n], b[n]) for n in a if n.startswith("model."))
+    assert all(np.all(np.isfinite(b[n])) for n in b)
+
+
 def mount_tmpfs(path, options):
     os.makedirs(path)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path]).returncode != 0:
@@ -564,6 +578,9 @@ def force_never_replaces_what_is_not_a_regular_file():
     os.mkfifo("pipe.h5")
     expect_error(["init", "-o", "pipe.h5", "--force"], "'pipe.h5' exists and is not a regular file")
     assert stat.S_ISFIFO(os.stat("pipe.h5").st_mode)
+    # Nor is one opened as an input (it would block until something writes to it).
+    expect_error(["train", "--model", "pipe.h5", "--data", "d16.h5", "--run-dir", "p"],
+                 "model file 'pipe.h5' is not a regular file")
     os.mkfifo("r")
     expect_error([*TRAIN, "--run-dir", "r", "--steps", "2", "--force"], "run directory 'r'")
     assert stat.S_ISFIFO(os.stat("r").st_mode)
