@@ -17,7 +17,10 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
   const int node = int(topo.share.node_cpus.size());
   const int ranks = topo.share.ranks_on_node;
   const int fair = node / ranks;  // CPUs per rank when ranks share one CPU set
-  const int avail = std::max(1, std::min(own, fair));
+  // Automatic: one thread per physical core (two SMT siblings on one core's FMA units slow
+  // a compute-bound kernel down); --threads or OMP_NUM_THREADS may ask for the siblings too.
+  const int node_cores = topo.share.node_cores > 0 ? topo.share.node_cores : node;
+  const int avail = std::max(1, std::min(topo.cores(), node_cores / ranks));
   const int asked = req.threads > 0 ? req.threads : req.env_threads;
   const int threads = asked > 0 ? asked : avail;
   if (req.allow_oversubscribe) return threads;
@@ -63,7 +66,7 @@ void apply_thread_plan(Topology& topo, const ThreadRequest& req) {
   const bool user_binding = std::getenv("OMP_PROC_BIND") || std::getenv("OMP_PLACES");
   const bool bind = req.bind && !user_binding && threads <= int(topo.cpuset.size());
   if (bind) {
-    const std::vector<int>& cpus = topo.cpuset;
+    const std::vector<int> cpus = topo.binding_order();
 #pragma omp parallel num_threads(threads)
     {
       cpu_set_t mask;

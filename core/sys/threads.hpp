@@ -3,9 +3,10 @@
 // Policy: all parallelism inside a rank is ours (OpenMP). OpenBLAS always runs one thread:
 // lctrain calls it from inside its own parallel regions on per-thread tiles, and Debian's
 // default (pthread) OpenBLAS would otherwise start its own pool on top of ours. A rank runs
-// as many OpenMP threads as it has CPUs of its own: min(|cpuset|, node CPUs / ranks on the
-// node). Asking for more, or starting more ranks than a host has CPUs, is an error unless
-// oversubscription is allowed explicitly (useful only for functional tests).
+// one OpenMP thread per physical core of its own: min(cores in its cpuset, node cores /
+// ranks on the node), SMT siblings left idle (bound one per core). Asking for more than its
+// CPUs, or starting more ranks than a host has CPUs, is an error unless oversubscription is
+// allowed explicitly (useful only for functional tests).
 #pragma once
 #include <string>
 
@@ -16,7 +17,7 @@ namespace lct {
 struct ThreadRequest {
   int threads = 0;                  // --threads; 0 = OMP_NUM_THREADS if set, else automatic
   bool allow_oversubscribe = false;
-  bool bind = true;                 // pin thread i to cpuset[i] when each gets its own CPU
+  bool bind = true;                 // pin thread i to binding_order()[i] when each gets a CPU
   int env_threads = 0;              // OMP_NUM_THREADS (its first level), 0 when unset
 };
 

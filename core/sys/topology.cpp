@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "common/error.hpp"
@@ -36,6 +37,34 @@ std::vector<int> current_cpuset() {
   return cpus;
 }
 
+std::vector<int> core_ids(const std::vector<int>& cpus, const std::string& sysfs) {
+  std::vector<int> ids;
+  for (int c : cpus) {
+    const std::string dir = cat(sysfs, "/cpu", c, "/topology/");
+    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+    int p = 0, k = 0;
+    // Cores are numbered per package: (package, core) names a core; -1 - c when unknown.
+    ids.push_back(package >> p && core >> k ? p * 65536 + k : -1 - c);
+  }
+  return ids;
+}
+
+int distinct(const std::vector<int>& ids) { return int(std::set<int>(ids.begin(), ids.end()).size()); }
+
+int Topology::cores() const { return cpuset_core.empty() ? int(cpuset.size()) : distinct(cpuset_core); }
+
+int Topology::smt() const { return std::max(1, int(cpuset.size()) / std::max(1, cores())); }
+
+std::vector<int> Topology::binding_order() const {
+  if (cpuset_core.empty()) return cpuset;
+  std::vector<int> first, rest;
+  std::set<int> seen;
+  for (size_t i = 0; i < cpuset.size(); ++i)  // cpuset is sorted: the lowest CPU of a core first
+    (seen.insert(cpuset_core[i]).second ? first : rest).push_back(cpuset[i]);
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
+}
+
 namespace {
 
 // "0-3,8,10-11"
@@ -63,8 +92,10 @@ Topology Topology::detect(const NodeShare& share) {
   const bool have_numa = numa_available() >= 0;
   t.numa_nodes = have_numa ? numa_num_configured_nodes() : 1;
   for (int c : t.cpuset) t.cpuset_numa.push_back(have_numa ? std::max(0, numa_node_of_cpu(c)) : 0);
+  t.cpuset_core = core_ids(t.cpuset);
   t.share = share;
   if (t.share.node_cpus.empty()) t.share.node_cpus = t.cpuset;
+  t.share.node_cores = distinct(core_ids(t.share.node_cpus));
   t.cpu = detect_cpu();
   t.isa = t.cpu.widest();
   return t;
@@ -89,7 +120,11 @@ std::string Topology::describe() const {
              numa_nodes == 1 ? "" : "s", "; ", share.ranks_on_node, " rank",
              share.ranks_on_node == 1 ? "" : "s", " on this host sharing CPUs ",
              cpu_list(share.node_cpus), "\n", "rank cpuset ", cpu_list(cpuset), " (NUMA ",
-             numa_list, "); ", threads, " OpenMP thread", threads == 1 ? "" : "s",
+             numa_list, "; ", cores(), " core", cores() == 1 ? "" : "s",
+             smt() > 1 ? cat(", SMT: ", smt(), " CPUs per core") : "", "); ", threads,
+             " OpenMP thread", threads == 1 ? "" : "s",
+             smt() > 1 ? (threads <= cores() ? ", one per core" : ", more than the cores: SMT siblings shared")
+                       : "",
              threads_bound                ? ", each bound to one CPU"
              : omp_get_proc_bind() != omp_proc_bind_false ? ", bound by OMP_PROC_BIND/OMP_PLACES"
                                                           : ", unbound",

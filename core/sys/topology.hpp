@@ -14,6 +14,7 @@ struct NodeShare {
   int ranks_on_node = 1;        // MPI ranks on this host
   int rank_on_node = 0;
   std::vector<int> node_cpus;   // union of the CPU sets of all ranks on this host
+  int node_cores = 0;           // physical cores among node_cpus (0: count the CPUs)
 };
 
 struct Topology {
@@ -22,6 +23,8 @@ struct Topology {
   int cpus_online = 1;
   std::vector<int> cpuset;        // CPUs this rank may run on (sched_getaffinity)
   std::vector<int> cpuset_numa;   // NUMA node of each CPU in cpuset
+  std::vector<int> cpuset_core;   // physical core of each CPU in cpuset (SMT siblings share
+                                  // one); empty: every CPU its own core
   NodeShare share;
   int threads = 1;                // OpenMP threads of this rank (set by the thread plan)
   bool threads_bound = false;     // each thread pinned to one CPU of the cpuset
@@ -33,7 +36,18 @@ struct Topology {
   // Reads the host, libnuma and this process's affinity mask.
   static Topology detect(const NodeShare& share);
   std::string describe() const;   // a few lines for the start-up table
+  int cores() const;              // distinct physical cores in cpuset
+  int smt() const;                // CPUs per core in cpuset (1: no SMT)
+  // The order threads are bound in: one CPU of each core first (its lowest), then the
+  // siblings, so that T <= cores() threads never share a core.
+  std::vector<int> binding_order() const;
 };
+
+// The physical core of each CPU, from sysfs topology (package and core id); a CPU whose
+// topology cannot be read is its own core. `sysfs` is the cpu directory (tests use a fake).
+std::vector<int> core_ids(const std::vector<int>& cpus,
+                          const std::string& sysfs = "/sys/devices/system/cpu");
+int distinct(const std::vector<int>& ids);
 
 // The kernel path for `request` ("auto" = the widest the CPU runs); throws when the CPU
 // cannot run the one asked for. Sets topo.isa and topo.isa_forced.

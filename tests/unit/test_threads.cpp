@@ -1,6 +1,10 @@
 // The thread policy: never more threads x ranks than CPUs, OpenBLAS single-threaded.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "common/error.hpp"
 #include "sys/peak.hpp"
@@ -23,6 +27,43 @@ TEST(ThreadPlan, AutomaticUsesTheCpusThisRankOwns) {
   EXPECT_EQ(plan_threads(machine(1, 2, 2), {}), 1);     // mpirun -np 2 binds one core each
   EXPECT_EQ(plan_threads(machine(8, 8, 2), {}), 4);     // --bind-to none: share fairly
   EXPECT_EQ(plan_threads(machine(4, 16, 4), {}), 4);    // --map-by slot:PE=4
+}
+
+// A fake sysfs cpu directory: CPU c on package 0, core cores[c].
+std::string fake_sysfs(const std::vector<int>& cores) {
+  const std::string root = ::testing::TempDir() + "lct_sysfs_" + std::to_string(::getpid());
+  for (size_t c = 0; c < cores.size(); ++c) {
+    const std::string dir = root + "/cpu" + std::to_string(c) + "/topology";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/physical_package_id") << 0 << "\n";
+    std::ofstream(dir + "/core_id") << cores[c] << "\n";
+  }
+  return root;
+}
+
+TEST(ThreadPlan, WithSmtOneThreadPerPhysicalCoreBoundToOneCpuOfEach) {
+  // AMD numbering: siblings adjacent (CPUs 0,1 are core 0; 2,3 core 1; ...).
+  const std::string sysfs = fake_sysfs({0, 0, 1, 1, 2, 2, 3, 3});
+  Topology t = machine(8, 8, 1);
+  t.cpuset_core = core_ids(t.cpuset, sysfs);
+  t.share.node_cores = distinct(core_ids(t.share.node_cpus, sysfs));
+  EXPECT_EQ(t.cores(), 4);
+  EXPECT_EQ(t.smt(), 2);
+  EXPECT_EQ(plan_threads(t, {}), 4);
+  EXPECT_EQ(t.binding_order(), (std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7}));
+  EXPECT_EQ(plan_threads(t, {8, false, true}), 8);  // asked for: the siblings too
+  // Two ranks sharing the host: two cores each.
+  t.share.ranks_on_node = 2;
+  EXPECT_EQ(plan_threads(t, {}), 2);
+  // Intel numbering: siblings half the host apart (0 and 4 are core 0).
+  const std::string intel = fake_sysfs({0, 1, 2, 3, 0, 1, 2, 3});
+  Topology u = machine(8, 8, 1);
+  u.cpuset_core = core_ids(u.cpuset, intel);
+  EXPECT_EQ(u.binding_order(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(u.cores(), 4);
+  std::filesystem::remove_all(sysfs);
+  // Unreadable topology: every CPU its own core.
+  EXPECT_EQ(distinct(core_ids({0, 1, 2}, "/nonexistent")), 3);
 }
 
 TEST(ThreadPlan, OmpNumThreadsIsHonouredUnlessThreadsIsGiven) {
