@@ -42,6 +42,13 @@ def train(run_dir, *extra, ranks=None, env=None):
     return run(*TRAIN, "--run-dir", run_dir, *extra, env=env)
 
 
+def the_error(returncode, stdout, stderr):
+    """The one 'lctrain: error:' line of a run that must have failed with exit 1."""
+    errors = [l for l in stderr.splitlines() if l.startswith("lctrain: error:")]
+    assert returncode == 1 and len(errors) == 1, (returncode, stdout[-3000:], stderr[-3000:])
+    return errors[0]
+
+
 def tensors(path):
     """Every dataset of a checkpoint but the per-rank rows, as numpy arrays."""
     out = {}
@@ -299,10 +306,9 @@ def non_finite_steps_are_skipped_counted_and_stop_the_run():
 def a_run_whose_last_steps_are_skipped_checkpoints_its_good_weights_and_fails():
     fixture()
     p = run(*train_command(lr="1e30"), "--run-dir", "r", "--steps", "3", "--checkpoint-every", "1")
-    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
-    assert p.returncode == 1 and len(errors) == 1, (p.returncode, p.stdout, p.stderr)
-    assert "its last 2 step(s)" in errors[0] and "'r/checkpoints/step_00000003.h5'" in errors[0], errors
-    assert "holds the weights of step 1" in errors[0], errors
+    error = the_error(p.returncode, p.stdout, p.stderr)
+    assert "its last 2 step(s)" in error and "'r/checkpoints/step_00000003.h5'" in error, error
+    assert "holds the weights of step 1" in error, error
     assert open("r/checkpoints/latest").read().strip() == "step_00000003.h5"
     a, b = tensors("r/checkpoints/step_00000001.h5"), tensors("r/checkpoints/step_00000003.h5")
     assert all(np.array_equal(a[n], b[n]) for n in a if n.startswith("model."))
@@ -513,9 +519,8 @@ def fill(path):
 
 
 def assert_clean_disk_error(p, needle, folder, keep=("fill",)):
-    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
-    assert p.returncode == 1 and len(errors) == 1, (p.returncode, p.stdout, p.stderr)
-    assert needle in errors[0] and "MiB are free" in errors[0], errors[0]
+    error = the_error(p.returncode, p.stdout, p.stderr)
+    assert needle in error and "MiB are free" in error, error
     assert sorted(os.listdir(folder)) == sorted(keep), os.listdir(folder)
 
 
@@ -563,9 +568,8 @@ def full_disk_at_a_timing_table_write_stops_every_rank_cleanly():
         finally:
             if p.p.poll() is None:
                 p.p.kill()
-        errors = [l for l in err.splitlines() if l.startswith("lctrain: error:")]
-        assert p.returncode == 1 and len(errors) == 1, (p.returncode, out, err)
-        assert "timing file 'small/r/timing.h5' needs" in errors[0] and "MiB are free" in errors[0], errors
+        error = the_error(p.returncode, out, err)
+        assert "timing file 'small/r/timing.h5' needs" in error and "MiB are free" in error, error
         left = [f for f in os.listdir("small/r") + os.listdir("small/r/checkpoints") if ".tmp-" in f]
         assert not left, left
     finally:
@@ -638,9 +642,8 @@ def memory_estimate_counts_grad_accum_and_the_cgroup_limit():
         cmd, env = cc.command(*dry, "--batch-size", "200")
         p = subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd],
                            capture_output=True, text=True, env=env, timeout=120)
-        errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
-        assert p.returncode == 1 and len(errors) == 1, (p.returncode, p.stdout, p.stderr)
-        assert "this run needs about" in errors[0] and "(cgroup " in errors[0] and "limit 0.50 GiB" in errors[0]
+        error = the_error(p.returncode, p.stdout, p.stderr)
+        assert "this run needs about" in error and "(cgroup " in error and "limit 0.50 GiB" in error, error
     finally:
         os.rmdir(cg)
 
