@@ -52,13 +52,8 @@ int cmd_bench_ring(Context& ctx) {
     Buffer<char> send(bytes), recv(bytes);
     std::vector<double> t;
     for (int64_t r = 0; r <= o.repeats * 5; ++r) {
-      MPI_Barrier(w.comm);
-      const double t0 = omp_get_wtime();
-      ring.start(send.data(), recv.data(), bytes);
-      ring.wait();
-      double dt = omp_get_wtime() - t0;
-      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, w.comm);
-      if (r > 0) t.push_back(dt);
+      const double dt = timed_hop(ring, send.data(), recv.data(), bytes, w.comm, true);
+      if (r > 0) t.push_back(dt);  // the first is a warm-up
     }
     const double s = median(t), gibs = double(bytes) / s / double(1u << 30);
     char line[128];
@@ -93,11 +88,8 @@ int cmd_bench_ring(Context& ctx) {
     Buffer<char> send(bytes), recv(bytes);
     std::vector<double> tt;
     for (int64_t r = 0; r <= o.repeats; ++r) {
-      MPI_Barrier(w.comm);
-      const double t0 = omp_get_wtime();
-      ring.start(send.data(), recv.data(), bytes);
-      ring.wait();
-      if (r > 0) tt.push_back(omp_get_wtime() - t0);
+      const double dt = timed_hop(ring, send.data(), recv.data(), bytes, w.comm, false);
+      if (r > 0) tt.push_back(dt);
     }
     const double a = median(ta), x = median(tt);
     char line[128];

@@ -41,4 +41,15 @@ void MpiRingTransport::wait() {
   MPI_Waitall(2, req_, MPI_STATUSES_IGNORE);
 }
 
+double timed_hop(RingTransport& ring, const void* send, void* recv, size_t bytes, MPI_Comm comm,
+                 bool slowest) {
+  MPI_Barrier(comm);
+  const double t0 = MPI_Wtime();
+  ring.start(send, recv, bytes);
+  ring.wait();
+  double dt = MPI_Wtime() - t0;
+  if (slowest) MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return dt;
+}
+
 }  // namespace lct

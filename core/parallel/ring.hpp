@@ -34,4 +34,10 @@ class MpiRingTransport : public RingTransport {
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
+// One timed hop for `bench ring`: every rank of `comm` starts together (a barrier), sends
+// `bytes` to the next and receives from the previous. Seconds on this rank, or the slowest
+// rank's when `slowest`.
+double timed_hop(RingTransport& ring, const void* send, void* recv, size_t bytes, MPI_Comm comm,
+                 bool slowest);
+
 }  // namespace lct

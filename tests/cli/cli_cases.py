@@ -388,6 +388,18 @@ def bench_attention_writes_its_table():
 
 
 @case
+def bench_ring_times_the_permute_and_the_step_it_hides_behind():
+    p = ok("bench", "ring", "--sizes", "4,64", "--seq-len", "512", "--repeats", "2", "--out", "ring.h5",
+           ranks=2)
+    assert "ring permute between 2 ranks" in p.stdout, p.stdout
+    with h5py.File("ring.h5", "r") as f:
+        assert list(f["steps/bytes"][:]) == [4096, 65536] and np.all(f["steps/seconds"][:] > 0)
+    with h5py.File("ring-steps.h5", "r") as f:
+        assert list(f["steps/seq_len"][:]) == [512] and f["steps/block_bytes"][0] > 0
+        assert f["steps/attn_step_s"][0] > 0 and f["steps/transfer_s"][0] > 0
+
+
+@case
 def bench_gemm_measures_both_libraries_on_the_training_products():
     p = ok("bench", "gemm", "--preset", "tiny", "--seq-len", "200", "--repeats", "1", "--out", "g.h5")
     assert "lm_head" in p.stdout and "dweight" in p.stdout, p.stdout
