@@ -81,7 +81,7 @@ double RankFigures::imbalance() const {
 TrainRecord::TrainRecord(int ranks) : ranks_(ranks) {
   for (const ColumnSpec& c : kColumns) table_.columns.push_back({c.name, c.unit, c.help, {}, 1});
   for (const ColumnSpec& c : kRankColumns)
-    table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks)});
+    table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks), true});
 }
 
 bool TrainRecord::continue_from(TimingTable previous) {
@@ -90,8 +90,10 @@ bool TrainRecord::continue_from(TimingTable previous) {
     if (previous.columns[c].name != table_.columns[c].name ||
         previous.columns[c].width != table_.columns[c].width)
       return false;
-  previous.summary.clear();
-  table_ = std::move(previous);
+  // Only the values are taken: the columns keep this run's layout, so a one-rank table of
+  // an older lctrain (per-rank columns [rows], not [rows, 1]) continues in today's layout.
+  for (size_t c = 0; c < table_.columns.size(); ++c)
+    table_.columns[c].values = std::move(previous.columns[c].values);
   first_row_ = table_.rows();
   return true;
 }

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Outputs a user reads: the timing table's layout (the same on one rank and on several, and
+the README's pandas lines on both) and an older one-rank table continued by --resume auto.
+
+Each case is one ctest test. Helpers and the runner come from cli_cases.py.
+Run by hand: /usr/bin/python3 tests/cli/output_cases.py --lctrain build/app/lctrain CASE
+"""
+import os
+import re
+import sys
+import textwrap
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, good_model, ok, run, timing  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
+         "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
+RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent"]
+
+
+def fixture():
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
+
+
+def train(run_dir, *extra, ranks=None):
+    """A tiny run; with ranks, context parallelism over all of them."""
+    if ranks:
+        return ok("--oversubscribe", *TRAIN, "--run-dir", run_dir, "--cp", str(ranks), *extra, ranks=ranks)
+    return ok(*TRAIN, "--run-dir", run_dir, *extra)
+
+
+def assert_layout(run_dir, steps, ranks):
+    """Step columns [steps], per-rank columns [steps, ranks], whatever the rank count."""
+    with h5py.File(f"{run_dir}/timing.h5", "r") as f:
+        for name, d in f["steps"].items():
+            want = (steps, ranks) if name in RANK_COLUMNS else (steps,)
+            assert d.shape == want, f"{run_dir}: steps/{name} is {d.shape}, wanted {want}"
+            assert "unit" in d.attrs and d.attrs["help"], name
+        assert set(RANK_COLUMNS) <= set(f["steps"]), list(f["steps"])
+
+
+@case
+def timing_table_has_one_layout_for_every_rank_count():
+    fixture()
+    train("one", "--steps", "3")
+    train("two", "--steps", "3", ranks=2)
+    assert_layout("one", 3, 1)
+    assert_layout("two", 3, 2)
+    with h5py.File("one/timing.h5", "r") as f:
+        assert np.all(f["steps/rank_seconds"][:, 0] > 0)
+        assert np.allclose(f["steps/rank_comm_s"][:, 0], 0)
+    p = ok("inspect", "one/timing.h5")
+    assert "3 rows" in p.stdout and "median tokens/s" in p.stdout, p.stdout
+    print("[steps] and [steps, ranks] on 1 and on 2 ranks")
+
+
+def readme_pandas_block():
+    """The README's python block that builds pandas frames from timing.h5, as printed."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    blocks = [textwrap.dedent(b) for b in blocks]  # the README indents it inside a list item
+    found = [b for b in blocks if "pd.DataFrame" in b and "timing.h5" in b]
+    assert len(found) == 1, f"wanted one README python block with pandas and timing.h5, got {len(found)}"
+    return found[0]
+
+
+@case
+def readme_pandas_lines_read_one_rank_and_two_rank_tables():
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise AssertionError("this case runs the README's pandas lines: apt-get install python3-pandas")
+    fixture()
+    code = readme_pandas_block()
+    print(code)
+    os.makedirs("runs/default")
+    for ranks in (1, 2):  # the README's own path: runs/default/run/timing.h5
+        train("runs/default/run", "--steps", "4", "--force", ranks=ranks if ranks > 1 else None)
+        scope = {}
+        exec(code, scope)  # noqa: S102 - the README's lines, literally
+        steps, per_rank = scope["steps"], scope["ranks"]
+        assert steps.shape[0] == 4 and list(steps["step"]) == [1, 2, 3, 4], steps
+        assert "loss" in steps and "tokens_per_s" in steps, list(steps)
+        assert per_rank["rank_seconds"].shape == (4, ranks), per_rank["rank_seconds"].shape
+        assert set(per_rank.columns.get_level_values(0)) == set(RANK_COLUMNS), per_rank.columns
+        print(f"{ranks} rank(s): steps {steps.shape}, ranks {per_rank.shape}")
+
+
+@case
+def resume_continues_a_one_rank_table_of_the_older_layout():
+    """lctrain before the layout was fixed wrote a one-rank run's per-rank columns as
+    [steps]; --resume auto continues such a table and writes it in today's layout."""
+    fixture()
+    p = run(*TRAIN, "--run-dir", "r", "--steps", "6", "--checkpoint-every", "3", "--stop-at", "3")
+    assert p.returncode == 85, p.stdout + p.stderr
+    old = {}
+    with h5py.File("r/timing.h5", "r+") as f:  # rewrite the per-rank columns as the old binary did
+        for name in RANK_COLUMNS:
+            d = f["steps"][name]
+            attrs, values = dict(d.attrs), d[:].reshape(-1)
+            del f["steps"][name]
+            f["steps"].create_dataset(name, data=values).attrs.update(attrs)
+            old[name] = values
+    ok(*TRAIN, "--run-dir", "r", "--steps", "6", "--checkpoint-every", "3", "--resume", "auto")
+    assert_layout("r", 6, 1)
+    steps = timing("r")[0]
+    assert list(steps["restart"]) == [0, 0, 0, 1, 1, 1], steps["restart"]
+    for name in RANK_COLUMNS:
+        assert np.array_equal(steps[name][:3, 0], old[name]), name  # the earlier rows kept
+    print("a [steps] table of the older layout continued as [steps, 1]")
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
