@@ -173,11 +173,14 @@ int cmd_train(Context& ctx) {
   auto checkpoint = [&] {
     state.data_epoch = loader.epoch();
     state.data_cursor = loader.cursor();
+    const double t0 = omp_get_wtime();
     save_checkpoint(world, run.get(), o.run_dir,
                     {&mc, &model.layout(), model.params(), trainer.optimizer().m(),
                      trainer.optimizer().v(), state, layout,
                      {dp_rank, cp_rank, state.data_epoch, state.data_cursor}},
                     prov, keep);
+    if (world.root())
+      out << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0) << std::endl;
   };
   auto write_timing = [&] {
     agreed(world, [&] {

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Outputs a user reads: the timing table's layout (the same on one rank and on several, and
-the README's pandas lines on both) and an older one-rank table continued by --resume auto.
+the README's pandas lines on both), an older one-rank table continued by --resume auto,
+timestamped step and checkpoint lines, and progress lines of eval and prepare.
 
 Each case is one ctest test. Helpers and the runner come from cli_cases.py.
 Run by hand: /usr/bin/python3 tests/cli/output_cases.py --lctrain build/app/lctrain CASE
 """
+import datetime
 import os
 import re
 import sys
@@ -21,6 +23,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
          "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
 RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent"]
+STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] "
 
 
 def fixture():
@@ -114,6 +117,66 @@ def resume_continues_a_one_rank_table_of_the_older_layout():
     for name in RANK_COLUMNS:
         assert np.array_equal(steps[name][:3, 0], old[name]), name  # the earlier rows kept
     print("a [steps] table of the older layout continued as [steps, 1]")
+
+
+def stamped(stdout, pattern):
+    """The lines of stdout that are `pattern` after a timestamp, with their times."""
+    out = []
+    for line in stdout.splitlines():
+        m = re.match(STAMP + pattern, line)
+        if m:
+            out.append((datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"), m))
+    return out
+
+
+@case
+def step_and_checkpoint_lines_carry_the_time_on_rank_0_only():
+    fixture()
+    before = datetime.datetime.now().replace(microsecond=0)
+    for ranks in (None, 2):
+        run_dir = f"r{ranks or 1}"
+        p = train(run_dir, "--steps", "4", "--checkpoint-every", "2", ranks=ranks)
+        after = datetime.datetime.now()
+        steps = stamped(p.stdout, r"step +(\d+)/4  loss \d")
+        assert [int(m.group(2)) for _, m in steps] == [1, 2, 3, 4], p.stdout  # once each: rank 0
+        ckpts = stamped(p.stdout, r"checkpoint (\S+): ([\d.]+) MiB in ([\d.]+) s \(\d+ MiB/s\)$")
+        assert [m.group(2) for _, m in ckpts] == [f"{run_dir}/checkpoints/step_0000000{s}.h5" for s in (2, 4)], \
+            p.stdout
+        for when, m in steps + ckpts:
+            assert before <= when <= after, (when, before, after)
+        for _, m in ckpts:
+            mib = os.path.getsize(m.group(2)) / 2**20
+            assert abs(float(m.group(3)) - mib) <= 0.05 + 0.01 * mib, (m.group(0), mib)
+            assert 0 <= float(m.group(4)) < 60, m.group(0)
+        print(steps[0][1].group(0), "|", ckpts[0][1].group(0))
+
+
+@case
+def eval_and_prepare_print_progress_with_rates():
+    fixture()
+    # eval: a line per forward pass when asked for every 1 us; none with 0 or the default 10 s.
+    ok(*TRAIN, "--run-dir", "r", "--steps", "1")
+    model = ["eval", "--model", "r/checkpoints/step_00000001.h5", "--data", "d16.h5", "--seq-len", "600"]
+    p = ok(*model, "--progress-every", "1e-6")
+    lines = stamped(p.stdout, r"eval: (\d+) / (\d+) sequences \(([\d.]+)%\), [\d.]+ sequences/s, \S+ so far, eta \S+$")
+    done = [int(m.group(2)) for _, m in lines]
+    assert len(lines) >= 3 and done == sorted(done) and done[-1] == int(lines[-1][1].group(3)), p.stdout
+    for extra in ([], ["--progress-every", "0"]):
+        assert "sequences/s" not in ok(*model, *extra).stdout
+    # prepare: generated documents; text read, then tokenized; and the rate at the end.
+    p = ok("prepare", "--synthetic", "passkey", "--num-docs", "400", "--doc-length", "300", "-o", "p.h5",
+           "--progress-every", "1e-6", ranks=2)
+    gen = stamped(p.stdout, r"prepare: generating: (\d+) / 400 documents \([\d.]+%\), [\d.]+ documents/s")
+    assert len(gen) >= 3 and int(gen[-1][1].group(2)) <= 400, p.stdout
+    assert len(stamped(p.stdout, r"prepared in [\d.]+ s: \d+ documents/s, [\d.]+ M tokens/s$")) == 1, p.stdout
+    lic = "/usr/share/common-licenses"
+    files = sorted(os.path.join(lic, n) for n in os.listdir(lic) if os.path.isfile(os.path.join(lic, n)))
+    p = ok("prepare", "-o", "lic.h5", "--separator", "\\n\\n", "--progress-every", "1e-6", *files)
+    read = stamped(p.stdout, r"prepare: reading: [\d.]+ / [\d.]+ MB from (\d+) of (\d+) files")
+    tok = stamped(p.stdout, r"prepare: tokenizing: [\d.]+ / [\d.]+ MB into (\d+) documents")
+    assert read and int(read[-1][1].group(2)) == len(files), p.stdout  # the last line: every file
+    assert tok and int(tok[-1][1].group(2)) > len(files), p.stdout
+    print(lines[0][1].group(0), "|", gen[0][1].group(0), "|", read[0][1].group(0), "|", tok[-1][1].group(0))
 
 
 if __name__ == "__main__":
