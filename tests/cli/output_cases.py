@@ -1,14 +1,17 @@
 #!/usr/bin/python3
 """Outputs a user reads: the timing table's layout (the same on one rank and on several, and
 the README's pandas lines on both), an older one-rank table continued by --resume auto,
-timestamped step and checkpoint lines, and progress lines of eval and prepare.
+timestamped step and checkpoint lines, progress lines of eval and prepare, and the plots.
 
 Each case is one ctest test. Helpers and the runner come from cli_cases.py.
 Run by hand: /usr/bin/python3 tests/cli/output_cases.py --lctrain build/app/lctrain CASE
 """
 import datetime
+import importlib.util
 import os
 import re
+import shutil
+import subprocess
 import sys
 import textwrap
 
@@ -20,6 +23,7 @@ import cli_cases as cc  # noqa: E402
 from cli_cases import case, good_model, ok, run, timing  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+PLOT = os.path.join(ROOT, "bench", "plot_timing.py")
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
          "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
 RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent"]
@@ -177,6 +181,71 @@ def eval_and_prepare_print_progress_with_rates():
     assert read and int(read[-1][1].group(2)) == len(files), p.stdout  # the last line: every file
     assert tok and int(tok[-1][1].group(2)) > len(files), p.stdout
     print(lines[0][1].group(0), "|", gen[0][1].group(0), "|", read[0][1].group(0), "|", tok[-1][1].group(0))
+
+
+def plot(*args):
+    return subprocess.run([sys.executable, PLOT, *args], capture_output=True, text=True)
+
+
+@case
+def plot_names_are_unique_and_a_missing_table_is_one_error_line():
+    fixture()
+    train("sweep/a/run", "--steps", "3")
+    train("sweep/b/run", "--steps", "3", ranks=2)
+    p = plot("sweep/a/run/timing.h5", "sweep/b/run/timing.h5", "--out", "png")
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir("png")) == ["a_run.png", "b_run.png", "scaling_vs_cp.png"], os.listdir("png")
+    p = plot("sweep/b/run", "--out", "one")  # a run folder stands for its timing.h5
+    assert p.returncode == 0 and os.listdir("one") == ["run.png"], (p.stderr, os.listdir("one"))
+    for bad, needle in [("sweep/c/run/timing.h5", "'sweep/c/run/timing.h5' does not exist"),
+                        ("sweep/c", "'sweep/c' does not exist"),
+                        ("d16.h5", "'d16.h5' is not a training run's timing table")]:
+        p = plot("sweep/a/run/timing.h5", bad, "--out", "png2")
+        lines = p.stderr.splitlines()
+        assert p.returncode == 1 and len(lines) == 1, (p.returncode, p.stderr)
+        assert lines[0].startswith(f"plot_timing.py: error: {needle}"), lines
+        assert not os.path.exists("png2"), "nothing is drawn when a table is missing"
+    print("a_run.png and b_run.png; one error line each:", lines[0])
+
+
+def panels(fig):
+    """{title: axes} of a figure's panels that draw data."""
+    return {a.get_title(): a for a in fig.axes if a.lines or a.patches}
+
+
+@case
+def plot_panels_have_legends_and_scale_to_the_data():
+    fixture()
+    train("two", "--steps", "4", ranks=2)
+    # Per-rank busy time 0.987 and 1.013 of the mean: the panel must show it, not 0 to 100.
+    shutil.copytree("two", "imb")
+    with h5py.File("imb/timing.h5", "r+") as f:
+        for name, v in [("rank_seconds", [0.987, 1.013]), ("rank_comm_s", [0, 0]),
+                        ("rank_allreduce_s", [0, 0])]:
+            f["steps"][name][...] = np.tile(v, (4, 1))
+    # The script as a user runs it, keeping the figure it closes after saving the PNG.
+    spec = importlib.util.spec_from_file_location("plot_timing", PLOT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    figures = []  # pyplot also closes "all" when it first picks its backend
+    mod.plt.close = lambda fig=None: figures.append(fig) if hasattr(fig, "axes") else None
+    sys.argv = [PLOT, "imb/timing.h5", "--out", "png"]
+    assert mod.main() == 0 and len(figures) == 1 and os.path.exists("png/imb.png"), figures
+    fig = figures[0]
+    p = panels(fig)
+    for title in ["learning rate", "gradient norm", "throughput", "model FLOPs utilisation"]:
+        assert title in p, list(p)
+    for title, a in p.items():
+        assert a.get_legend() is not None, f"panel '{title}' has no legend"
+    tps = [a for a in fig.axes for l in a.lines if l.get_label() == "tokens/s"]
+    mfu = [a for a in fig.axes for l in a.lines if l.get_label().startswith("MFU")]
+    assert len(tps) == 1 and len(mfu) == 1 and tps[0].get_position().bounds != mfu[0].get_position().bounds
+    busy = next(a for t, a in p.items() if t.startswith("busy time per rank"))
+    lo, hi = busy.get_ylim()
+    tops = sorted(r.get_y() + r.get_height() for r in busy.patches)
+    assert np.allclose(tops, [0.987, 1.013], atol=1e-3), tops
+    assert lo < 0.987 and hi > 1.013 and hi - lo < 0.1, (lo, hi)  # the 1.3% shows
+    print(f"busy time panel from {lo:.4f} to {hi:.4f}; panels: {sorted(p)}")
 
 
 if __name__ == "__main__":
