@@ -276,6 +276,9 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--seq-len", o.seq_len, int64_t(4096),
         "report packing efficiency for sequences of this many tokens")
       ->check(count(1));
+  r.add(c, "--progress-every", o.progress_every, 10.0,
+        "seconds between progress lines (bytes or documents done, rate); 0 = none")
+      ->check(nonnegative());
   r.add(c, "--force", o.force, false, "replace the output file if it exists");
 }
 
@@ -398,6 +401,9 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
       ->check(count(1));
   r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
       ->check(count(1));
+  r.add(c, "--progress-every", o.progress_every, 10.0,
+        "seconds between progress lines (sequences done, rate, time left); 0 = none")
+      ->check(nonnegative());
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 

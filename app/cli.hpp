@@ -38,6 +38,7 @@ struct PrepareOptions {
   std::string synthetic;            // "passkey" or "" (text files)
   int64_t num_docs, doc_length, key_digits, seed;
   int64_t seq_len;                  // report packing efficiency at this length
+  double progress_every;            // seconds between progress lines; 0 = none
   bool force;
 };
 
@@ -73,6 +74,7 @@ struct TrainOptions {
 struct EvalOptions {
   std::string model, data, out, precision;
   int64_t seq_len, batch_size, max_sequences, block_q, block_k;
+  double progress_every;  // seconds between progress lines; 0 = none
   bool force;
 };
 

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "app/context.hpp"
+#include "app/progress.hpp"
 #include "common/error.hpp"
 #include "io/arrays.hpp"
 #include "io/dataset_file.hpp"
@@ -42,13 +43,16 @@ int cmd_eval(Context& ctx) {
   LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
                               {o.block_q, o.block_k}, ctx.attention_isa(precision), precision});
   std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
+  std::ostream& out = ctx.out();
   PhaseClock clock;
-  const double t0 = omp_get_wtime();
-  const EvalResult r = evaluate(model, ds, o.seq_len, o.batch_size, o.max_sequences, clock);
-  const double secs = omp_get_wtime() - t0;
+  Progress progress(out, "eval", o.progress_every);
+  const EvalResult r = evaluate(model, ds, o.seq_len, o.batch_size, o.max_sequences, clock,
+                                [&](int64_t done, int64_t total) {
+                                  progress.update(double(done), double(total), "sequences");
+                                });
+  const double secs = progress.seconds();
   check_finite_loss(r, o.model);
 
-  std::ostream& out = ctx.out();
   char line[200];
   std::snprintf(line, sizeof line, "eval: %lld sequences of %lld tokens, mean loss %.4f nats over %lld targets (%.1f s)\n",
                 (long long)r.sequences, (long long)o.seq_len, r.mean_loss(), (long long)r.valid_targets, secs);

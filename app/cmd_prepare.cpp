@@ -1,10 +1,14 @@
 // lctrain prepare: text files or synthetic passkey data -> a dataset file, with the
 // statistics that decide the sequence length (tokens per document, packing efficiency).
 #include <algorithm>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 
+#include <omp.h>
+
 #include "app/context.hpp"
+#include "app/progress.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
 #include "data/packing.hpp"
@@ -32,19 +36,40 @@ void check_passkey_fits_memory(const PrepareOptions& o) {
        " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
 }
 
-TokenDataset build(const PrepareOptions& o) {
+// Each phase prints its own progress lines (rate and time left are the phase's): documents
+// generated, or megabytes of text read, then tokenized.
+TokenDataset build(const PrepareOptions& o, std::ostream& out) {
   if (o.synthetic == "passkey") {
     if (!o.inputs.empty())
       fail("prepare: --synthetic passkey generates its data; drop the input files, or drop ",
            "--synthetic to tokenize them");
     check_passkey_fits_memory(o);
-    return make_passkey_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)});
+    Progress gen(out, "prepare: generating", o.progress_every);
+    const PasskeySpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
+    return make_passkey_dataset(spec, [&](int64_t docs) {
+      gen.update(double(docs), double(o.num_docs), "documents");
+    });
   }
   if (o.inputs.empty())
     fail("prepare: no input: give UTF-8 text files, or --synthetic passkey");
   std::vector<TextSource> sources;
-  for (const std::string& path : o.inputs) sources.push_back({path, read_text_file(path)});
-  return tokenize_texts(sources, unescape(o.separator));
+  double read_mb = 0, all_mb = 0;
+  for (const std::string& path : o.inputs) {
+    std::error_code ec;  // an unreadable file is reported by read_text_file
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (!ec) all_mb += double(bytes) / 1e6;
+  }
+  Progress reading(out, "prepare: reading", o.progress_every);
+  for (const std::string& path : o.inputs) {
+    sources.push_back({path, read_text_file(path)});
+    read_mb += double(sources.back().text.size()) / 1e6;
+    reading.update(read_mb, all_mb, "MB",
+                   cat(" from ", sources.size(), " of ", o.inputs.size(), " files"));
+  }
+  Progress tokenizing(out, "prepare: tokenizing", o.progress_every);
+  return tokenize_texts(sources, unescape(o.separator), [&](int64_t docs, size_t bytes) {
+    tokenizing.update(double(bytes) / 1e6, read_mb, "MB", cat(" into ", docs, " documents"));
+  });
 }
 
 }  // namespace
@@ -53,8 +78,10 @@ int cmd_prepare(Context& ctx) {
   ctx.print_startup("prepare", false);
   if (!ctx.world.root()) return kExitOk;
   const PrepareOptions& o = ctx.inv.prepare;
-  const TokenDataset ds = build(o);
+  const double t0 = omp_get_wtime();
+  const TokenDataset ds = build(o, ctx.out());
   write_dataset_file(o.out, ds, ctx.provenance(), o.force);
+  const double secs = omp_get_wtime() - t0;
 
   int64_t longest = 0;
   for (int64_t d = 0; d < ds.num_docs(); ++d) longest = std::max(longest, ds.doc_length(d));
@@ -62,7 +89,10 @@ int cmd_prepare(Context& ctx) {
   out << "wrote " << o.out << ": " << ds.num_docs() << " documents, " << ds.tokens.size()
       << " tokens (" << ds.source << ")\n"
       << "tokens per document: mean " << std::fixed << std::setprecision(1)
-      << double(ds.tokens.size()) / double(ds.num_docs()) << ", max " << longest << "\n";
+      << double(ds.tokens.size()) / double(ds.num_docs()) << ", max " << longest << "\n"
+      << timestamp() << "prepared in " << std::setprecision(2) << secs << " s: " << std::setprecision(0)
+      << double(ds.num_docs()) / secs << " documents/s, " << std::setprecision(1)
+      << double(ds.tokens.size()) / secs / 1e6 << " M tokens/s\n" << std::setprecision(1);
   if (o.seq_len > 0) {
     const Packing p = pack_documents(ds.doc_offsets, o.seq_len);
     out << "packing at seq_len " << o.seq_len << ": " << p.sequences.size() << " sequences, "

@@ -87,11 +87,14 @@ std::string TrainLoop::stop_reason(const RankFigures& ranks, int64_t step) const
 void TrainLoop::checkpoint() {
   state.data_epoch = loader.epoch();
   state.data_cursor = loader.cursor();
+  const double t0 = omp_get_wtime();
   save_checkpoint(ctx.world, run_dir, o.run_dir,
                   {&mc, &model.layout(), model.params(), trainer.optimizer().m(),
                    trainer.optimizer().v(), state, layout,
                    {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}},
                   prov, {o.keep_checkpoints, o.keep_every});
+  ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)
+            << std::endl;
 }
 
 void TrainLoop::write_timing() {

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iomanip>
 #include <ostream>
 
+#include "app/progress.hpp"
 #include "common/stats.hpp"
 #include "sys/memory.hpp"
 
@@ -81,7 +83,7 @@ double RankFigures::imbalance() const {
 TrainRecord::TrainRecord(int ranks) : ranks_(ranks) {
   for (const ColumnSpec& c : kColumns) table_.columns.push_back({c.name, c.unit, c.help, {}, 1});
   for (const ColumnSpec& c : kRankColumns)
-    table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks)});
+    table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks), true});
 }
 
 bool TrainRecord::continue_from(TimingTable previous) {
@@ -90,8 +92,10 @@ bool TrainRecord::continue_from(TimingTable previous) {
     if (previous.columns[c].name != table_.columns[c].name ||
         previous.columns[c].width != table_.columns[c].width)
       return false;
-  previous.summary.clear();
-  table_ = std::move(previous);
+  // Only the values are taken: the columns keep this run's layout, so a one-rank table of
+  // an older lctrain (per-rank columns [rows], not [rows, 1]) continues in today's layout.
+  for (size_t c = 0; c < table_.columns.size(); ++c)
+    table_.columns[c].values = std::move(previous.columns[c].values);
   first_row_ = table_.rows();
   return true;
 }
@@ -127,7 +131,7 @@ std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
                 (long long)st.step, (long long)f.steps, st.loss, st.lr, st.grad_norm, f.seconds,
                 double(st.real_tokens) / f.seconds, f.gflops, 100 * f.gflops / f.peak_gflops, par,
                 duration(eta).c_str(), st.skipped ? "  SKIPPED (non-finite)" : "");
-  return line;
+  return timestamp() + line;
 }
 
 void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
@@ -175,12 +179,13 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
   out << "\n";
 }
 
-std::string duration(double s) {
-  char out[32];
-  if (s < 120) std::snprintf(out, sizeof out, "%.0fs", s);
-  else if (s < 7200) std::snprintf(out, sizeof out, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
-  else std::snprintf(out, sizeof out, "%.0fh%02.0fm", std::floor(s / 3600), std::fmod(s / 60, 60));
-  return out;
+std::string checkpoint_line(const std::string& path, double seconds) {
+  std::error_code ec;
+  const double mib = double(std::filesystem::file_size(path, ec)) / double(1 << 20);
+  char line[96];
+  std::snprintf(line, sizeof line, ": %.1f MiB in %.2f s (%.0f MiB/s)", ec ? 0.0 : mib, seconds,
+                ec ? 0.0 : mib / std::max(seconds, 1e-9));
+  return timestamp() + "checkpoint " + path + line;
 }
 
 }  // namespace lct

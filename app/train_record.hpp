@@ -1,5 +1,5 @@
 // The training run's record: one timing-table row per step (plus one value per rank for the
-// per-rank columns), the step line printed by rank 0, and the verification and figure of
+// per-rank columns), the timestamped step line printed by rank 0, and the verification and figure of
 // merit at the end. A resumed run continues the table it finds, tagging its rows with the
 // restart count; a step repeated after a restart appears once per run that took it.
 #pragma once
@@ -57,6 +57,8 @@ class TrainRecord {
   int ranks_;
 };
 
-std::string duration(double seconds);  // "45s", "3m07s", "2h05m"
+// "[2026-11-22 22:36:03] checkpoint RUN/checkpoints/step_00000200.h5: 35.7 MiB in 0.09 s
+// (385 MiB/s)": rank 0's line after a checkpoint write that took `seconds`.
+std::string checkpoint_line(const std::string& path, double seconds);
 
 }  // namespace lct

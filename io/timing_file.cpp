@@ -33,9 +33,11 @@ void write_timing_file(const std::string& path, const TimingTable& t, const Prov
     std::string order;
     for (const TimingColumn& c : t.columns) {
       const std::string name = "steps/" + c.name;
+      if (!c.per_rank && c.width != 1)
+        fail("timing column '", c.name, "' has ", c.width, " values per row but is not per rank");
       const int64_t rows = int64_t(c.values.size()) / c.width;
       h5::write_array(f, f.h, name, c.values.data(),
-                      c.width > 1 ? std::vector<int64_t>{rows, c.width} : std::vector<int64_t>{rows});
+                      c.per_rank ? std::vector<int64_t>{rows, c.width} : std::vector<int64_t>{rows});
       h5::Handle d(H5Dopen2(f.h, name.c_str(), H5P_DEFAULT), H5Dclose);
       h5::write_attr(d, "unit", c.unit);
       h5::write_attr(d, "help", c.help);
@@ -65,7 +67,10 @@ TimingTable read_timing_file(const std::string& path) {
     const std::string name = "steps/" + c.name;
     const h5::ArrayInfo info = h5::array_info(f, f.h, name);
     c.values.resize(size_t(info.numel()));
-    c.width = info.shape.size() > 1 ? info.shape[1] : 1;
+    // Tables written before the layout was fixed hold a one-rank run's per-rank columns as
+    // [rows]: they read as per_rank = false, width 1 (TrainRecord::continue_from adopts them).
+    c.per_rank = info.shape.size() > 1;
+    c.width = c.per_rank ? info.shape[1] : 1;
     h5::read_array(f, f.h, name, c.values.data());
     h5::Handle d(H5Dopen2(f.h, name.c_str(), H5P_DEFAULT), H5Dclose);
     c.unit = h5::read_string(d, "unit", h5::where(f, name));

@@ -1,7 +1,9 @@
 // The timing table of a run: one row per step, one column per quantity, written as a group
-// /steps with one 1-D dataset per column (h5py: f["steps/loss"][:]; pandas:
-// pd.DataFrame({k: f["steps"][k][:] for k in f["steps"]})). Each column carries a `unit`
-// attribute. The whole file is rewritten atomically, so a crash never leaves a torn table.
+// /steps with one dataset per column: [rows] for a value per row, [rows, ranks] for a value
+// per rank (per_rank columns; [rows, 1] on one rank, so the layout never depends on the rank
+// count). h5py: f["steps/loss"][:], f["steps/rank_seconds"][:, r]. Each column carries `unit`
+// and `help` attributes. The whole file is rewritten atomically, so a crash never leaves a
+// torn table.
 #pragma once
 #include <string>
 #include <vector>
@@ -13,7 +15,8 @@ namespace lct {
 struct TimingColumn {
   std::string name, unit, help;
   std::vector<double> values;  // [rows * width], row-major
-  int64_t width = 1;           // > 1: one value per rank, a [rows, width] dataset
+  int64_t width = 1;           // values per row: the rank count of a per_rank column, else 1
+  bool per_rank = false;       // a [rows, width] dataset (even when width is 1), else [rows]
 };
 
 struct TimingTable {

@@ -37,7 +37,8 @@ int64_t passkey_min_doc_length(int32_t key_digits) {
   return int64_t(2 + kIntro.size() + needle(key).size() + question().size() + key.size());
 }
 
-TokenDataset make_passkey_dataset(const PasskeySpec& spec) {
+TokenDataset make_passkey_dataset(const PasskeySpec& spec,
+                                  const std::function<void(int64_t)>& progress) {
   if (spec.key_digits < 1 || spec.key_digits > 18)
     fail("passkey: key digits ", spec.key_digits, " must be between 1 and 18");
   if (spec.num_docs < 1) fail("passkey: the number of documents must be at least 1");
@@ -68,6 +69,7 @@ TokenDataset make_passkey_dataset(const PasskeySpec& spec) {
     ds.passkey.depth.push_back(filler_total ? double(before) / double(filler_total) : 0.0);
     ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
     ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+    if (progress) progress(d + 1);
   }
   return ds;
 }

@@ -3,6 +3,7 @@
 // model that attends back across the whole document can produce it.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "data/dataset.hpp"
 
@@ -18,7 +19,9 @@ struct PasskeySpec {
 // The shortest document that holds the instructions, the key and the question.
 int64_t passkey_min_doc_length(int32_t key_digits);
 
-// Deterministic in the spec: document d draws from stream (seed, d) only.
-TokenDataset make_passkey_dataset(const PasskeySpec& spec);
+// Deterministic in the spec: document d draws from stream (seed, d) only. `progress` is
+// told the documents made so far after each one.
+TokenDataset make_passkey_dataset(const PasskeySpec& spec,
+                                  const std::function<void(int64_t docs)>& progress = {});
 
 }  // namespace lct

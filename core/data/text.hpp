@@ -1,5 +1,6 @@
 // Text files -> tokenised documents with the byte tokenizer.
 #pragma once
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,7 +23,9 @@ std::string unescape(const std::string& s);
 
 // One document per source, or one per piece between separators when `separator` is not
 // empty. Empty pieces are skipped. Throws lct::Error naming the source and byte offset of
-// invalid UTF-8, or when no document remains.
-TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator);
+// invalid UTF-8, or when no document remains. `progress` is told the documents made and
+// the input bytes consumed so far after each document.
+TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator,
+                            const std::function<void(int64_t docs, size_t bytes)>& progress = {});
 
 }  // namespace lct

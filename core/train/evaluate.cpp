@@ -5,7 +5,7 @@
 namespace lct {
 
 EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
-                    int64_t max_sequences, PhaseClock& clock) {
+                    int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress) {
   const Packing packing = pack_documents(ds.doc_offsets, seq_len);
   int64_t n = int64_t(packing.sequences.size());
   if (max_sequences > 0) n = std::min(n, max_sequences);
@@ -18,6 +18,7 @@ EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, 
     r.loss_sum += model.forward(b, clock, argmax.data());
     r.valid_targets += b.valid_targets();
     r.sequences += b.B;
+    if (progress) progress(r.sequences, n);
     if (ds.passkey.empty()) continue;
     for (int64_t s = 0; s < b.B; ++s) {
       int64_t at = s * seq_len;  // stream position of the span's first token

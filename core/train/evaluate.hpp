@@ -6,6 +6,7 @@
 // produces the key iff each digit's argmax is right given the right digits before it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/clock.hpp"
@@ -23,8 +24,11 @@ struct EvalResult {
   double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
 };
 
+// Sequences done so far and in all, after each forward pass (for progress lines).
+using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+
 // Runs over the packed sequences [0, max_sequences) (all when 0), B at a time.
 EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
-                    int64_t max_sequences, PhaseClock& clock);
+                    int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress = {});
 
 }  // namespace lct

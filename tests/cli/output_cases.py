@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""Outputs a user reads: the timing table's layout (the same on one rank and on several, and
+the README's pandas lines on both), an older one-rank table continued by --resume auto,
+timestamped step and checkpoint lines, progress lines of eval and prepare, and the plots.
+
+Each case is one ctest test. Helpers and the runner come from cli_cases.py.
+Run by hand: /usr/bin/python3 tests/cli/output_cases.py --lctrain build/app/lctrain CASE
+"""
+import datetime
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, good_model, ok, run, timing  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+PLOT = os.path.join(ROOT, "bench", "plot_timing.py")
+TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
+         "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
+RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent"]
+STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] "
+
+
+def fixture():
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
+
+
+def train(run_dir, *extra, ranks=None):
+    """A tiny run; with ranks, context parallelism over all of them."""
+    if ranks:
+        return ok("--oversubscribe", *TRAIN, "--run-dir", run_dir, "--cp", str(ranks), *extra, ranks=ranks)
+    return ok(*TRAIN, "--run-dir", run_dir, *extra)
+
+
+def assert_layout(run_dir, steps, ranks):
+    """Step columns [steps], per-rank columns [steps, ranks], whatever the rank count."""
+    with h5py.File(f"{run_dir}/timing.h5", "r") as f:
+        for name, d in f["steps"].items():
+            want = (steps, ranks) if name in RANK_COLUMNS else (steps,)
+            assert d.shape == want, f"{run_dir}: steps/{name} is {d.shape}, wanted {want}"
+            assert "unit" in d.attrs and d.attrs["help"], name
+        assert set(RANK_COLUMNS) <= set(f["steps"]), list(f["steps"])
+
+
+@case
+def timing_table_has_one_layout_for_every_rank_count():
+    fixture()
+    train("one", "--steps", "3")
+    train("two", "--steps", "3", ranks=2)
+    assert_layout("one", 3, 1)
+    assert_layout("two", 3, 2)
+    with h5py.File("one/timing.h5", "r") as f:
+        assert np.all(f["steps/rank_seconds"][:, 0] > 0)
+        assert np.allclose(f["steps/rank_comm_s"][:, 0], 0)
+    p = ok("inspect", "one/timing.h5")
+    assert "3 rows" in p.stdout and "median tokens/s" in p.stdout, p.stdout
+    print("[steps] and [steps, ranks] on 1 and on 2 ranks")
+
+
+def readme_pandas_block():
+    """The README's python block that builds pandas frames from timing.h5, as printed."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    blocks = [textwrap.dedent(b) for b in blocks]  # the README indents it inside a list item
+    found = [b for b in blocks if "pd.DataFrame" in b and "timing.h5" in b]
+    assert len(found) == 1, f"wanted one README python block with pandas and timing.h5, got {len(found)}"
+    return found[0]
+
+
+@case
+def readme_pandas_lines_read_one_rank_and_two_rank_tables():
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise AssertionError("this case runs the README's pandas lines: apt-get install python3-pandas")
+    fixture()
+    code = readme_pandas_block()
+    print(code)
+    os.makedirs("runs/default")
+    for ranks in (1, 2):  # the README's own path: runs/default/run/timing.h5
+        train("runs/default/run", "--steps", "4", "--force", ranks=ranks if ranks > 1 else None)
+        scope = {}
+        exec(code, scope)  # noqa: S102 - the README's lines, literally
+        steps, per_rank = scope["steps"], scope["ranks"]
+        assert steps.shape[0] == 4 and list(steps["step"]) == [1, 2, 3, 4], steps
+        assert "loss" in steps and "tokens_per_s" in steps, list(steps)
+        assert per_rank["rank_seconds"].shape == (4, ranks), per_rank["rank_seconds"].shape
+        assert set(per_rank.columns.get_level_values(0)) == set(RANK_COLUMNS), per_rank.columns
+        print(f"{ranks} rank(s): steps {steps.shape}, ranks {per_rank.shape}")
+
+
+@case
+def resume_continues_a_one_rank_table_of_the_older_layout():
+    """lctrain before the layout was fixed wrote a one-rank run's per-rank columns as
+    [steps]; --resume auto continues such a table and writes it in today's layout."""
+    fixture()
+    p = run(*TRAIN, "--run-dir", "r", "--steps", "6", "--checkpoint-every", "3", "--stop-at", "3")
+    assert p.returncode == 85, p.stdout + p.stderr
+    old = {}
+    with h5py.File("r/timing.h5", "r+") as f:  # rewrite the per-rank columns as the old binary did
+        for name in RANK_COLUMNS:
+            d = f["steps"][name]
+            attrs, values = dict(d.attrs), d[:].reshape(-1)
+            del f["steps"][name]
+            f["steps"].create_dataset(name, data=values).attrs.update(attrs)
+            old[name] = values
+    ok(*TRAIN, "--run-dir", "r", "--steps", "6", "--checkpoint-every", "3", "--resume", "auto")
+    assert_layout("r", 6, 1)
+    steps = timing("r")[0]
+    assert list(steps["restart"]) == [0, 0, 0, 1, 1, 1], steps["restart"]
+    for name in RANK_COLUMNS:
+        assert np.array_equal(steps[name][:3, 0], old[name]), name  # the earlier rows kept
+    print("a [steps] table of the older layout continued as [steps, 1]")
+
+
+def stamped(stdout, pattern):
+    """The lines of stdout that are `pattern` after a timestamp, with their times."""
+    out = []
+    for line in stdout.splitlines():
+        m = re.match(STAMP + pattern, line)
+        if m:
+            out.append((datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"), m))
+    return out
+
+
+@case
+def step_and_checkpoint_lines_carry_the_time_on_rank_0_only():
+    fixture()
+    before = datetime.datetime.now().replace(microsecond=0)
+    for ranks in (None, 2):
+        run_dir = f"r{ranks or 1}"
+        p = train(run_dir, "--steps", "4", "--checkpoint-every", "2", ranks=ranks)
+        after = datetime.datetime.now()
+        steps = stamped(p.stdout, r"step +(\d+)/4  loss \d")
+        assert [int(m.group(2)) for _, m in steps] == [1, 2, 3, 4], p.stdout  # once each: rank 0
+        ckpts = stamped(p.stdout, r"checkpoint (\S+): ([\d.]+) MiB in ([\d.]+) s \(\d+ MiB/s\)$")
+        assert [m.group(2) for _, m in ckpts] == [f"{run_dir}/checkpoints/step_0000000{s}.h5" for s in (2, 4)], \
+            p.stdout
+        for when, m in steps + ckpts:
+            assert before <= when <= after, (when, before, after)
+        for _, m in ckpts:
+            mib = os.path.getsize(m.group(2)) / 2**20
+            assert abs(float(m.group(3)) - mib) <= 0.05 + 0.01 * mib, (m.group(0), mib)
+            assert 0 <= float(m.group(4)) < 60, m.group(0)
+        print(steps[0][1].group(0), "|", ckpts[0][1].group(0))
+
+
+@case
+def eval_and_prepare_print_progress_with_rates():
+    fixture()
+    # eval: a line per forward pass when asked for every 1 us; none with 0 or the default 10 s.
+    ok(*TRAIN, "--run-dir", "r", "--steps", "1")
+    model = ["eval", "--model", "r/checkpoints/step_00000001.h5", "--data", "d16.h5", "--seq-len", "600"]
+    p = ok(*model, "--progress-every", "1e-6")
+    lines = stamped(p.stdout, r"eval: (\d+) / (\d+) sequences \(([\d.]+)%\), [\d.]+ sequences/s, \S+ so far, eta \S+$")
+    done = [int(m.group(2)) for _, m in lines]
+    assert len(lines) >= 3 and done == sorted(done) and done[-1] == int(lines[-1][1].group(3)), p.stdout
+    for extra in ([], ["--progress-every", "0"]):
+        assert "sequences/s" not in ok(*model, *extra).stdout
+    # prepare: generated documents; text read, then tokenized; and the rate at the end.
+    p = ok("prepare", "--synthetic", "passkey", "--num-docs", "400", "--doc-length", "300", "-o", "p.h5",
+           "--progress-every", "1e-6", ranks=2)
+    gen = stamped(p.stdout, r"prepare: generating: (\d+) / 400 documents \([\d.]+%\), [\d.]+ documents/s")
+    assert len(gen) >= 3 and int(gen[-1][1].group(2)) <= 400, p.stdout
+    assert len(stamped(p.stdout, r"prepared in [\d.]+ s: \d+ documents/s, [\d.]+ M tokens/s$")) == 1, p.stdout
+    lic = "/usr/share/common-licenses"
+    files = sorted(os.path.join(lic, n) for n in os.listdir(lic) if os.path.isfile(os.path.join(lic, n)))
+    p = ok("prepare", "-o", "lic.h5", "--separator", "\\n\\n", "--progress-every", "1e-6", *files)
+    read = stamped(p.stdout, r"prepare: reading: [\d.]+ / [\d.]+ MB from (\d+) of (\d+) files")
+    tok = stamped(p.stdout, r"prepare: tokenizing: [\d.]+ / [\d.]+ MB into (\d+) documents")
+    assert read and int(read[-1][1].group(2)) == len(files), p.stdout  # the last line: every file
+    assert tok and int(tok[-1][1].group(2)) > len(files), p.stdout
+    print(lines[0][1].group(0), "|", gen[0][1].group(0), "|", read[0][1].group(0), "|", tok[-1][1].group(0))
+
+
+def plot(*args):
+    return subprocess.run([sys.executable, PLOT, *args], capture_output=True, text=True)
+
+
+@case
+def plot_names_are_unique_and_a_missing_table_is_one_error_line():
+    fixture()
+    train("sweep/a/run", "--steps", "3")
+    train("sweep/b/run", "--steps", "3", ranks=2)
+    p = plot("sweep/a/run/timing.h5", "sweep/b/run/timing.h5", "--out", "png")
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir("png")) == ["a_run.png", "b_run.png", "scaling_vs_cp.png"], os.listdir("png")
+    p = plot("sweep/b/run", "--out", "one")  # a run folder stands for its timing.h5
+    assert p.returncode == 0 and os.listdir("one") == ["run.png"], (p.stderr, os.listdir("one"))
+    for bad, needle in [("sweep/c/run/timing.h5", "'sweep/c/run/timing.h5' does not exist"),
+                        ("sweep/c", "'sweep/c' does not exist"),
+                        ("d16.h5", "'d16.h5' is not a training run's timing table")]:
+        p = plot("sweep/a/run/timing.h5", bad, "--out", "png2")
+        lines = p.stderr.splitlines()
+        assert p.returncode == 1 and len(lines) == 1, (p.returncode, p.stderr)
+        assert lines[0].startswith(f"plot_timing.py: error: {needle}"), lines
+        assert not os.path.exists("png2"), "nothing is drawn when a table is missing"
+    print("a_run.png and b_run.png; one error line each:", lines[0])
+
+
+def panels(fig):
+    """{title: axes} of a figure's panels that draw data."""
+    return {a.get_title(): a for a in fig.axes if a.lines or a.patches}
+
+
+@case
+def plot_panels_have_legends_and_scale_to_the_data():
+    fixture()
+    train("two", "--steps", "4", ranks=2)
+    # Per-rank busy time 0.987 and 1.013 of the mean: the panel must show it, not 0 to 100.
+    shutil.copytree("two", "imb")
+    with h5py.File("imb/timing.h5", "r+") as f:
+        for name, v in [("rank_seconds", [0.987, 1.013]), ("rank_comm_s", [0, 0]),
+                        ("rank_allreduce_s", [0, 0])]:
+            f["steps"][name][...] = np.tile(v, (4, 1))
+    # The script as a user runs it, keeping the figure it closes after saving the PNG.
+    spec = importlib.util.spec_from_file_location("plot_timing", PLOT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    figures = []  # pyplot also closes "all" when it first picks its backend
+    mod.plt.close = lambda fig=None: figures.append(fig) if hasattr(fig, "axes") else None
+    sys.argv = [PLOT, "imb/timing.h5", "--out", "png"]
+    assert mod.main() == 0 and len(figures) == 1 and os.path.exists("png/imb.png"), figures
+    fig = figures[0]
+    p = panels(fig)
+    for title in ["learning rate", "gradient norm", "throughput", "model FLOPs utilisation"]:
+        assert title in p, list(p)
+    for title, a in p.items():
+        assert a.get_legend() is not None, f"panel '{title}' has no legend"
+    tps = [a for a in fig.axes for l in a.lines if l.get_label() == "tokens/s"]
+    mfu = [a for a in fig.axes for l in a.lines if l.get_label().startswith("MFU")]
+    assert len(tps) == 1 and len(mfu) == 1 and tps[0].get_position().bounds != mfu[0].get_position().bounds
+    busy = next(a for t, a in p.items() if t.startswith("busy time per rank"))
+    lo, hi = busy.get_ylim()
+    tops = sorted(r.get_y() + r.get_height() for r in busy.patches)
+    assert np.allclose(tops, [0.987, 1.013], atol=1e-3), tops
+    assert lo < 0.987 and hi > 1.013 and hi - lo < 0.1, (lo, hi)  # the 1.3% shows
+    print(f"busy time panel from {lo:.4f} to {hi:.4f}; panels: {sorted(p)}")
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
