@@ -372,6 +372,10 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
         "context-parallel attention: ring (K/V travel the ring) or allgather (Llama 3)")
       ->check(CLI::IsMember({"ring", "allgather"}));
+  r.add(c, "--cp-transport", o.cp_transport, std::string("auto"),
+        "how ring blocks travel: shm (ranks of one node write into each other's slots in an MPI "
+        "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")
+      ->check(CLI::IsMember({"auto", "shm", "mpi"}));
   r.add(c, "--cp-split", o.cp_split, std::string("zigzag"),
         "how sequences are cut across cp ranks: zigzag (balanced) or contiguous (for comparison)")
       ->check(CLI::IsMember({"zigzag", "contiguous"}));

@@ -67,7 +67,7 @@ struct TrainOptions {
   double peak_gflops;
   bool force, dry_run, allow_data_change;
   int64_t dp, cp;
-  std::string cp_algo, cp_split;
+  std::string cp_algo, cp_split, cp_transport;
   std::string precision;      // fp32 | bf16
 };
 

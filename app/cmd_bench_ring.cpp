@@ -36,36 +36,47 @@ int cmd_bench_ring(Context& ctx) {
   if (w.size < 2) out << "note: one rank: the ring sends to itself (a memory copy)\n";
 
   TimingTable permute, steps;
-  for (const char* c : {"ranks", "bytes", "seconds", "gib_per_s"}) permute.columns.push_back({c, "", "", {}, 1});
-  for (const char* c : {"ranks", "seq_len", "block_bytes", "attn_step_s", "transfer_s", "hidden"})
+  for (const char* c : {"ranks", "shm", "bytes", "seconds", "gib_per_s"})
+    permute.columns.push_back({c, "", "", {}, 1});
+  for (const char* c : {"ranks", "seq_len", "block_bytes", "attn_step_s", "transfer_s",
+                        "transfer_shm_s", "hidden", "hidden_shm"})
     steps.columns.push_back({c, "", "", {}, 1});
   auto add = [](TimingTable& t, std::initializer_list<double> row) {
     size_t i = 0;
     for (double v : row) t.columns[i++].values.push_back(v);
   };
 
-  out << "ring permute between " << w.size << " ranks (median of " << o.repeats * 5 << "):\n"
-      << "     KiB     latency us   GiB/s per rank\n";
-  MpiRingTransport ring(w.comm, 21);
-  for (const int64_t kib : sizes) {
-    const size_t bytes = size_t(kib) * 1024;
-    Buffer<char> send(bytes), recv(bytes);
-    std::vector<double> t;
-    for (int64_t r = 0; r <= o.repeats * 5; ++r) {
-      const double dt = timed_hop(ring, send.data(), recv.data(), bytes, w.comm, true);
-      if (r > 0) t.push_back(dt);  // the first is a warm-up
+  // Both transports, each with room for the largest message and the largest ring block.
+  const int64_t N = std::max(2, w.size), H = o.heads, KV = o.kv_heads, D = o.head_dim;
+  size_t capacity = 0;
+  for (const int64_t kib : sizes) capacity = std::max(capacity, size_t(kib) * 1024);
+  for (const int64_t S : lens) capacity = std::max(capacity, KvBlocks::bytes_for(S / N, KV * D, sizeof(float)));
+  const std::unique_ptr<RingTransport> rings[2] = {
+      make_ring_transport(CpTransport::Mpi, w.comm, 21, capacity),
+      make_ring_transport(CpTransport::Shm, w.comm, 22, capacity)};
+  out << "ring permute between " << w.size << " ranks (median of " << o.repeats * 5 << "), "
+      << "mpi: two-sided MPI; shm: " << rings[1]->describe() << ":\n"
+      << "     KiB  transport   latency us   GiB/s per rank\n";
+  Buffer<char> send(capacity);
+  for (const int64_t kib : sizes)
+    for (int shm = 0; shm < 2; ++shm) {
+      const size_t bytes = size_t(kib) * 1024;
+      std::vector<double> t;
+      for (int64_t r = 0; r <= o.repeats * 5; ++r) {
+        const double dt = timed_hop(*rings[shm], send.data(), bytes, w.comm, true);
+        if (r > 0) t.push_back(dt);  // the first is a warm-up
+      }
+      const double s = median(t), gibs = double(bytes) / s / double(1u << 30);
+      char line[128];
+      std::snprintf(line, sizeof line, "%8lld %10s %12.1f %16.2f\n", (long long)kib,
+                    shm ? "shm" : "mpi", s * 1e6, gibs);
+      out << line;
+      add(permute, {double(w.size), double(shm), double(bytes), s, gibs});
     }
-    const double s = median(t), gibs = double(bytes) / s / double(1u << 30);
-    char line[128];
-    std::snprintf(line, sizeof line, "%8lld %14.1f %16.2f\n", (long long)kib, s * 1e6, gibs);
-    out << line;
-    add(permute, {double(w.size), double(bytes), s, gibs});
-  }
 
   out << "attention per ring step (remote block, " << o.heads << " heads x " << o.head_dim
       << ", KV heads " << o.kv_heads << ") vs moving that block:\n"
-      << "  seq_len   block MiB   attn step s   transfer s   hidden\n";
-  const int64_t N = std::max(2, w.size), H = o.heads, KV = o.kv_heads, D = o.head_dim;
+      << "  seq_len   block MiB   attn step s   transfer s (mpi / shm)   hidden (mpi / shm)\n";
   for (const int64_t S : lens) {
     if (S % (2 * N) != 0) fail("--seq-len ", S, " is not divisible by 2 x ranks = ", 2 * N);
     const int64_t Tl = S / N;
@@ -85,18 +96,23 @@ int cmd_bench_ring(Context& ctx) {
       if (r > 0) ta.push_back(omp_get_wtime() - t0);
     }
     const size_t bytes = KvBlocks::bytes_for(Tl, KV * D, sizeof(float));
-    Buffer<char> send(bytes), recv(bytes);
-    std::vector<double> tt;
-    for (int64_t r = 0; r <= o.repeats; ++r) {
-      const double dt = timed_hop(ring, send.data(), recv.data(), bytes, w.comm, false);
-      if (r > 0) tt.push_back(dt);
+    double x[2];
+    for (int shm = 0; shm < 2; ++shm) {
+      std::vector<double> tt;
+      for (int64_t r = 0; r <= o.repeats; ++r) {
+        const double dt = timed_hop(*rings[shm], send.data(), bytes, w.comm, false);
+        if (r > 0) tt.push_back(dt);
+      }
+      x[shm] = median(tt);
     }
-    const double a = median(ta), x = median(tt);
-    char line[128];
-    std::snprintf(line, sizeof line, "%9lld %11.2f %13.4f %12.4f   %s\n", (long long)S,
-                  double(bytes) / double(1 << 20), a, x, a > x ? "yes" : "no");
+    const double a = median(ta);
+    char line[160];
+    std::snprintf(line, sizeof line, "%9lld %11.2f %13.4f %11.4f / %.4f %11s / %s\n", (long long)S,
+                  double(bytes) / double(1 << 20), a, x[0], x[1], a > x[0] ? "yes" : "no",
+                  a > x[1] ? "yes" : "no");
     out << line;
-    add(steps, {double(w.size), double(S), double(bytes), a, x, a > x ? 1.0 : 0.0});
+    add(steps, {double(w.size), double(S), double(bytes), a, x[0], x[1], a > x[0] ? 1.0 : 0.0,
+                a > x[1] ? 1.0 : 0.0});
   }
   out << std::flush;
   if (!o.out.empty() && w.root()) {

@@ -39,7 +39,7 @@ std::unique_ptr<AttentionOp> make_cp_attention(const Mesh& mesh, const TrainOpti
   const int64_t H = mc.num_attention_heads, KV = mc.num_key_value_heads, D = mc.head_dim();
   if (o.cp_algo == "ring")
     return std::make_unique<RingAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
-                                           shape.precision);
+                                           shape.precision, parse_cp_transport(o.cp_transport));
   return std::make_unique<AllGatherAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
                                               shape.precision);
 }
@@ -153,6 +153,8 @@ int cmd_train(Context& ctx) {
 
   // 3. The model, its optimizer and its data.
   std::unique_ptr<AttentionOp> cp_attention = make_cp_attention(mesh, o, mc, shape, cp);
+  if (auto* ring = dynamic_cast<RingAttention*>(cp_attention.get()))
+    out << "ring transport (--cp-transport " << o.cp_transport << "), rank 0: " << ring->describe() << "\n";
   LlamaModel model(mc, shape, cp_attention.get());
   std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
   init.params = Buffer<float>();

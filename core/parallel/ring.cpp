@@ -1,51 +1,198 @@
 #include "parallel/ring.hpp"
 
+#include <immintrin.h>
+#include <sched.h>
+
 #include <climits>
+#include <cstdint>
+#include <cstring>
 
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
 
 namespace lct {
 
-MpiRingTransport::MpiRingTransport(MPI_Comm comm, int tag) : comm_(comm), tag_(tag) {
-  int rank, size;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  next_ = (rank + 1) % size;
-  prev_ = (rank + size - 1) % size;
-  MPI_Group group, world;
-  MPI_Comm_group(comm, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_translate_ranks(group, 1, &prev_, world, &prev_world_);
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
+CpTransport parse_cp_transport(const std::string& s) {
+  if (s == "mpi") return CpTransport::Mpi;
+  if (s == "shm") return CpTransport::Shm;
+  if (s == "auto") return CpTransport::Auto;
+  fail("--cp-transport ", s, ": use auto, shm or mpi");
 }
 
-MpiRingTransport::~MpiRingTransport() { wait(); }
-
-void MpiRingTransport::start(const void* send, void* recv, size_t bytes) {
-  if (bytes > size_t(INT_MAX))
-    fail("ring message of ", bytes, " bytes exceeds MPI's 2 GiB count limit; use more cp ranks");
-  MPI_Irecv(recv, int(bytes), MPI_BYTE, prev_, tag_, comm_, &req_[0]);
-  MPI_Isend(send, int(bytes), MPI_BYTE, next_, tag_, comm_, &req_[1]);
-  bytes_sent += bytes;
+const char* cp_transport_name(CpTransport t) {
+  return t == CpTransport::Mpi ? "mpi" : t == CpTransport::Shm ? "shm" : "auto";
 }
 
-void MpiRingTransport::progress() {
-  int done;
-  MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE);
+namespace {
+
+int rank_in(MPI_Comm comm) {
+  int r;
+  MPI_Comm_rank(comm, &r);
+  return r;
 }
 
-void MpiRingTransport::wait() {
-  WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);
-  MPI_Waitall(2, req_, MPI_STATUSES_IGNORE);
+// `rank` of `from` as a rank of `to` (MPI_UNDEFINED when it is not in `to`).
+int translate(MPI_Comm from, int rank, MPI_Comm to) {
+  MPI_Group a, b;
+  MPI_Comm_group(from, &a);
+  MPI_Comm_group(to, &b);
+  int out = MPI_UNDEFINED;
+  MPI_Group_translate_ranks(a, 1, &rank, b, &out);
+  MPI_Group_free(&a);
+  MPI_Group_free(&b);
+  return out;
 }
 
-double timed_hop(RingTransport& ring, const void* send, void* recv, size_t bytes, MPI_Comm comm,
-                 bool slowest) {
+// Each rank's part of the window: two counters on a cache line of their own, then the slots.
+//   ready:   the hops this rank is ready to receive (it has finished with the slot the next
+//            one lands in): raised by the receiver in start()
+//   arrived: the hops that have landed in this rank's slots: raised by the sender
+struct alignas(64) Flags {
+  int64_t ready;
+  char pad[56];
+  int64_t arrived;
+};
+constexpr size_t kHeader = 2 * 64;
+
+class Transport : public RingTransport {
+ public:
+  Transport(CpTransport kind, MPI_Comm comm, int tag, size_t capacity, int slots)
+      : comm_(comm), tag_(tag), capacity_(capacity), slots_(slots) {
+    int size;
+    MPI_Comm_size(comm, &size);
+    const int rank = rank_in(comm);
+    next_ = (rank + 1) % size;
+    prev_ = (rank + size - 1) % size;
+    prev_world_ = translate(comm, prev_, MPI_COMM_WORLD);
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_);
+    const int next_node = translate(comm, next_, node_), prev_node = translate(comm, prev_, node_);
+    const bool shm = kind != CpTransport::Mpi && size > 1;
+    send_shm_ = shm && next_node != MPI_UNDEFINED;
+    recv_shm_ = shm && prev_node != MPI_UNDEFINED;
+    // Every rank of the node takes part in the window (collective), even one whose hops
+    // both cross nodes.
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each part on its owner's NUMA node
+    char* base = nullptr;
+    MPI_Win_allocate_shared(MPI_Aint(kHeader + size_t(slots) * capacity), 1, info, node_, &base, &win_);
+    MPI_Info_free(&info);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, win_);
+    mine_ = base;
+    std::memset(mine_, 0, kHeader);
+    MPI_Win_sync(win_);
+    MPI_Barrier(node_);  // every part's counters are zero before any rank uses them
+    if (send_shm_) {
+      MPI_Aint bytes;
+      int disp;
+      MPI_Win_shared_query(win_, next_node, &bytes, &disp, &next_base_);
+    }
+  }
+
+  ~Transport() override {
+    wait();
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+    MPI_Comm_free(&node_);
+  }
+
+  char* slot(int i) override { return mine_ + kHeader + size_t(i) * capacity_; }
+
+  void start(const void* send, int to, size_t bytes) override {
+    if (bytes > capacity_ || to < 0 || to >= slots_)
+      fail("ring: a block of ", bytes, " bytes for slot ", to, " of ", slots_, " of ", capacity_);
+    if (!recv_shm_ || !send_shm_) {
+      if (bytes > size_t(INT_MAX))
+        fail("ring message of ", bytes, " bytes exceeds MPI's 2 GiB count limit; use more cp ranks");
+    }
+    hop_ += 1;
+    if (recv_shm_) {
+      // Slot `to` is free: the previous rank may write hop `hop_` into it.
+      __atomic_store_n(&flags(mine_)->ready, hop_, __ATOMIC_RELEASE);
+    } else {
+      MPI_Irecv(slot(to), int(bytes), MPI_BYTE, prev_, tag_, comm_, &req_[0]);
+    }
+    if (send_shm_) {
+      pending_ = {static_cast<const char*>(send), to, bytes};
+    } else {
+      MPI_Isend(send, int(bytes), MPI_BYTE, next_, tag_, comm_, &req_[1]);
+    }
+    bytes_sent += bytes;
+    if (send_shm_) bytes_sent_shm += bytes;
+    progress();
+  }
+
+  void progress() override {
+    if (pending_.send && __atomic_load_n(&flags(next_base_)->ready, __ATOMIC_ACQUIRE) >= hop_) {
+      std::memcpy(next_base_ + kHeader + size_t(pending_.to) * capacity_, pending_.send, pending_.bytes);
+      __atomic_store_n(&flags(next_base_)->arrived, hop_, __ATOMIC_RELEASE);
+      pending_ = {};
+    }
+    if (!send_shm_ || !recv_shm_) {
+      int done;
+      MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE);
+    }
+  }
+
+  void wait() override {
+    const auto landed = [&] {
+      return !recv_shm_ || __atomic_load_n(&flags(mine_)->arrived, __ATOMIC_ACQUIRE) >= hop_;
+    };
+    if (!pending_.send && landed()) return finish_mpi();
+    WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);
+    // Our own copy to the next rank first (it may be waiting on it), then the arrival.
+    for (int spins = 0; pending_.send || !landed(); ++spins) {
+      progress();
+      if (spins < 256)
+        _mm_pause();
+      else
+        sched_yield();  // a rank that shares its core (tests) lets the other run
+    }
+    finish_mpi();
+  }
+
+  std::string describe() const override {
+    return cat(send_shm_ ? "shm" : "mpi", " to rank ", next_, ", ", recv_shm_ ? "shm" : "mpi",
+               " from rank ", prev_);
+  }
+
+ private:
+  static Flags* flags(char* part) { return reinterpret_cast<Flags*>(part); }
+  void finish_mpi() {
+    if (send_shm_ && recv_shm_) return;
+    WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);
+    MPI_Waitall(2, req_, MPI_STATUSES_IGNORE);
+  }
+
+  struct Pending {
+    const char* send = nullptr;
+    int to = 0;
+    size_t bytes = 0;
+  };
+  MPI_Comm comm_, node_ = MPI_COMM_NULL;
+  int tag_, next_, prev_, prev_world_ = -1;
+  size_t capacity_;
+  int slots_;
+  bool send_shm_ = false, recv_shm_ = false;
+  MPI_Win win_ = MPI_WIN_NULL;
+  char* mine_ = nullptr;       // this rank's part of the window
+  char* next_base_ = nullptr;  // the next rank's part (shared-memory sends only)
+  int64_t hop_ = 0;            // hops started by this rank
+  Pending pending_;            // a shared-memory copy not yet made (the next rank was busy)
+  MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+
+}  // namespace
+
+std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
+                                                   size_t capacity, int slots) {
+  return std::make_unique<Transport>(kind, comm, tag, capacity, slots);
+}
+
+double timed_hop(RingTransport& ring, const void* send, size_t bytes, MPI_Comm comm, bool slowest) {
   MPI_Barrier(comm);
   const double t0 = MPI_Wtime();
-  ring.start(send, recv, bytes);
+  ring.start(send, 0, bytes);
   ring.wait();
   double dt = MPI_Wtime() - t0;
   if (slowest) MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, comm);

@@ -1,43 +1,51 @@
-// Ring permute between the ranks of a communicator: send a buffer to the next rank, receive
-// the previous rank's into another. Knows nothing of what the bytes are. The interface is
-// small so that a zero-copy transport (ranks of one node reading each other's buffers in
-// an MPI shared-memory window) can replace the two-sided one.
+// Ring permute between the ranks of a communicator: every rank sends a block to the next rank
+// and receives the previous rank's. Knows nothing of what the bytes are.
+//
+// The transport owns the memory a hop lands in: two receive slots of `capacity` bytes. A
+// sender names the slot its block goes to (`to`); every rank receives into its own slot of
+// the same number. That shape lets a shared-memory transport write a block straight into the
+// neighbour's slot (one copy per hop) while the two-sided one receives into it.
+//   mpi  two-sided MPI (Irecv into the slot, Isend), any placement of the ranks
+//   shm  hops between ranks of one node through an MPI-3 shared-memory window (the sender
+//        copies into the receiver's slot, flags in the window say when a slot is free and
+//        when it is full); hops between nodes through two-sided MPI as above
 #pragma once
 #include <mpi.h>
 
 #include <cstddef>
+#include <memory>
+#include <string>
+
+#include "sys/memory.hpp"
 
 namespace lct {
+
+enum class CpTransport { Mpi, Shm, Auto };
+CpTransport parse_cp_transport(const std::string& s);  // "mpi", "shm", "auto"
+const char* cp_transport_name(CpTransport t);
 
 class RingTransport {
  public:
   virtual ~RingTransport() = default;
-  virtual void start(const void* send, void* recv, size_t bytes) = 0;
+  virtual char* slot(int i) = 0;  // i < slots: where hops land, `capacity` bytes each
+  // Sends `bytes` of `send` to the next rank's slot `to` and receives the previous rank's
+  // block into our slot `to`. `send` must stay readable, and slot `to` unread, until wait().
+  virtual void start(const void* send, int to, size_t bytes) = 0;
   virtual void progress() = 0;  // lets the transfer advance; cheap, callable any time
   virtual void wait() = 0;      // until both the send and the receive are complete
+  virtual std::string describe() const = 0;  // "shm to rank 1, shm from rank 3"
   size_t bytes_sent = 0;        // since construction
+  size_t bytes_sent_shm = 0;    // of which through shared memory
 };
 
-// Non-blocking two-sided MPI: receive posted first, then send; MPI_Testall to progress.
-class MpiRingTransport : public RingTransport {
- public:
-  MpiRingTransport(MPI_Comm comm, int tag);
-  ~MpiRingTransport() override;
-  void start(const void* send, void* recv, size_t bytes) override;
-  void progress() override;
-  void wait() override;
-
- private:
-  MPI_Comm comm_;
-  int tag_, next_, prev_;
-  int prev_world_ = -1;  // prev_ in MPI_COMM_WORLD, for the watchdog's message
-  MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-};
+// Collective over `comm`. Auto: shared memory for the hops whose two ranks share a node.
+// `slots`: 2, or 1 for a ring whose blocks always land in slot 0.
+std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
+                                                   size_t capacity, int slots = 2);
 
 // One timed hop for `bench ring`: every rank of `comm` starts together (a barrier), sends
 // `bytes` to the next and receives from the previous. Seconds on this rank, or the slowest
 // rank's when `slowest`.
-double timed_hop(RingTransport& ring, const void* send, void* recv, size_t bytes, MPI_Comm comm,
-                 bool slowest);
+double timed_hop(RingTransport& ring, const void* send, size_t bytes, MPI_Comm comm, bool slowest);
 
 }  // namespace lct

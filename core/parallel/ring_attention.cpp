@@ -25,6 +25,10 @@ KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, int count, size_t elem)
     : tokens_(tokens), kvd_(kvd), elem_(elem), bytes_(bytes_for(tokens, kvd, elem)),
       data_(bytes_ * size_t(count)) {}
 
+KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, size_t elem, char* first, char* second)
+    : tokens_(tokens), kvd_(kvd), elem_(elem), bytes_(bytes_for(tokens, kvd, elem)),
+      external_{first, second} {}
+
 template <class X>
 void KvBlocks::pack(int i, const X* k, const X* v, TokenTags t) {
   if (sizeof(X) != elem_) fail("ring: activations of ", sizeof(X), " bytes in a ", elem_, "-byte ring");
@@ -43,15 +47,19 @@ double RingAttention::buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D,
 }
 
 RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                             AttnBlocks blocks, Isa isa, Precision activations)
+                             AttnBlocks blocks, Isa isa, Precision activations,
+                             CpTransport transport)
     : n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, Tl, H, KV, D}, blocks, isa, activations),
-      kv_ring_(cp, 11), dkv_ring_(cp, 12), kv_(Tl, KV * D, 2, elem_size(activations)),
+      kv_ring_(make_ring_transport(transport, cp, 11,
+                                   KvBlocks::bytes_for(Tl, KV * D, elem_size(activations)))),
+      dkv_ring_(make_ring_transport(transport, cp, 12, size_t(2 * Tl * KV * D) * sizeof(float), 1)),
+      kv_(Tl, KV * D, elem_size(activations), kv_ring_->slot(0), kv_ring_->slot(1)),
       o_part_(size_t(Tl * H * D)), lse_part_(size_t(H * Tl)), delta_(size_t(H * Tl)),
       dkv_{Buffer<float>(size_t(2 * Tl * KV * D)), Buffer<float>(size_t(2 * Tl * KV * D))},
-      dkv_in_(size_t(2 * Tl * KV * D)) {
+      dkv_in_(reinterpret_cast<float*>(dkv_ring_->slot(0))) {
   flash_.set_progress([this] {
-    kv_ring_.progress();
-    dkv_ring_.progress();
+    kv_ring_->progress();
+    dkv_ring_->progress();
   });
 }
 
@@ -62,7 +70,7 @@ void RingAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, T
   int cur = 0;
   for (int step = 0; step < n_; ++step) {
     const bool more = step + 1 < n_;
-    if (more) kv_ring_.start(kv_.block(cur), kv_.block(1 - cur), kv_.bytes());  // next block
+    if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());  // next block
     if (step == 0) {
       flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o, lse);
     } else {
@@ -71,7 +79,7 @@ void RingAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, T
     }
     clock.lap(Phase::AttnFwd);
     if (more) {
-      kv_ring_.wait();
+      kv_ring_->wait();
       clock.lap(Phase::Comm);
       cur = 1 - cur;
     }
@@ -88,29 +96,29 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
   int cur = 0;
   for (int step = 0; step < n_; ++step) {
     const bool more = step + 1 < n_;
-    if (more) kv_ring_.start(kv_.block(cur), kv_.block(1 - cur), kv_.bytes());
+    if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());
     float* acc = dkv_[step % 2].data();  // this block's dK/dV: our part first
     zero(acc, 2 * n);
     flash_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
                     kv_.tags(cur), dq, acc, acc + n);
     clock.lap(Phase::AttnBwd);
     if (step > 0) {  // the ranks before us in the ring added theirs: it has arrived
-      dkv_ring_.wait();
+      dkv_ring_->wait();
       clock.lap(Phase::Comm);
-      add_into(acc, dkv_in_.data(), 2 * n);
+      add_into(acc, dkv_in_, 2 * n);
       clock.lap(Phase::AttnBwd);
     }
-    dkv_ring_.start(acc, dkv_in_.data(), size_t(2 * n) * sizeof(float));  // on towards its owner
+    dkv_ring_->start(acc, 0, size_t(2 * n) * sizeof(float));  // on towards its owner
     if (more) {
-      kv_ring_.wait();
+      kv_ring_->wait();
       clock.lap(Phase::Comm);
       cur = 1 - cur;
     }
   }
-  dkv_ring_.wait();  // our own block's gradient, summed over the whole ring
+  dkv_ring_->wait();  // our own block's gradient, summed over the whole ring
   clock.lap(Phase::Comm);
-  add_into(dk, dkv_in_.data(), n);
-  add_into(dv, dkv_in_.data() + n, n);
+  add_into(dk, dkv_in_, n);
+  add_into(dv, dkv_in_ + n, n);
   clock.lap(Phase::AttnBwd);
 }
 

@@ -24,13 +24,16 @@ namespace lct {
 // are in the activation type (bf16 in mixed precision: half the bytes on the wire).
 class KvBlocks {
  public:
-  // `count` blocks of `tokens` tokens; `elem` bytes per K/V element (4 fp32, 2 bf16)
+  // `count` blocks of `tokens` tokens, back to back; `elem` bytes per K/V element (4 fp32,
+  // 2 bf16)
   KvBlocks(int64_t tokens, int64_t kvd, int count, size_t elem);
+  // Two blocks in memory owned elsewhere (a ring transport's slots).
+  KvBlocks(int64_t tokens, int64_t kvd, size_t elem, char* first, char* second);
   static size_t bytes_for(int64_t tokens, int64_t kvd, size_t elem) {
     return size_t(tokens) * (2 * size_t(kvd) * elem + 2 * sizeof(int32_t));
   }
   size_t bytes() const { return bytes_; }
-  char* block(int i) { return data_.data() + size_t(i) * bytes_; }
+  char* block(int i) { return external_[0] ? external_[i] : data_.data() + size_t(i) * bytes_; }
   template <class X>
   X* k(int i) { return reinterpret_cast<X*>(block(i)); }
   template <class X>
@@ -46,6 +49,7 @@ class KvBlocks {
   int64_t tokens_, kvd_;
   size_t elem_, bytes_;
   Buffer<char> data_;
+  char* external_[2] = {nullptr, nullptr};
 };
 
 class RingAttention : public AttentionOpOf<RingAttention> {
@@ -53,14 +57,17 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   // `activations`: the type of q/k/v the model passes (K/V travel in it); `products` the
   // kernel's (bf16 only where the ISA has bf16 tiles).
   RingAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
-                AttnBlocks blocks, Isa isa, Precision activations);
+                AttnBlocks blocks, Isa isa, Precision activations,
+                CpTransport transport = CpTransport::Auto);
   template <class X>
   void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
            float* lse, PhaseClock& clock);
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
-  size_t bytes_sent() const { return kv_ring_.bytes_sent + dkv_ring_.bytes_sent; }
+  size_t bytes_sent() const { return kv_ring_->bytes_sent + dkv_ring_->bytes_sent; }
+  size_t bytes_sent_shm() const { return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm; }
+  std::string describe() const { return kv_ring_->describe(); }
   // What the buffers below take, for the memory estimate made before any is allocated.
   static double buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
 
@@ -68,10 +75,11 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   int n_;
   int64_t kvd_;
   FlashAttention flash_;
-  MpiRingTransport kv_ring_, dkv_ring_;
-  KvBlocks kv_;                        // two: the block in hand and the one arriving
+  std::unique_ptr<RingTransport> kv_ring_, dkv_ring_;
+  KvBlocks kv_;                        // kv_ring_'s two slots: the block in hand, the one arriving
   Buffer<float> o_part_, lse_part_, delta_;
-  Buffer<float> dkv_[2], dkv_in_;      // [dk | dv] of the block in hand, alternating; arriving
+  Buffer<float> dkv_[2];               // [dk | dv] of the block in hand, alternating
+  float* dkv_in_;                      // dkv_ring_'s slot 0: the [dk | dv] arriving
 };
 
 class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {

@@ -461,6 +461,19 @@ def parallel_cp2_and_cp4_match_one_rank():
 
 
 @case
+def parallel_ring_over_shared_memory_and_over_mpi_train_the_same_losses():
+    ref = parallel_fixture()
+    p = mpi_run(4, "shm", "--cp", "4", "--batch-size", "2", "--cp-transport", "shm")
+    assert "ring transport (--cp-transport shm), rank 0: shm to rank 1, shm from rank 3" in p.stdout
+    p = mpi_run(4, "mpi", "--cp", "4", "--batch-size", "2", "--cp-transport", "mpi")
+    assert "rank 0: mpi to rank 1, mpi from rank 3" in p.stdout
+    assert_same_losses(ref, "shm", "cp=4 ring over shm")
+    a, b = timing("shm")[0], timing("mpi")[0]
+    assert np.array_equal(a["loss"], b["loss"]) and np.array_equal(a["grad_norm"], b["grad_norm"])
+    assert np.array_equal(a["rank_bytes_sent"], b["rank_bytes_sent"])
+
+
+@case
 def parallel_dp2_cp2_and_allgather_match_one_rank():
     ref = parallel_fixture()
     mpi_run(4, "dp2cp2", "--cp", "2", "--dp", "2", "--batch-size", "1")

@@ -684,6 +684,13 @@ def two_emulated_nodes_train_checkpoint_and_resume_like_one_node():
     io = [s for s in timing("r")[0]["io_s"] if s > 0]
     assert len(io) == 3 and max(io) < 10, io  # 0.1-0.5 s unloaded; 13-32 s before
     print("checkpoint seconds on 2 emulated nodes:", [round(s, 2) for s in io])
+    # A ring over both nodes: shared memory inside a node, MPI across.
+    ring = ["--steps", "3", "--cp", "4"]
+    assert train("one4", *ring, ranks=4).returncode == 0
+    p = on_fake_nodes(2, 2, "--oversubscribe", *TRAIN, "--run-dir", "r4", *ring)
+    assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    assert "rank 0: shm to rank 1, mpi from rank 3" in p.stdout, p.stdout
+    assert last_per_step("one4") == last_per_step("r4")
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ struct Local {  // this rank's shard and what the context-parallel op computed
 };
 
 template <class Op>
-Local run_parallel(const Full& f) {
+Local run_parallel(const Full& f, CpTransport transport = CpTransport::Auto) {
   const int N = size_of(), r = rank_of();
   Local L;
   L.rows = shard_indices(f.B, f.S, N, r, CpSplit::Zigzag);
@@ -130,7 +130,13 @@ Local run_parallel(const Full& f) {
     idx.push_back(f.idx[size_t(row)]);
     doc.push_back(f.doc[size_t(row)]);
   }
-  Op op(MPI_COMM_WORLD, Tl, f.H, f.KV, f.D, {16, 24}, test_isa(), f.precision);
+  auto make = [&] {
+    if constexpr (std::is_same_v<Op, RingAttention>)
+      return Op(MPI_COMM_WORLD, Tl, f.H, f.KV, f.D, {16, 24}, test_isa(), f.precision, transport);
+    else
+      return Op(MPI_COMM_WORLD, Tl, f.H, f.KV, f.D, {16, 24}, test_isa(), f.precision);
+  };
+  Op op = make();
   const AttnDims d{Tl, Tl, f.H, f.KV, f.D};
   const TokenTags tags{idx.data(), doc.data()};
   PhaseClock clock;
@@ -217,6 +223,27 @@ TEST(RingAttention, Bf16RingAndAllGatherMatchTheSingleRankBf16Kernel) {
     const char* name = layout == Layout::Causal ? "causal" : "documents";
     compare(f, run_parallel<RingAttention>(f), (std::string("bf16 ring ") + name).c_str());
     compare(f, run_parallel<AllGatherAttention>(f), (std::string("bf16 allgather ") + name).c_str());
+  }
+}
+
+// The ranks of this test share a node: shm moves every hop through the shared window, mpi
+// through two-sided MPI. The bytes that arrive are the same, so every result is bitwise so.
+TEST(RingAttention, SharedMemoryAndTwoSidedTransportsGiveBitwiseTheSameResults) {
+  for (Precision p : {Precision::Fp32, Precision::Bf16}) {
+    const Full f = make_full(Layout::Documents, 4, 2, 7, -1, p);
+    const Local shm = run_parallel<RingAttention>(f, CpTransport::Shm);
+    const Local mpi = run_parallel<RingAttention>(f, CpTransport::Mpi);
+    compare(f, shm, p == Precision::Bf16 ? "bf16 ring over shm" : "ring over shm");
+    EXPECT_EQ(shm.o, mpi.o);
+    EXPECT_EQ(shm.lse, mpi.lse);
+    EXPECT_EQ(shm.dq, mpi.dq);
+    EXPECT_EQ(shm.dk, mpi.dk);
+    EXPECT_EQ(shm.dv, mpi.dv);
+  }
+  if (size_of() > 1) {
+    RingAttention ring(MPI_COMM_WORLD, 64, 4, 2, 16, {16, 24}, test_isa(), Precision::Fp32,
+                       CpTransport::Shm);
+    EXPECT_EQ(ring.describe().rfind("shm to rank", 0), 0u) << ring.describe();
   }
 }
 
