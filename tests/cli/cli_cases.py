@@ -9,6 +9,7 @@ Run by hand: /usr/bin/python3 tests/cli/cli_cases.py --lctrain build/app/lctrain
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -465,6 +466,8 @@ def parallel_ring_over_shared_memory_and_over_mpi_train_the_same_losses():
     ref = parallel_fixture()
     p = mpi_run(4, "shm", "--cp", "4", "--batch-size", "2", "--cp-transport", "shm")
     assert "ring transport (--cp-transport shm), rank 0: shm to rank 1, shm from rank 3" in p.stdout
+    assert re.search(r"ring traffic of rank 0 in this run: 0\.\d\d GiB through shared memory, 0\.00 GiB through MPI",
+                     p.stdout), p.stdout
     p = mpi_run(4, "mpi", "--cp", "4", "--batch-size", "2", "--cp-transport", "mpi")
     assert "rank 0: mpi to rank 1, mpi from rank 3" in p.stdout
     assert_same_losses(ref, "shm", "cp=4 ring over shm")
