@@ -370,8 +370,9 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")
       ->check(count(1));
   r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
-        "context-parallel attention: ring (K/V travel the ring) or allgather (Llama 3)")
-      ->check(CLI::IsMember({"ring", "allgather"}));
+        "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3) or ulysses "
+        "(all-to-all to a head split; heads and KV heads divisible by cp)")
+      ->check(CLI::IsMember({"ring", "allgather", "ulysses"}));
   r.add(c, "--cp-transport", o.cp_transport, std::string("auto"),
         "how ring blocks travel: shm (ranks of one node write into each other's slots in an MPI "
         "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")

@@ -21,6 +21,7 @@
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 #include "train/data_loader.hpp"
@@ -40,6 +41,9 @@ std::unique_ptr<AttentionOp> make_cp_attention(const Mesh& mesh, const TrainOpti
   if (o.cp_algo == "ring")
     return std::make_unique<RingAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
                                            shape.precision, parse_cp_transport(o.cp_transport));
+  if (o.cp_algo == "ulysses")
+    return std::make_unique<UlyssesAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
+                                              shape.precision);
   return std::make_unique<AllGatherAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
                                               shape.precision);
 }

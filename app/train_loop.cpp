@@ -12,6 +12,7 @@
 #include "model/flops.hpp"
 #include "model/shard.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 
@@ -25,6 +26,7 @@ constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
 double TrainLoop::cp_bytes_sent() const {
   if (auto* r = dynamic_cast<const RingAttention*>(cp_attention)) return double(r->bytes_sent());
   if (auto* a = dynamic_cast<const AllGatherAttention*>(cp_attention)) return double(a->bytes_sent());
+  if (auto* u = dynamic_cast<const UlyssesAttention*>(cp_attention)) return double(u->bytes_sent());
   return 0;
 }
 

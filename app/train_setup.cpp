@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/ulysses_attention.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -38,6 +39,7 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
          "newest checkpoint always leaves a complete one to resume from");
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
+  if (o.cp_algo == "ulysses") UlyssesAttention::check_degree(cp, mc.num_attention_heads, mc.num_key_value_heads);
   // Token indices and positions are 32-bit: a micro-batch holds at most 2^31 - 1 tokens.
   if (o.batch_size > INT32_MAX / o.seq_len)
     fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
@@ -77,10 +79,10 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
                 D = mc.head_dim();
   const double cp_buffers =
-      cp == 1 ? 0
-      : o.cp_algo == "ring"
-          ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
-          : AllGatherAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision);
+      cp == 1                 ? 0
+      : o.cp_algo == "ring"    ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
+      : o.cp_algo == "ulysses" ? UlyssesAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision)
+                               : AllGatherAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision);
   // A step's micro-batches are all built before its first forward pass (the loss is
   // normalised by the whole step's targets): 5 int32 per token each, plus the whole
   // sequences of the one being split over cp.

@@ -3,6 +3,7 @@
 // Rounding float -> bf16 is to nearest, ties to even (as vcvtneps2bf16 and PyTorch do);
 // NaN stays NaN.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -15,6 +16,9 @@ inline const char* precision_name(Precision p) { return p == Precision::Bf16 ? "
 struct bf16 {
   uint16_t bits = 0;
 };
+// Bytes of one element stored in `p` (K/V on the wire, activations).
+inline size_t elem_size(Precision p) { return p == Precision::Bf16 ? sizeof(bf16) : sizeof(float); }
+
 static_assert(sizeof(bf16) == 2);
 
 inline bf16 to_bf16(float f) {

@@ -4,21 +4,16 @@
 
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 
 namespace {
-int comm_size(MPI_Comm c) {
-  int n;
-  MPI_Comm_size(c, &n);
-  return n;
-}
 void zero(float* x, int64_t n) { std::memset(x, 0, size_t(n) * sizeof(float)); }
 void add_into(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
-size_t elem_size(Precision p) { return p == Precision::Bf16 ? sizeof(bf16) : sizeof(float); }
 }  // namespace
 
 KvBlocks::KvBlocks(int64_t tokens, int64_t kvd, int count, size_t elem)

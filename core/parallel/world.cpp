@@ -135,4 +135,16 @@ std::vector<double> allgather(const std::vector<double>& mine, MPI_Comm comm, co
   return all;
 }
 
+int comm_rank(MPI_Comm comm) {
+  int r;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+
+int comm_size(MPI_Comm comm) {
+  int n;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
 }  // namespace lct

@@ -51,6 +51,9 @@ void agreed(const World& w, const std::function<void()>& body);
 // figure is the slowest rank's: a lone core's turbo would otherwise set every rank's peak.
 Peak measure_peak_together(const World& w, const Topology& topo);
 
+int comm_rank(MPI_Comm comm);
+int comm_size(MPI_Comm comm);
+
 // Rank 0's value on every rank of `comm`.
 std::string broadcast_string(std::string s, MPI_Comm comm);
 std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm);

@@ -392,12 +392,14 @@ def bench_attention_writes_its_table():
 def bench_ring_times_the_permute_and_the_step_it_hides_behind():
     p = ok("bench", "ring", "--sizes", "4,64", "--seq-len", "512", "--repeats", "2", "--out", "ring.h5",
            ranks=2)
-    assert "ring permute between 2 ranks" in p.stdout, p.stdout
-    with h5py.File("ring.h5", "r") as f:
-        assert list(f["steps/bytes"][:]) == [4096, 65536] and np.all(f["steps/seconds"][:] > 0)
+    assert "ring permute between 2 ranks" in p.stdout and "shm: shm to rank 1, shm from rank 1" in p.stdout
+    with h5py.File("ring.h5", "r") as f:  # each size over both transports
+        assert list(f["steps/bytes"][:]) == [4096, 4096, 65536, 65536] and np.all(f["steps/seconds"][:] > 0)
+        assert list(f["steps/shm"][:]) == [0, 1, 0, 1]
     with h5py.File("ring-steps.h5", "r") as f:
         assert list(f["steps/seq_len"][:]) == [512] and f["steps/block_bytes"][0] > 0
         assert f["steps/attn_step_s"][0] > 0 and f["steps/transfer_s"][0] > 0
+        assert f["steps/transfer_shm_s"][0] > 0
 
 
 @case
@@ -474,6 +476,18 @@ def parallel_ring_over_shared_memory_and_over_mpi_train_the_same_losses():
     a, b = timing("shm")[0], timing("mpi")[0]
     assert np.array_equal(a["loss"], b["loss"]) and np.array_equal(a["grad_norm"], b["grad_norm"])
     assert np.array_equal(a["rank_bytes_sent"], b["rank_bytes_sent"])
+
+
+@case
+def parallel_ulysses_cp2_matches_one_rank_and_refuses_kv_heads_it_cannot_split():
+    ref = parallel_fixture()
+    mpi_run(2, "u2", "--cp", "2", "--batch-size", "2", "--cp-algo", "ulysses")
+    assert_same_losses(ref, "u2", "cp=2 ulysses")
+    steps = timing("u2")[0]
+    assert np.all(steps["rank_bytes_sent"] > 0)
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "u4",
+                  "--seq-len", "600", "--steps", "2", "--cp", "4", "--cp-algo", "ulysses"],
+                 "2 key/value heads: both must be divisible by cp", ranks=4)
 
 
 @case

@@ -12,8 +12,10 @@
 #include <string>
 #include <type_traits>
 
+#include "common/error.hpp"
 #include "model/shard.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/ulysses_attention.hpp"
 #include "test_isa.hpp"
 
 namespace lct {
@@ -244,6 +246,29 @@ TEST(RingAttention, SharedMemoryAndTwoSidedTransportsGiveBitwiseTheSameResults) 
     RingAttention ring(MPI_COMM_WORLD, 64, 4, 2, 16, {16, 24}, test_isa(), Precision::Fp32,
                        CpTransport::Shm);
     EXPECT_EQ(ring.describe().rfind("shm to rank", 0), 0u) << ring.describe();
+  }
+}
+
+// Ulysses: every head split the rank counts allow (H = KV = 4 divides 1, 2 and 4 ranks;
+// GQA 8/4 too), causal and packed documents, fp32 and bf16.
+TEST(UlyssesAttention, MatchesSingleRankWithCausalAndPackedDocuments) {
+  for (Layout layout : {Layout::Causal, Layout::Documents, Layout::MostlyPadding}) {
+    const Full f = make_full(layout, 4, 4, 8);
+    compare(f, run_parallel<UlyssesAttention>(f), "ulysses mha");
+    const Full g = make_full(layout, 8, 4, 9);
+    compare(g, run_parallel<UlyssesAttention>(g), "ulysses gqa2");
+  }
+  const Full b = make_full(Layout::Documents, 8, 4, 10, -1, Precision::Bf16);
+  compare(b, run_parallel<UlyssesAttention>(b), "bf16 ulysses gqa2");
+}
+
+TEST(UlyssesAttention, RefusesHeadsNotDivisibleByTheDegree) {
+  if (size_of() < 2) return;
+  try {
+    UlyssesAttention u(MPI_COMM_WORLD, 64, 4, 1, 16, {16, 24}, test_isa(), Precision::Fp32);
+    FAIL() << "1 KV head over " << size_of() << " ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be divisible by cp"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,163 @@
+#include "parallel/ulysses_attention.hpp"
+
+#include <climits>
+#include <cstring>
+#include <type_traits>
+
+#include "common/error.hpp"
+#include "parallel/watchdog.hpp"
+#include "parallel/world.hpp"
+
+namespace lct {
+
+namespace {
+
+int checked_degree(MPI_Comm cp, int64_t H, int64_t KV) {
+  const int n = comm_size(cp);
+  UlyssesAttention::check_degree(n, H, KV);
+  return n;
+}
+}  // namespace
+
+void UlyssesAttention::check_degree(int64_t cp, int64_t H, int64_t KV) {
+  if (H % cp != 0 || KV % cp != 0)
+    fail("--cp-algo ulysses splits the heads over the ", cp, " cp ranks, but the model has ", H,
+         " query heads and ", KV, " key/value heads: both must be divisible by cp; use --cp-algo "
+         "ring, or a cp that divides ", KV);
+}
+
+double UlyssesAttention::buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                      Precision activations) {
+  const double S = double(n) * double(Tl), e = double(elem_size(activations));
+  const double qd = S * double(H / n * D), kd = S * double(KV / n * D);  // per rank, whole sequence
+  return e * (3 * qd + 2 * kd) +                     // q_, o_x_, dout_, k_, v_
+         4.0 * (2 * qd + 2 * kd + 3 * S * double(H / n)) +  // o_, dq_, dk_, dv_, lse_, delta_
+         2.0 * 4.0 * double(Tl) * double(H * D) * (1 + double(n > 1)) +  // send_, recv_
+         8.0 * S;                                     // idx_, doc_
+}
+
+UlyssesAttention::UlyssesAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                   AttnBlocks blocks, Isa isa, Precision activations)
+    : comm_(cp), n_(checked_degree(cp, H, KV)), rank_(comm_rank(cp)), Hc_(H / n_), KVc_(KV / n_),
+      D_(D), flash_({n_ * Tl, n_ * Tl, Hc_, KVc_, D}, blocks, isa, activations) {
+  const size_t S = size_t(n_ * Tl), e = elem_size(activations);
+  const size_t qd = S * size_t(Hc_ * D), kd = S * size_t(KVc_ * D);
+  q_ = Buffer<char>(qd * e), o_x_ = Buffer<char>(qd * e), dout_ = Buffer<char>(qd * e);
+  k_ = Buffer<char>(kd * e), v_ = Buffer<char>(kd * e);
+  o_ = Buffer<float>(qd), dq_ = Buffer<float>(qd), dk_ = Buffer<float>(kd), dv_ = Buffer<float>(kd);
+  lse_ = Buffer<float>(S * size_t(Hc_)), delta_ = Buffer<float>(S * size_t(Hc_));
+  // The largest all-to-all: a rank's whole q (or o, dq) rows, fp32.
+  send_ = Buffer<char>(size_t(Tl * H * D) * sizeof(float));
+  recv_ = Buffer<char>(size_t(Tl * H * D) * sizeof(float));
+  idx_ = Buffer<int32_t>(S), doc_ = Buffer<int32_t>(S);
+}
+
+void UlyssesAttention::alltoall(const void* send, void* recv, size_t bytes) {
+  if (bytes > size_t(INT_MAX))
+    fail("Ulysses all-to-all of ", bytes, " bytes per rank exceeds MPI's 2 GiB count limit; use "
+         "more cp ranks or a shorter --seq-len");
+  WaitScope w("the Ulysses all-to-all of the attention inputs or outputs");
+  MPI_Alltoall(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, comm_);
+  bytes_sent_ += bytes * size_t(n_ - 1);
+}
+
+void UlyssesAttention::gather_tags(TokenTags tags, int64_t Tl) {
+  WaitScope w("the Ulysses all-gather of token positions");
+  MPI_Allgather(tags.idx, int(Tl), MPI_INT32_T, idx_.data(), int(Tl), MPI_INT32_T, comm_);
+  MPI_Allgather(tags.doc, int(Tl), MPI_INT32_T, doc_.data(), int(Tl), MPI_INT32_T, comm_);
+}
+
+template <class T>
+T* UlyssesAttention::to_heads(const T* rows, int64_t Tl, int64_t w, T* out) {
+  T* send = reinterpret_cast<T*>(send_.data());
+  for (int j = 0; j < n_; ++j)  // block j: every row's columns of head group j
+    for (int64_t t = 0; t < Tl; ++t)
+      std::memcpy(send + (j * Tl + t) * w, rows + (t * n_ + j) * w, size_t(w) * sizeof(T));
+  alltoall(send, out, size_t(Tl * w) * sizeof(T));  // out: [rank i's Tl rows] x cp = [S, w]
+  return out;
+}
+
+template <class T>
+void UlyssesAttention::to_tokens(const T* full, int64_t Tl, int64_t w, T* rows, bool add) {
+  T* recv = reinterpret_cast<T*>(recv_.data());
+  alltoall(full, recv, size_t(Tl * w) * sizeof(T));  // rows [i Tl, (i+1) Tl) go to rank i
+  for (int j = 0; j < n_; ++j)  // from rank j: head group j of our rows
+    for (int64_t t = 0; t < Tl; ++t) {
+      const T* src = recv + (j * Tl + t) * w;
+      T* dst = rows + (t * n_ + j) * w;
+      if constexpr (std::is_same_v<T, float>) {
+        if (add) {
+          for (int64_t c = 0; c < w; ++c) dst[c] += src[c];
+          continue;
+        }
+      }
+      std::memcpy(dst, src, size_t(w) * sizeof(T));
+    }
+}
+
+template <class X>
+void UlyssesAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags,
+                           float* o, float* lse, PhaseClock& clock) {
+  const int64_t Tl = d.Tq, S = n_ * Tl, qw = Hc_ * D_, kw = KVc_ * D_;
+  X* qf = to_heads(q, Tl, qw, reinterpret_cast<X*>(q_.data()));
+  X* kf = to_heads(k, Tl, kw, reinterpret_cast<X*>(k_.data()));
+  X* vf = to_heads(v, Tl, kw, reinterpret_cast<X*>(v_.data()));
+  gather_tags(tags, Tl);
+  clock.lap(Phase::Comm);
+  const TokenTags all{idx_.data(), doc_.data()};
+  flash_.forward({S, S, Hc_, KVc_, D_}, qf, kf, vf, all, all, o_.data(), lse_.data());
+  clock.lap(Phase::AttnFwd);
+  to_tokens(o_.data(), Tl, qw, o, false);
+  // lse [Hc, S] -> [H, Tl]: rank i gets columns [i Tl, (i+1) Tl) of every row; what arrives
+  // from rank j is rows j Hc.. of ours, already in place.
+  float* send = reinterpret_cast<float*>(send_.data());
+  for (int i = 0; i < n_; ++i)
+    for (int64_t h = 0; h < Hc_; ++h)
+      std::memcpy(send + (i * Hc_ + h) * Tl, lse_.data() + h * S + i * Tl, size_t(Tl) * sizeof(float));
+  alltoall(send, lse, size_t(Hc_ * Tl) * sizeof(float));
+  clock.lap(Phase::Comm);
+}
+
+template <class X>
+void UlyssesAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o,
+                           const float* lse, const X* dout, TokenTags tags, float* dq, float* dk,
+                           float* dv, PhaseClock& clock) {
+  const int64_t Tl = d.Tq, S = n_ * Tl, qw = Hc_ * D_, kw = KVc_ * D_;
+  X* qf = to_heads(q, Tl, qw, reinterpret_cast<X*>(q_.data()));
+  X* kf = to_heads(k, Tl, kw, reinterpret_cast<X*>(k_.data()));
+  X* vf = to_heads(v, Tl, kw, reinterpret_cast<X*>(v_.data()));
+  X* of = to_heads(o, Tl, qw, reinterpret_cast<X*>(o_x_.data()));
+  X* df = to_heads(dout, Tl, qw, reinterpret_cast<X*>(dout_.data()));
+  gather_tags(tags, Tl);
+  // lse [H, Tl] -> [Hc, S]: our rows j Hc.. go to rank j; rank i's arrive as [Hc, Tl].
+  float* recv = reinterpret_cast<float*>(recv_.data());
+  alltoall(lse, recv, size_t(Hc_ * Tl) * sizeof(float));
+  for (int i = 0; i < n_; ++i)
+    for (int64_t h = 0; h < Hc_; ++h)
+      std::memcpy(lse_.data() + h * S + i * Tl, recv + (i * Hc_ + h) * Tl, size_t(Tl) * sizeof(float));
+  clock.lap(Phase::Comm);
+  attention_delta(of, df, S, Hc_, D_, delta_.data());
+  std::memset(dq_.data(), 0, dq_.size() * sizeof(float));
+  std::memset(dk_.data(), 0, dk_.size() * sizeof(float));
+  std::memset(dv_.data(), 0, dv_.size() * sizeof(float));
+  const TokenTags all{idx_.data(), doc_.data()};
+  flash_.backward({S, S, Hc_, KVc_, D_}, qf, kf, vf, lse_.data(), delta_.data(), df, all, all,
+                  dq_.data(), dk_.data(), dv_.data());
+  clock.lap(Phase::AttnBwd);
+  to_tokens(dq_.data(), Tl, qw, dq, true);
+  to_tokens(dk_.data(), Tl, kw, dk, true);
+  to_tokens(dv_.data(), Tl, kw, dv, true);
+  clock.lap(Phase::Comm);
+}
+
+#define LCT_ULYSSES_TYPES(X)                                                                     \
+  template void UlyssesAttention::fwd(const AttnDims&, const X*, const X*, const X*, TokenTags,  \
+                                      float*, float*, PhaseClock&);                              \
+  template void UlyssesAttention::bwd(const AttnDims&, const X*, const X*, const X*, const X*,   \
+                                      const float*, const X*, TokenTags, float*, float*, float*, \
+                                      PhaseClock&);
+LCT_ULYSSES_TYPES(float)
+LCT_ULYSSES_TYPES(bf16)
+#undef LCT_ULYSSES_TYPES
+
+}  // namespace lct

@@ -1,0 +1,57 @@
+// Ulysses context parallelism (DeepSpeed-Ulysses): the cp ranks trade the sequence split for
+// a head split. An all-to-all turns each rank's [Tl tokens, H heads] of q, k, v into [cp x Tl
+// tokens, H/cp heads]; the flash kernel runs on the whole sequence for those heads; an
+// all-to-all turns the output back. The backward pass mirrors it. Which key a query sees
+// still comes from the tokens' true indices and documents (all-gathered once per call), so
+// zigzag shards, packed documents and padding work as in the ring. Needs H and KV divisible
+// by cp; the communication per layer is independent of cp (each rank sends (cp-1)/cp of its
+// q, k, v, o), where the ring's grows with it.
+#pragma once
+#include <mpi.h>
+
+#include "model/attention_op.hpp"
+#include "sys/memory.hpp"
+
+namespace lct {
+
+class UlyssesAttention : public AttentionOpOf<UlyssesAttention> {
+ public:
+  // Throws (the same on every rank) when H or KV is not divisible by the cp degree.
+  UlyssesAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
+                   AttnBlocks blocks, Isa isa, Precision activations);
+  template <class X>
+  void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
+           float* lse, PhaseClock& clock);
+  template <class X>
+  void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
+           const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
+  size_t bytes_sent() const { return bytes_sent_; }
+  static void check_degree(int64_t cp, int64_t H, int64_t KV);  // throws the message above
+  // What the buffers below take, for the memory estimate made before any is allocated.
+  static double buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                             Precision activations);
+
+ private:
+  // [Tl, groups x w] rows of this rank -> [cp x Tl, w] of its group (the column block `w`
+  // wide that is this rank's), through `send`; returns the received rows.
+  template <class T>
+  T* to_heads(const T* rows, int64_t Tl, int64_t w, T* out);
+  // The inverse: [cp x Tl, w] of this rank's group -> its [Tl, groups x w] rows, added into
+  // `rows` (add) or stored.
+  template <class T>
+  void to_tokens(const T* full, int64_t Tl, int64_t w, T* rows, bool add);
+  void alltoall(const void* send, void* recv, size_t bytes_per_rank);
+  void gather_tags(TokenTags tags, int64_t Tl);
+
+  MPI_Comm comm_;
+  int n_, rank_;
+  int64_t Hc_, KVc_, D_;
+  size_t bytes_sent_ = 0;
+  FlashAttention flash_;
+  Buffer<char> q_, k_, v_, o_x_, dout_;  // head-sharded inputs, whole sequence, type X
+  Buffer<float> o_, lse_, delta_, dq_, dk_, dv_;  // head-sharded fp32, whole sequence
+  Buffer<char> send_, recv_;             // staging for the all-to-alls
+  Buffer<int32_t> idx_, doc_;            // [cp x Tl] tags of the whole sequence
+};
+
+}  // namespace lct
