@@ -99,6 +99,17 @@ def resume_is_bit_exact_with_cp2():
 
 
 @case
+def resume_is_bit_exact_with_ulysses_cp2():
+    assert_bit_exact_resume(2, "--cp", "2", "--cp-algo", "ulysses")
+
+
+@case
+def resume_is_bit_exact_with_the_ring_over_two_sided_mpi():
+    """The cases above run the ring over shared memory, the default."""
+    assert_bit_exact_resume(2, "--cp", "2", "--cp-transport", "mpi")
+
+
+@case
 def resume_is_bit_exact_with_dp2_cp2():
     assert_bit_exact_resume(4, "--cp", "2", "--dp", "2")
 
