@@ -152,7 +152,7 @@ int cmd_train(Context& ctx) {
 
   // 2. The run directory (rank 0's; the others wait to agree).
   std::unique_ptr<RunDirectory> run =
-      open_run_directory(world, o, out, checkpoint_bytes(init.layout));
+      open_run_directory(world, o, ctx.topo.host, out, checkpoint_bytes(init.layout));
   if (const std::string w = seq_len_warning(mc, o.seq_len); !w.empty()) out << w << "\n";
 
   // 3. The model, its optimizer and its data.

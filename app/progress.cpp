@@ -9,13 +9,18 @@
 
 namespace lct {
 
-std::string timestamp() {
+std::string local_time() {
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
   char out[32];
-  std::strftime(out, sizeof out, "[%Y-%m-%d %H:%M:%S] ", &local);
+  std::strftime(out, sizeof out, "%Y-%m-%d %H:%M:%S", &local);
   return out;
+}
+
+std::string timestamp() {
+  std::string s = "[";  // appended, not "[" + ...: GCC 12 warns (-Wrestrict) on that form
+  return s.append(local_time()).append("] ");
 }
 
 std::string duration(double s) {

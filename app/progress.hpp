@@ -8,7 +8,9 @@
 
 namespace lct {
 
-// "[2026-11-22 10:31:07] ": local time, ISO 8601 order, the prefix of timed lines.
+// "2026-11-22 10:31:07": local time, ISO 8601 order.
+std::string local_time();
+// "[2026-11-22 10:31:07] ": the prefix of timed lines.
 std::string timestamp();
 
 std::string duration(double seconds);  // "45s", "3m07s", "2h05m"

@@ -1,11 +1,10 @@
 #include "app/train_checkpoint.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <ostream>
 
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
+#include "common/finite.hpp"
 #include "parallel/watchdog.hpp"
 
 namespace lct {
@@ -15,10 +14,10 @@ void save_checkpoint(const World& w, RunDirectory* run, const std::string& run_d
   // Every rank knows the path: RunDirectory names it the same way everywhere.
   const std::string path = RunDirectory::path_of(run_dir, c.state.step);
   agreed(w, [&] {  // weights are replicated: every rank finds the same
-    const int64_t n = c.layout->total;
-    const int64_t bad = std::count_if(c.params, c.params + n, [](float x) { return !std::isfinite(x); });
-    if (bad)
-      fail("the weights after step ", c.state.step, " are not finite (", bad, " of ", n, " values); ",
+    const NonFinite bad = count_non_finite(c.params, size_t(c.layout->total));
+    if (bad.total())
+      fail("the weights after step ", c.state.step, " are not finite (", describe(bad), " among ",
+           c.layout->total, "); ",
            "no checkpoint is written for them and the last good one stays ", latest_or_none(run),
            "; lower --lr, raise --warmup-steps or check the data, then resume");
   });

@@ -12,7 +12,6 @@
 #include "model/flops.hpp"
 #include "model/shard.hpp"
 #include "parallel/ring_attention.hpp"
-#include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 
@@ -22,13 +21,6 @@ namespace {
 // Why a rank asks to stop, as it travels in RankFigures::kStopFlag: a signal's number, or:
 constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
 }  // namespace
-
-double TrainLoop::cp_bytes_sent() const {
-  if (auto* r = dynamic_cast<const RingAttention*>(cp_attention)) return double(r->bytes_sent());
-  if (auto* a = dynamic_cast<const AllGatherAttention*>(cp_attention)) return double(a->bytes_sent());
-  if (auto* u = dynamic_cast<const UlyssesAttention*>(cp_attention)) return double(u->bytes_sent());
-  return 0;
-}
 
 // This rank's share of the step's --grad-accum micro-batches (its dp slice, its cp shard).
 std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
@@ -50,7 +42,8 @@ std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
 // close to --time-limit for another step and a checkpoint, --stop-at), in one collective.
 RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   const auto& ph = clock.seconds;
-  const double bytes = cp_bytes_sent() + double(reducer.bytes_sent);
+  const double bytes =
+      (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent);
   slowest_step_ = std::max(slowest_step_, clock.total());
   const bool near_limit =
       o.time_limit > 0 && process_seconds() + 1.5 * (slowest_step_ + last_io_) + 2 > o.time_limit;

@@ -46,7 +46,6 @@ struct TrainLoop {
   void checkpoint();
   void write_timing();
   std::string stop_reason(const RankFigures& ranks, int64_t step) const;
-  double cp_bytes_sent() const;
 
   double bytes_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0;
 };

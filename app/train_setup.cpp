@@ -1,7 +1,6 @@
 #include "app/train_setup.hpp"
 
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +12,7 @@
 
 #include <ostream>
 
+#include "app/progress.hpp"
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "parallel/ring_attention.hpp"
@@ -104,17 +104,14 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
 }
 
 std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOptions& o,
-                                                 std::ostream& out, double checkpoint_bytes) {
+                                                 const std::string& host, std::ostream& out,
+                                                 double checkpoint_bytes) {
   std::unique_ptr<RunDirectory> run;
   agreed(w, [&] {
     if (!w.root()) return;
     run = std::make_unique<RunDirectory>(o.run_dir);
-    char host[256] = "?", when[32];
-    ::gethostname(host, sizeof host - 1);
-    const std::time_t now = std::time(nullptr);
-    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
     run->lock(cat("lctrain train, pid ", ::getpid(), " on host ", host, ", ", w.size,
-                  " rank(s), started ", when));
+                  " rank(s), started ", local_time()));
     run->remove_stale_temporaries();  // safe now: no other run writes here
     const bool continues =
         o.resume == "auto" || (o.resume != "none" && run->holds_checkpoint(o.resume));

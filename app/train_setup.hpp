@@ -35,8 +35,10 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its
 // own checkpoints) or --force sets it aside. Checks the space for a checkpoint. Agreed:
 // every rank returns (null on ranks other than 0) or throws alike.
+// `host` names this rank's host in the lock (Topology::host).
 std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOptions& o,
-                                                 std::ostream& out, double checkpoint_bytes);
+                                                 const std::string& host, std::ostream& out,
+                                                 double checkpoint_bytes);
 
 // "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
 std::string latest_or_none(const RunDirectory* run);

@@ -1,8 +1,7 @@
 #include "io/model_file.hpp"
 
-#include <cmath>
-
 #include "common/error.hpp"
+#include "common/finite.hpp"
 #include "io/atomic.hpp"
 #include "io/model_schema.hpp"
 
@@ -50,29 +49,6 @@ void read_tensors(const h5::File& f, const std::string& prefix, const ModelConfi
   }
 }
 
-namespace {
-
-struct NonFinite {
-  size_t nan = 0, inf = 0;
-  size_t total() const { return nan + inf; }
-};
-
-NonFinite count_non_finite(const float* x, size_t n) {
-  NonFinite c;
-  for (size_t i = 0; i < n; ++i) {
-    c.nan += std::isnan(x[i]);
-    c.inf += std::isinf(x[i]);
-  }
-  return c;
-}
-
-std::string describe(const NonFinite& c) {  // "2 NaN values", "1 NaN and 3 infinite values"
-  if (c.nan && c.inf) return cat(c.nan, " NaN and ", c.inf, " infinite values");
-  const size_t n = c.nan ? c.nan : c.inf;
-  return cat(n, c.nan ? " NaN value" : " infinite value", n > 1 ? "s" : "");
-}
-
-}  // namespace
 
 void check_finite_tensors(const h5::File& f, const std::string& prefix, const ParamLayout& layout,
                           const float* values) {

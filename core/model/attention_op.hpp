@@ -15,6 +15,8 @@ namespace lct {
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
+  // Bytes this rank has sent to others since construction (0 on one rank).
+  virtual size_t bytes_sent() const { return 0; }
   // q [T, H*D], k, v [T, KV*D] of this rank's tokens; o, lse overwritten.
   virtual void forward(const AttnDims& d, const float* q, const float* k, const float* v,
                        TokenTags tags, float* o, float* lse, PhaseClock& clock) = 0;

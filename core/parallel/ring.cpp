@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 
@@ -24,12 +25,6 @@ const char* cp_transport_name(CpTransport t) {
 }
 
 namespace {
-
-int rank_in(MPI_Comm comm) {
-  int r;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
 
 // `rank` of `from` as a rank of `to` (MPI_UNDEFINED when it is not in `to`).
 int translate(MPI_Comm from, int rank, MPI_Comm to) {
@@ -58,9 +53,7 @@ class Transport : public RingTransport {
  public:
   Transport(CpTransport kind, MPI_Comm comm, int tag, size_t capacity, int slots)
       : comm_(comm), tag_(tag), capacity_(capacity), slots_(slots) {
-    int size;
-    MPI_Comm_size(comm, &size);
-    const int rank = rank_in(comm);
+    const int size = comm_size(comm), rank = comm_rank(comm);
     next_ = (rank + 1) % size;
     prev_ = (rank + size - 1) % size;
     prev_world_ = translate(comm, prev_, MPI_COMM_WORLD);

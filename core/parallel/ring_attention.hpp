@@ -65,7 +65,7 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
-  size_t bytes_sent() const { return kv_ring_->bytes_sent + dkv_ring_->bytes_sent; }
+  size_t bytes_sent() const override { return kv_ring_->bytes_sent + dkv_ring_->bytes_sent; }
   size_t bytes_sent_shm() const { return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm; }
   std::string describe() const { return kv_ring_->describe(); }
   // What the buffers below take, for the memory estimate made before any is allocated.
@@ -92,7 +92,7 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
-  size_t bytes_sent() const { return bytes_sent_; }
+  size_t bytes_sent() const override { return bytes_sent_; }
   // What the buffers below take, for the memory estimate made before any is allocated.
   static double buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                              Precision activations);

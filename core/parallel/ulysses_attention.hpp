@@ -25,7 +25,7 @@ class UlyssesAttention : public AttentionOpOf<UlyssesAttention> {
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
-  size_t bytes_sent() const { return bytes_sent_; }
+  size_t bytes_sent() const override { return bytes_sent_; }
   static void check_degree(int64_t cp, int64_t H, int64_t KV);  // throws the message above
   // What the buffers below take, for the memory estimate made before any is allocated.
   static double buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
