@@ -1,5 +1,5 @@
 // Attention over a stream of tokens: causal on a per-token index and restricted to one
-// document, with grouped-query heads. The flash kernel keeps memory linear in the sequence
+// document, optionally to a sliding window of the latest keys, with grouped-query heads. The flash kernel keeps memory linear in the sequence
 // length (no [Tq, Tk] buffer ever: tiles of [block_q, block_k]) and is what training runs;
 // the reference kernel is the plain definition, for tests.
 //
@@ -23,16 +23,32 @@ struct IsaKernels;
 struct AttnDims {
   int64_t Tq = 0, Tk = 0;
   int64_t H = 1, KV = 1, D = 1;
+  int64_t window = 0;  // sliding window W in tokens; 0 = none (full causal)
 };
 
 // A query sees a key when both have the same doc >= 0 and key.idx <= query.idx (doc -1 is
-// padding: sees nothing, is seen by nothing). Within a stream, idx must increase with the
-// token's position in the buffer only for speed (whole tiles are skipped or unmasked from
-// the tiles' min/max), never for correctness.
+// padding: sees nothing, is seen by nothing), and with a window W also key.idx > query.idx
+// - W: the query itself and the W - 1 tokens before it (Hugging Face's `sliding_window`,
+// masking_utils' kv_idx > q_idx - sliding_window). Within a stream, idx must increase with
+// the token's position in the buffer only for speed (whole tiles are skipped or unmasked
+// from the tiles' min/max), never for correctness.
 struct TokenTags {
   const int32_t* idx;
   const int32_t* doc;
 };
+
+// What a run of tokens spans, padding excluded: enough to decide for whole blocks.
+struct TagSpan {
+  int32_t idx_min = INT32_MAX, idx_max = INT32_MIN, doc_min = INT32_MAX, doc_max = INT32_MIN;
+  bool any_pad = false;
+  bool empty() const { return doc_max < 0; }  // padding only (or no tokens)
+};
+TagSpan tag_span(TokenTags t, int64_t begin, int64_t end);
+// False only when no query of `q` can see any key of `k` under `window` (0 = none): the
+// whole block pair may then be skipped. True says nothing about every pair.
+bool may_see(const TagSpan& q, const TagSpan& k, int64_t window);
+// True when every query of `q` sees every key of `k`: no mask needed.
+bool sees_all(const TagSpan& q, const TagSpan& k, int64_t window);
 
 struct AttnBlocks {
   int64_t q = 128;

@@ -29,51 +29,27 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // Tags of packed tokens: a query of no document and a padding key never match anything.
 constexpr int32_t kQueryNoDoc = INT32_MIN + 1, kKeyPadDoc = INT32_MIN;
 
-// What a block of tokens spans, for whole-tile decisions.
-struct BlockSpan {
-  int32_t idx_min, idx_max, doc_min, doc_max;
-  bool any_pad, all_pad;
-};
-
-std::vector<BlockSpan> spans(TokenTags t, int64_t n, int64_t block) {
-  std::vector<BlockSpan> out;
-  for (int64_t b = 0; b < n; b += block) {
-    BlockSpan s{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, false, true};
-    for (int64_t i = b; i < std::min(n, b + block); ++i) {
-      s.idx_min = std::min(s.idx_min, t.idx[i]);
-      s.idx_max = std::max(s.idx_max, t.idx[i]);
-      if (t.doc[i] < 0) {
-        s.any_pad = true;
-        continue;
-      }
-      s.all_pad = false;
-      s.doc_min = std::min(s.doc_min, t.doc[i]);
-      s.doc_max = std::max(s.doc_max, t.doc[i]);
-    }
-    out.push_back(s);
-  }
-  return out;
-}
-
 enum class Tile { Skip, Full, Masked };
 
-Tile classify(const BlockSpan& q, const BlockSpan& k) {
-  if (q.all_pad || k.all_pad || k.idx_min > q.idx_max || k.doc_min > q.doc_max ||
-      q.doc_min > k.doc_max)
-    return Tile::Skip;
-  const bool one_doc = q.doc_min == q.doc_max && k.doc_min == k.doc_max && q.doc_min == k.doc_min;
-  if (one_doc && !q.any_pad && !k.any_pad && k.idx_max <= q.idx_min) return Tile::Full;
-  return Tile::Masked;
+Tile classify(const TagSpan& q, const TagSpan& k, int64_t window) {
+  if (!may_see(q, k, window)) return Tile::Skip;
+  return sees_all(q, k, window) ? Tile::Full : Tile::Masked;
+}
+
+std::vector<TagSpan> spans(TokenTags t, int64_t n, int64_t block) {
+  std::vector<TagSpan> out;
+  for (int64_t b = 0; b < n; b += block) out.push_back(tag_span(t, b, std::min(n, b + block)));
+  return out;
 }
 
 // The tile grid of one call: block spans and what each (query block, key block) pair is.
 struct Grid {
-  std::vector<BlockSpan> qs, ks;
-  int64_t nq, nk, BQ, BK;
+  std::vector<TagSpan> qs, ks;
+  int64_t nq, nk, BQ, BK, window;
   Grid(const AttnDims& d, TokenTags qt, TokenTags kt, AttnBlocks b)
       : qs(spans(qt, d.Tq, b.q)), ks(spans(kt, d.Tk, b.k)), nq(int64_t(qs.size())),
-        nk(int64_t(ks.size())), BQ(b.q), BK(b.k) {}
-  Tile tile(int64_t ib, int64_t jb) const { return classify(qs[size_t(ib)], ks[size_t(jb)]); }
+        nk(int64_t(ks.size())), BQ(b.q), BK(b.k), window(d.window) {}
+  Tile tile(int64_t ib, int64_t jb) const { return classify(qs[size_t(ib)], ks[size_t(jb)], window); }
   int64_t rows(int64_t ib, int64_t Tq) const { return std::min(BQ, Tq - ib * BQ); }
   int64_t cols(int64_t jb, int64_t Tk) const { return std::min(BK, Tk - jb * BK); }
   // The first key block at or after `from` that query block ib sees (nk if none).
@@ -91,6 +67,34 @@ void pause_cpu() {
 
 }  // namespace
 
+TagSpan tag_span(TokenTags t, int64_t begin, int64_t end) {
+  TagSpan s;
+  for (int64_t i = begin; i < end; ++i) {
+    if (t.doc[i] < 0) {
+      s.any_pad = true;
+      continue;
+    }
+    s.idx_min = std::min(s.idx_min, t.idx[i]);
+    s.idx_max = std::max(s.idx_max, t.idx[i]);
+    s.doc_min = std::min(s.doc_min, t.doc[i]);
+    s.doc_max = std::max(s.doc_max, t.doc[i]);
+  }
+  return s;
+}
+
+bool may_see(const TagSpan& q, const TagSpan& k, int64_t window) {
+  if (q.empty() || k.empty() || k.idx_min > q.idx_max || k.doc_min > q.doc_max || q.doc_min > k.doc_max)
+    return false;
+  // Every key at least W before every query: outside every query's window.
+  return window <= 0 || int64_t(k.idx_max) > int64_t(q.idx_min) - window;
+}
+
+bool sees_all(const TagSpan& q, const TagSpan& k, int64_t window) {
+  const bool one_doc = q.doc_min == q.doc_max && k.doc_min == k.doc_max && q.doc_min == k.doc_min;
+  return one_doc && !q.any_pad && !k.any_pad && k.idx_max <= q.idx_min &&
+         (window <= 0 || int64_t(k.idx_min) > int64_t(q.idx_max) - window);
+}
+
 // Per-thread scratch. Queries are read in place; only a sequence's last, partial query block
 // (or queries of another type than the products') is copied here, zero-padded.
 struct FlashAttention::Scratch {
@@ -99,7 +103,7 @@ struct FlashAttention::Scratch {
   Buffer<float> lse2, delta;           // [bqp]
   Buffer<float> acc, dq;               // [bqp, D]; dq [G, bqp, D]
   Buffer<float> m, l;                  // [bqp]
-  Buffer<int32_t> qidx, qdoc;          // [bqp]
+  Buffer<int32_t> qidx, qlo, qdoc;     // [bqp]
   Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, chunk] scratch)
   Buffer<bf16> p16, ds16, pi, dsi;     // [bqp, np] bf16 products
   Buffer<float> dk, dv;                // [np, D]
@@ -162,6 +166,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     s.m = Buffer<float>(bq);
     s.l = Buffer<float>(bq);
     s.qidx = Buffer<int32_t>(bq);
+    s.qlo = Buffer<int32_t>(bq);
     s.qdoc = Buffer<int32_t>(bq);
     s.p = Buffer<float>(bf16_tiles_ ? size_t(R * NC) : bq * np);
     s.ds = Buffer<float>(f32 * bq * np);
@@ -181,7 +186,7 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   // pad the most; fp32 products need the most, bf16 ones add the row pairs.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
-  const int64_t per_thread = bqp * D * (3 + G) + 6 * bqp + 2 * bqp * np + 2 * np * D;
+  const int64_t per_thread = bqp * D * (3 + G) + 7 * bqp + 2 * bqp * np + 2 * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -196,7 +201,7 @@ size_t FlashAttention::workspace_bytes() const {
     for (const Buffer<float>* b : {&s.q, &s.dout, &s.lse2, &s.delta, &s.acc, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
       n += b->size() * 4;
     for (const Buffer<bf16>* b : {&s.q16, &s.dout16, &s.p16, &s.ds16, &s.pi, &s.dsi}) n += b->size() * 2;
-    n += (s.qidx.size() + s.qdoc.size()) * 4;
+    n += (s.qidx.size() + s.qlo.size() + s.qdoc.size()) * 4;
   }
   return n;
 }
@@ -282,11 +287,16 @@ const float* block_values(const float* x, int64_t rows, int64_t bqp, float pad, 
   return copy;
 }
 
-// The tags of one query block: "no document" for padding rows and rows beyond the block.
-void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int32_t* qidx, int32_t* qdoc) {
+// The tags of one query block: "no document" for padding rows and rows beyond the block;
+// qlo, the lowest key idx a row's window reaches (INT32_MIN without a window).
+struct QueryTags {
+  int32_t *idx, *lo, *doc;
+};
+void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int64_t window, QueryTags out) {
   for (int64_t r = 0; r < bqp; ++r) {
-    qidx[r] = r < rows ? qt.idx[i0 + r] : 0;
-    qdoc[r] = r < rows && qt.doc[i0 + r] >= 0 ? qt.doc[i0 + r] : kQueryNoDoc;
+    out.idx[r] = r < rows ? qt.idx[i0 + r] : 0;
+    out.lo[r] = window > 0 ? int32_t(std::max<int64_t>(INT32_MIN, int64_t(out.idx[r]) - window + 1)) : INT32_MIN;
+    out.doc[r] = r < rows && qt.doc[i0 + r] >= 0 ? qt.doc[i0 + r] : kQueryNoDoc;
   }
 }
 
@@ -333,7 +343,7 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
     const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
     const int thread = omp_get_thread_num();
     Scratch& sc = scratch_[size_t(thread)];
-    pack_query_tags(qt, i0, rows, bqp, sc.qidx.data(), sc.qdoc.data());
+    pack_query_tags(qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
     std::fill(sc.m.data(), sc.m.data() + bqp, kNegInf);
     std::fill(sc.l.data(), sc.l.data() + bqp, 0.0f);
     std::fill(sc.acc.data(), sc.acc.data() + bqp * D, 0.0f);
@@ -346,6 +356,7 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
     if (bf16_tiles_) t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &t16.ldq);
     else t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &t.ldq);
     t.qidx = t16.qidx = sc.qidx.data();
+    t.qlo = t16.qlo = sc.qlo.data();
     t.qdoc = t16.qdoc = sc.qdoc.data();
     t.acc = t16.acc = sc.acc.data();
     t.m = t16.m = sc.m.data();
@@ -425,6 +436,7 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
     t.rows = t16.rows = bqp;
     t.np = t16.np = np;
     t.qidx = t16.qidx = sc.qidx.data();
+    t.qlo = t16.qlo = sc.qlo.data();
     t.qdoc = t16.qdoc = sc.qdoc.data();
     t.p = t16.p = sc.p.data();
     t.ds = sc.ds.data();
@@ -455,7 +467,7 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
         if (kind == Tile::Skip) continue;
         const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
         t.masked = t16.masked = kind == Tile::Masked || cols < np;
-        pack_query_tags(qt, i0, rows, bqp, sc.qidx.data(), sc.qdoc.data());
+        pack_query_tags(qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
         for (int64_t hh = 0; hh < G; ++hh) {
           const int64_t h = g * G + hh;
           if (thread == 0 && progress_) progress_();

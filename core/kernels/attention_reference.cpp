@@ -7,8 +7,10 @@
 namespace lct {
 
 namespace {
-inline bool visible(TokenTags qt, int64_t i, TokenTags kt, int64_t j) {
-  return qt.doc[i] >= 0 && qt.doc[i] == kt.doc[j] && kt.idx[j] <= qt.idx[i];
+// The definition in attention.hpp, written out: same document, causal, inside the window.
+inline bool visible(const AttnDims& d, TokenTags qt, int64_t i, TokenTags kt, int64_t j) {
+  return qt.doc[i] >= 0 && qt.doc[i] == kt.doc[j] && kt.idx[j] <= qt.idx[i] &&
+         (d.window == 0 || int64_t(qt.idx[i]) - int64_t(kt.idx[j]) < d.window);
 }
 }  // namespace
 
@@ -24,7 +26,7 @@ void attention_reference_forward(const AttnDims& d, const float* q, const float*
       std::vector<double> s(size_t(d.Tk));
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < d.Tk; ++j) {
-        if (!visible(qt, i, kt, j)) continue;
+        if (!visible(d, qt, i, kt, j)) continue;
         const float* kj = k + (j * d.KV + g) * D;
         double dot = 0;
         for (int64_t c = 0; c < D; ++c) dot += double(qi[c]) * kj[c];
@@ -40,7 +42,7 @@ void attention_reference_forward(const AttnDims& d, const float* q, const float*
       std::vector<double> acc(size_t(D), 0.0);
       double sum = 0;
       for (int64_t j = 0; j < d.Tk; ++j) {
-        if (!visible(qt, i, kt, j)) continue;
+        if (!visible(d, qt, i, kt, j)) continue;
         const double p = std::exp(s[size_t(j)] - m);
         sum += p;
         const float* vj = v + (j * d.KV + g) * D;
@@ -68,7 +70,7 @@ void attention_reference_backward(const AttnDims& d, const float* q, const float
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < d.Tk; ++j) {
           p[size_t(j)] = -std::numeric_limits<double>::infinity();
-          if (!visible(qt, i, kt, j)) continue;
+          if (!visible(d, qt, i, kt, j)) continue;
           const float* kj = k + (j * d.KV + g) * D;
           double dot = 0;
           for (int64_t c = 0; c < D; ++c) dot += double(qi[c]) * kj[c];

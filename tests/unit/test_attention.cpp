@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -18,6 +19,8 @@ struct Case {
   bool documents;  // packed documents with padding, or one causal sequence
   AttnBlocks blocks;
   Isa isa = test_isa();
+  int64_t window = 0;  // sliding window (0 = full causal)
+  AttnDims dims() const { return {S, S, H, KV, D, window}; }
 };
 
 FlashAttention make_flash(const Case& c) {
@@ -87,9 +90,9 @@ void expect_close(const Case& c, const Outputs& got, const Outputs& want, double
   for (int t = 0; t < 5; ++t) {
     double abs_diff;
     const double rel = max_rel(*got.all(t), *want.all(t), &abs_diff);
-    std::printf("%s %s S=%lld H=%lld KV=%lld %s %-3s max abs %.2e rel %.2e\n", isa_name(c.isa), what,
-                (long long)c.S, (long long)c.H, (long long)c.KV, c.documents ? "docs  " : "causal",
-                names[t], abs_diff, rel);
+    std::printf("%s %s S=%lld H=%lld KV=%lld W=%lld %s %-3s max abs %.2e rel %.2e\n", isa_name(c.isa),
+                what, (long long)c.S, (long long)c.H, (long long)c.KV, (long long)c.window,
+                c.documents ? "docs  " : "causal", names[t], abs_diff, rel);
     EXPECT_LT(rel, bound) << names[t] << " " << what;
     for (float x : *got.all(t)) ASSERT_FALSE(std::isnan(x)) << names[t] << " " << what;
   }
@@ -97,7 +100,7 @@ void expect_close(const Case& c, const Outputs& got, const Outputs& want, double
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "S=" << c.S << " H=" << c.H << " KV=" << c.KV << " D=" << c.D << (c.documents ? " docs" : " causal")
-      << " " << isa_name(c.isa);
+      << " W=" << c.window << " " << isa_name(c.isa);
 }
 
 class FlashVsReference : public ::testing::TestWithParam<Case> {};
@@ -105,7 +108,7 @@ class FlashVsReference : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
   const Case c = GetParam();
   const Inputs in = make_inputs(c, 17);
-  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const AttnDims d = c.dims();
   const TokenTags tags{in.idx.data(), in.doc.data()};
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
 
@@ -151,7 +154,16 @@ std::vector<Case> cases() {
     out.push_back({333, 2, 1, 64, true, {64, 48}, isa});   // D 64, blocks that divide nothing
     out.push_back({130, 4, 2, 128, true, {33, 70}, isa});  // D 128, odd blocks
     out.push_back({97, 3, 3, 24, false, {13, 9}, isa});    // D not a multiple of 16 (or 8)
+    // Sliding windows: narrower than a block, a few blocks wide and not a multiple of
+    // them, one token (each query sees itself only); over documents and padding too.
+    out.push_back({1000, 4, 1, 16, true, {128, 128}, isa, 100});
+    out.push_back({1000, 4, 4, 16, false, {128, 128}, isa, 1});
+    out.push_back({333, 2, 1, 64, false, {64, 48}, isa, 50});
+    out.push_back({333, 2, 2, 32, true, {16, 24}, isa, 7});
+    out.push_back({130, 4, 2, 128, true, {33, 70}, isa, 40});
+    out.push_back({97, 3, 3, 24, false, {13, 9}, isa, 20});
   }
+  out.push_back({4096, 4, 1, 32, false, {128, 128}, isas.front(), 300});
   return out;
 }
 
@@ -163,6 +175,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, FlashVsReference, ::testing::ValuesIn(cases()),
                            name += std::to_string(c.S);
                            name += c.documents ? "_docs_gqa" : "_causal_gqa";
                            name += std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D) + "_";
+                           if (c.window) name += std::string("W") + std::to_string(c.window) + "_";
                            return name + isa_name(c.isa);
                          });
 
@@ -179,7 +192,7 @@ TEST_P(FlashBf16VsReference, ForwardAndBackwardMatch) {
     return out;
   };
   const std::vector<bf16> q = round(in.q), k = round(in.k), v = round(in.v), dout = round(in.dout);
-  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const AttnDims d = c.dims();
   const TokenTags tags{in.idx.data(), in.doc.data()};
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
   Outputs want{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
@@ -210,6 +223,8 @@ std::vector<Case> bf16_cases() {
     out.push_back({1000, 4, 1, 64, true, {128, 128}, isa});
     out.push_back({333, 2, 2, 32, false, {64, 48}, isa});
     out.push_back({130, 4, 2, 128, true, {33, 70}, isa});
+    out.push_back({1000, 4, 2, 64, true, {128, 128}, isa, 150});
+    out.push_back({333, 2, 1, 32, false, {64, 48}, isa, 33});
   }
   return out;
 }
@@ -220,13 +235,14 @@ INSTANTIATE_TEST_SUITE_P(Sizes, FlashBf16VsReference, ::testing::ValuesIn(bf16_c
                            const Case& c = info.param;
                            std::string name = "S";
                            name += std::to_string(c.S) + "_D" + std::to_string(c.D) + "_";
+                           if (c.window) name += std::string("W") + std::to_string(c.window) + "_";
                            return name + isa_name(c.isa);
                          });
 
 TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
   const Case c{600, 4, 2, 16, true, {32, 32}};
   Inputs in = make_inputs(c, 5);
-  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const AttnDims d = c.dims();
   FlashAttention flash = make_flash(c);
   auto run = [&](const Inputs& x, std::vector<float>& o, std::vector<float>& dq, std::vector<float>& dk) {
     const TokenTags t{x.idx.data(), x.doc.data()};
@@ -268,10 +284,32 @@ TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
   EXPECT_GT(changed_inside, 0);  // the perturbation did reach its own document
 }
 
+// A window as long as the sequence changes nothing, bit for bit; a shorter one changes rows
+// past it and no row before it.
+TEST(FlashAttention, WindowAsLongAsTheSequenceIsFullCausal) {
+  Case c{700, 4, 2, 32, false, {64, 64}};
+  const Inputs in = make_inputs(c, 3);
+  const TokenTags t{in.idx.data(), in.doc.data()};
+  FlashAttention flash = make_flash(c);
+  auto forward = [&](int64_t window) {
+    c.window = window;
+    std::vector<float> o(size_t(c.S * c.H * c.D)), lse(size_t(c.H * c.S));
+    flash.forward(c.dims(), in.q.data(), in.k.data(), in.v.data(), t, t, o.data(), lse.data());
+    return o;
+  };
+  const std::vector<float> full = forward(0), same = forward(c.S), windowed = forward(200);
+  EXPECT_EQ(full, same);
+  const size_t row = size_t(c.H * c.D);
+  EXPECT_TRUE(std::equal(full.begin(), full.begin() + 200 * row, windowed.begin()));
+  for (int64_t i = 200; i < c.S; ++i)
+    EXPECT_FALSE(std::equal(full.begin() + i * row, full.begin() + (i + 1) * row, windowed.begin() + i * row))
+        << "row " << i << " sees keys outside its window";
+}
+
 TEST(FlashAttention, BackwardIsBitwiseRepeatable) {
   const Case c{1000, 4, 1, 32, true, {64, 64}};
   const Inputs in = make_inputs(c, 9);
-  const AttnDims d{c.S, c.S, c.H, c.KV, c.D};
+  const AttnDims d = c.dims();
   const TokenTags t{in.idx.data(), in.doc.data()};
   FlashAttention flash = make_flash(c);
   std::vector<float> o(size_t(c.S * c.H * c.D)), lse(size_t(c.H * c.S)), delta(lse.size());

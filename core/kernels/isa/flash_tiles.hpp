@@ -106,11 +106,11 @@ inline void over_d(int64_t D, F&& f) {
 }
 
 inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
-                        const int32_t* qidx, const int32_t* qdoc) {
+                        const int32_t* qidx, const int32_t* qlo, const int32_t* qdoc) {
   LCT_UNROLL for (int r = 0; r < R; ++r)
     LCT_UNROLL for (int v = 0; v < NV; ++v)
-      s[r][v] = Simd::keep(Simd::visible(kidx + v * W, kdoc + v * W, qidx[r], qdoc[r]), s[r][v],
-                           Simd::set1(kNegInf));
+      s[r][v] = Simd::keep(Simd::visible(kidx + v * W, kdoc + v * W, qidx[r], qlo[r], qdoc[r]),
+                           s[r][v], Simd::set1(kNegInf));
 }
 
 // Online softmax over one chunk of R rows: s (scores, log2 units) becomes p = 2^(s - m_new),
@@ -165,7 +165,7 @@ void flash_fwd_tile(const FlashFwdTile& t) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[R][NV];
       mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       float corr[R];
       const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
       LCT_UNROLL for (int r = 0; r < R; ++r)
@@ -185,7 +185,7 @@ void flash_bwd_tile(const FlashBwdTile& t) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[R][NV];
       mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       softmax_known(s, t.lse2 + r0);
       LCT_UNROLL for (int r = 0; r < R; ++r)
         LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);

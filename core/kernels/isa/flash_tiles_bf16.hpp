@@ -101,7 +101,7 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[R][NV];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       float corr[R];
       const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
       store_rows_bf16(s, p + c0, np);
@@ -120,7 +120,7 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[R][NV];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qdoc + r0);
+      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       softmax_known(s, t.lse2 + r0);
       LCT_UNROLL for (int r = 0; r < R; ++r)
         LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + r * NC + v * W, s[r][v]);

@@ -20,9 +20,10 @@ struct FlashFwdTile {
   const float* q = nullptr;     // [rows][ldq]
   const float* kt = nullptr;    // [D][np]   keys, transposed, pre-scaled
   const float* v = nullptr;     // [np][D]
-  // Tags, for masked tiles only: a key is visible when its doc equals the query's and its
-  // idx is <= the query's (padding keys carry doc INT32_MIN, never equal).
-  const int32_t *qidx = nullptr, *qdoc = nullptr;  // [rows]
+  // Tags, for masked tiles only: a key is visible when its doc equals the query's and
+  // qlo <= its idx <= qidx (padding keys carry doc INT32_MIN, never equal; qlo is the
+  // window's lower end, INT32_MIN without one).
+  const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr;  // [rows]
   const int32_t *kidx = nullptr, *kdoc = nullptr;  // [np]
   bool masked = false;
   float* acc = nullptr;         // [rows][D] running sum of p * v
@@ -42,7 +43,7 @@ struct FlashBwdTile {
   const float* kt = nullptr;     // [D][np], pre-scaled
   const float* vt = nullptr;     // [D][np]
   const float* k = nullptr;      // [np][D]
-  const int32_t *qidx = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
+  const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
   bool masked = false;
   float* p = nullptr;            // [rows][np] scratch
   float* ds = nullptr;           // [rows][np] scratch
@@ -57,7 +58,7 @@ struct FlashFwdTileBf16 {
   const bf16* q = nullptr;      // [rows][ldq]
   const bf16* kt2 = nullptr;    // [D/2][np][2], pre-scaled
   const bf16* v2 = nullptr;     // [np/2][D][2]
-  const int32_t *qidx = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
+  const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
   bool masked = false;
   float *acc = nullptr, *m = nullptr, *l = nullptr;
   bf16* scratch = nullptr;      // [strip_rows][np]
@@ -70,7 +71,7 @@ struct FlashBwdTileBf16 {
   const float *lse2 = nullptr, *delta = nullptr; // [rows]
   const bf16 *kt2 = nullptr, *vt2 = nullptr;     // [D/2][np][2]
   const bf16* k2 = nullptr;                      // [np/2][D][2]
-  const int32_t *qidx = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
+  const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
   bool masked = false;
   float* p = nullptr;                // [strip_rows][key_chunk] scratch
   bf16 *ds = nullptr;                // [rows][np] scratch

@@ -57,10 +57,11 @@ struct Simd {
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
   static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
-  // lanes where the key is visible to the query: same document (>= 0) and idx <= query idx
-  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qdoc) {
+  // lanes where the key is visible to the query: same document (>= 0) and qlo <= idx <= qidx
+  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qlo, int32_t qdoc) {
     const __m512i i = _mm512_loadu_si512(kidx), d = _mm512_loadu_si512(kdoc);
     return _mm512_cmple_epi32_mask(i, _mm512_set1_epi32(qidx)) &
+           _mm512_cmpge_epi32_mask(i, _mm512_set1_epi32(qlo)) &
            _mm512_cmpeq_epi32_mask(d, _mm512_set1_epi32(qdoc));
   }
   static V keep(Mask m, V v, V other) { return _mm512_mask_blend_ps(m, other, v); }
@@ -102,12 +103,13 @@ struct Simd {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
-  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qdoc) {
+  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qlo, int32_t qdoc) {
     const __m256i i = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kidx));
     const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kdoc));
     const __m256i later = _mm256_cmpgt_epi32(i, _mm256_set1_epi32(qidx));
+    const __m256i older = _mm256_cmpgt_epi32(_mm256_set1_epi32(qlo), i);
     const __m256i same = _mm256_cmpeq_epi32(d, _mm256_set1_epi32(qdoc));
-    return _mm256_castsi256_ps(_mm256_andnot_si256(later, same));
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_or_si256(later, older), same));
   }
   static V keep(Mask m, V v, V other) { return _mm256_blendv_ps(other, v, m); }
   static V exp2(V x) {
@@ -143,8 +145,8 @@ struct Simd {
   static V max(V a, V b) { return a < b ? b : a; }
   static float reduce_max(V v) { return v; }
   static float reduce_add(V v) { return v; }
-  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qdoc) {
-    return *kidx <= qidx && *kdoc == qdoc;
+  static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qlo, int32_t qdoc) {
+    return *kidx <= qidx && *kidx >= qlo && *kdoc == qdoc;
   }
   static V keep(Mask m, V v, V other) { return m ? v : other; }
   static V exp2(V x) { return std::exp2(x); }
