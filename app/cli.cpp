@@ -248,6 +248,10 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   r.add(c, "--tie-word-embeddings", o.tie_word_embeddings, std::string("preset"),
         "share the embedding and LM-head matrix: true, false or preset")
       ->check(CLI::IsMember({"preset", "true", "false"}));
+  r.add(c, "--sliding-window", o.sliding_window, int64_t(-1),
+        "sliding-window attention: each token sees itself and the W - 1 before it (0 = none, "
+        "full causal; -1 = the preset's)")
+      ->check(CLI::Range(int64_t(-1), int64_t(INT32_MAX)));
   r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation")
       ->check(count(0));
   r.add(c, "--force", o.force, false, "replace the output file if it exists");

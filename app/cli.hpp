@@ -27,6 +27,7 @@ struct InitOptions {
       num_key_value_heads, max_position_embeddings;
   double rope_theta, rms_norm_eps, initializer_range;
   std::string tie_word_embeddings;  // "preset", "true" or "false"
+  int64_t sliding_window;           // -1 = the preset's, 0 = none
   int64_t seed;
   bool force;
 };

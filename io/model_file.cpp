@@ -20,6 +20,7 @@ ModelConfig read_model_config(const h5::File& f) {
   ModelConfig c;
   ModelConfig::for_each_field(c, [&](const char* name, auto& v) {
     using T = std::decay_t<decltype(v)>;
+    if (ModelConfig::optional_field(name) && !h5::has_attr(f.h, name)) return;
     if constexpr (std::is_same_v<T, int64_t>) v = h5::read_int(f.h, name, w);
     if constexpr (std::is_same_v<T, double>) v = h5::read_double(f.h, name, w);
     if constexpr (std::is_same_v<T, bool>) v = h5::read_bool(f.h, name, w);

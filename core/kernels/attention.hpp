@@ -49,6 +49,10 @@ TagSpan tag_span(TokenTags t, int64_t begin, int64_t end);
 bool may_see(const TagSpan& q, const TagSpan& k, int64_t window);
 // True when every query of `q` sees every key of `k`: no mask needed.
 bool sees_all(const TagSpan& q, const TagSpan& k, int64_t window);
+// The spans of the maximal runs of consecutive idx in t[0, n): a cp shard is a few such
+// runs (its chunks of each sequence), so block decisions on runs are exact where one span
+// of the whole shard would join sequences.
+std::vector<TagSpan> tag_runs(TokenTags t, int64_t n);
 
 struct AttnBlocks {
   int64_t q = 128;

@@ -95,6 +95,17 @@ bool sees_all(const TagSpan& q, const TagSpan& k, int64_t window) {
          (window <= 0 || int64_t(k.idx_min) > int64_t(q.idx_max) - window);
 }
 
+std::vector<TagSpan> tag_runs(TokenTags t, int64_t n) {
+  std::vector<TagSpan> out;
+  for (int64_t b = 0; b < n;) {
+    int64_t e = b + 1;
+    while (e < n && int64_t(t.idx[e]) == int64_t(t.idx[e - 1]) + 1) ++e;
+    out.push_back(tag_span(t, b, e));
+    b = e;
+  }
+  return out;
+}
+
 // Per-thread scratch. Queries are read in place; only a sequence's last, partial query block
 // (or queries of another type than the products') is copied here, zero-padded.
 struct FlashAttention::Scratch {

@@ -17,6 +17,12 @@ class AttentionOp {
   virtual ~AttentionOp() = default;
   // Bytes this rank has sent to others since construction (0 on one rank).
   virtual size_t bytes_sent() const { return 0; }
+  // The tags of the tokens every call until the next new_tokens() will carry (the model
+  // calls it once per micro-batch, before its first layer; n tokens on this rank): a cp
+  // attention may plan its exchanges here, once (which blocks anyone sees under `window`).
+  // Before the first call every exchange takes place (never wrong, only slower); after
+  // it, calls with other tags are wrong.
+  virtual void new_tokens(TokenTags tags, int64_t n, int64_t window) {}
   // q [T, H*D], k, v [T, KV*D] of this rank's tokens; o, lse overwritten.
   virtual void forward(const AttnDims& d, const float* q, const float* k, const float* v,
                        TokenTags tags, float* o, float* lse, PhaseClock& clock) = 0;

@@ -1,5 +1,7 @@
 #include "model/config.hpp"
 
+#include <climits>
+
 #include "common/error.hpp"
 
 namespace lct {
@@ -86,6 +88,9 @@ void ModelConfig::validate(const std::string& where) const {
          "RoPE rotates pairs of dimensions, so it must be even");
   if (!(rope_theta > 0)) fail(where, ": rope_theta is ", rope_theta, " but must be positive");
   if (!(rms_norm_eps > 0)) fail(where, ": rms_norm_eps is ", rms_norm_eps, " but must be positive");
+  if (sliding_window < 0 || sliding_window > INT32_MAX)
+    fail(where, ": sliding_window is ", sliding_window, " but must be 0 (none) or a window of 1 to ",
+         INT32_MAX, " tokens");
   if (!(initializer_range >= 0))
     fail(where, ": initializer_range is ", initializer_range, " but must be >= 0");
 }

@@ -22,6 +22,10 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;
   double initializer_range = 0.02;  // std of the normal init of every matrix
   bool tie_word_embeddings = false;
+  // Mistral-style sliding-window attention: each token sees itself and the W - 1 tokens
+  // before it in its document. 0 = none (full causal; Hugging Face's null). Optional in
+  // files: absent means 0 (files written before it existed).
+  int64_t sliding_window = 0;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }  // D
   int64_t num_parameters() const;
@@ -50,7 +54,10 @@ struct ModelConfig {
     visit("rms_norm_eps", c.rms_norm_eps);
     visit("initializer_range", c.initializer_range);
     visit("tie_word_embeddings", c.tie_word_embeddings);
+    visit("sliding_window", c.sliding_window);
   }
+  // Fields a file may lack (their default then holds).
+  static bool optional_field(const std::string& name) { return name == "sliding_window"; }
 };
 
 // The warning train and eval print when their sequences are longer than the model was made

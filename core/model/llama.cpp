@@ -249,7 +249,7 @@ class LlamaPassesOf final : public LlamaPasses {
   void attention_forward(const LayerActs<X>& a, const Batch& b, PhaseClock& clock) {
     const ModelConfig& c = m_.config_;
     const int64_t n = T(b);
-    const AttnDims d{n, n, c.num_attention_heads, c.num_key_value_heads, c.head_dim()};
+    const AttnDims d{n, n, c.num_attention_heads, c.num_key_value_heads, c.head_dim(), c.sliding_window};
     const TokenTags tags{b.idx.data(), b.doc.data()};
     if constexpr (std::is_same_v<X, float>) {
       m_.attention_->forward(d, a.q, a.k, a.v, tags, a.o, a.lse, clock);
@@ -341,7 +341,7 @@ class LlamaPassesOf final : public LlamaPasses {
     std::memset(sp_.dq, 0, size_t(n * H * D) * sizeof(float));
     std::memset(sp_.dk, 0, size_t(n * KV * D) * sizeof(float));
     std::memset(sp_.dv, 0, size_t(n * KV * D) * sizeof(float));
-    const AttnDims d{n, n, H, KV, D};
+    const AttnDims d{n, n, H, KV, D, m_.config_.sliding_window};
     const TokenTags tags{b.idx.data(), b.doc.data()};
     m_.attention_->backward(d, a.q, a.k, a.v, a.o, a.lse, sp_.do_, tags, sp_.dq, sp_.dk, sp_.dv, clock);
     m_.rope_.backward(sp_.dq, b.pos.data(), n, H);
@@ -424,10 +424,12 @@ void LlamaModel::zero_grads() {
 }
 
 double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax) {
+  attention_->new_tokens({b.idx.data(), b.doc.data()}, int64_t(b.idx.size()), config_.sliding_window);
   return passes_->forward(b, clock, argmax);
 }
 
 double LlamaModel::forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) {
+  attention_->new_tokens({b.idx.data(), b.doc.data()}, int64_t(b.idx.size()), config_.sliding_window);
   return passes_->forward_backward(b, grad_scale, clock);
 }
 

@@ -51,11 +51,12 @@ constexpr size_t kHeader = 2 * 64;
 
 class Transport : public RingTransport {
  public:
-  Transport(CpTransport kind, MPI_Comm comm, int tag, size_t capacity, int slots)
+  Transport(CpTransport kind, MPI_Comm comm, int tag, size_t capacity, int slots, int shift)
       : comm_(comm), tag_(tag), capacity_(capacity), slots_(slots) {
     const int size = comm_size(comm), rank = comm_rank(comm);
-    next_ = (rank + 1) % size;
-    prev_ = (rank + size - 1) % size;
+    shift = ((shift % size) + size) % size;
+    next_ = (rank + shift) % size;
+    prev_ = (rank + size - shift) % size;
     prev_world_ = translate(comm, prev_, MPI_COMM_WORLD);
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_);
     const int next_node = translate(comm, next_, node_), prev_node = translate(comm, prev_, node_);
@@ -178,8 +179,8 @@ class Transport : public RingTransport {
 }  // namespace
 
 std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
-                                                   size_t capacity, int slots) {
-  return std::make_unique<Transport>(kind, comm, tag, capacity, slots);
+                                                   size_t capacity, int slots, int shift) {
+  return std::make_unique<Transport>(kind, comm, tag, capacity, slots, shift);
 }
 
 double timed_hop(RingTransport& ring, const void* send, size_t bytes, MPI_Comm comm, bool slowest) {

@@ -39,9 +39,10 @@ class RingTransport {
 };
 
 // Collective over `comm`. Auto: shared memory for the hops whose two ranks share a node.
-// `slots`: 2, or 1 for a ring whose blocks always land in slot 0.
+// `slots`: 2, or 1 for a ring whose blocks always land in slot 0. `shift`: every rank r
+// sends to r + shift and receives from r - shift (mod size); 1 is the ring.
 std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
-                                                   size_t capacity, int slots = 2);
+                                                   size_t capacity, int slots = 2, int shift = 1);
 
 // One timed hop for `bench ring`: every rank of `comm` starts together (a barrier), sends
 // `bytes` to the next and receives from the previous. Seconds on this rank, or the slowest

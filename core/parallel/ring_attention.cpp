@@ -35,16 +35,18 @@ void KvBlocks::pack(int i, const X* k, const X* v, TokenTags t) {
 
 double RingAttention::buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                    Precision activations) {
-  // kv_ (2 blocks), o_part_, lse_part_ + delta_, dkv_[2] + dkv_in_ (3 x [dk | dv]).
+  // kv_ (2 blocks), o_part_, lse_part_ + delta_, dkv_[2] + dkv_in_ + dkv_home_'s slot (4 x
+  // [dk | dv]).
   const double kvd = double(KV * D);
   return 2.0 * double(KvBlocks::bytes_for(Tl, KV * D, elem_size(activations))) +
-         4.0 * (double(Tl * H * D) + 2.0 * double(H * Tl) + 3.0 * 2.0 * double(Tl) * kvd);
+         4.0 * (double(Tl * H * D) + 2.0 * double(H * Tl) + 4.0 * 2.0 * double(Tl) * kvd);
 }
 
 RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                              AttnBlocks blocks, Isa isa, Precision activations,
                              CpTransport transport)
-    : n_(comm_size(cp)), kvd_(KV * D), flash_({Tl, Tl, H, KV, D}, blocks, isa, activations),
+    : comm_(cp), transport_(transport), n_(comm_size(cp)), tl_(Tl), kvd_(KV * D),
+      flash_({Tl, Tl, H, KV, D}, blocks, isa, activations), steps_(n_), sees_(size_t(n_), 1),
       kv_ring_(make_ring_transport(transport, cp, 11,
                                    KvBlocks::bytes_for(Tl, KV * D, elem_size(activations)))),
       dkv_ring_(make_ring_transport(transport, cp, 12, size_t(2 * Tl * KV * D) * sizeof(float), 1)),
@@ -58,17 +60,62 @@ RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int
   });
 }
 
+size_t RingAttention::bytes_sent() const {
+  return kv_ring_->bytes_sent + dkv_ring_->bytes_sent + (dkv_home_ ? dkv_home_->bytes_sent : 0);
+}
+
+size_t RingAttention::bytes_sent_shm() const {
+  return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm + (dkv_home_ ? dkv_home_->bytes_sent_shm : 0);
+}
+
+void RingAttention::new_tokens(TokenTags tags, int64_t n, int64_t window) {
+  // Every rank's runs as int32 [idx_min, idx_max, doc_min, doc_max, any_pad] each.
+  std::vector<int32_t> mine;
+  for (const TagSpan& s : tag_runs(tags, n))
+    mine.insert(mine.end(), {s.idx_min, s.idx_max, s.doc_min, s.doc_max, int32_t(s.any_pad)});
+  const auto all = allgather_varying(mine, comm_, "the context-parallel ring's plan (token runs)");
+  const auto runs = [&](int r) {
+    std::vector<TagSpan> out;
+    const std::vector<int32_t>& x = all[size_t(r)];
+    for (size_t i = 0; i + 5 <= x.size(); i += 5) out.push_back({x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4] != 0});
+    return out;
+  };
+  const auto sees = [&](int reader, int owner) {  // any query of `reader` sees a key of `owner`
+    for (const TagSpan& q : runs(reader))
+      for (const TagSpan& k : runs(owner))
+        if (may_see(q, k, window)) return true;
+    return false;
+  };
+  // The same plan on every rank: steps up to the farthest hop any rank needs.
+  steps_ = 1;
+  for (int r = 0; r < n_; ++r)
+    for (int hop = 1; hop < n_; ++hop)
+      if (sees(r, (r - hop + n_) % n_)) steps_ = std::max(steps_, hop + 1);
+  const int me = comm_rank(comm_);
+  for (int step = 0; step < n_; ++step) sees_[size_t(step)] = step == 0 || sees(me, (me - step + n_) % n_);
+}
+
+RingTransport& RingAttention::dkv_home() {
+  if (steps_ == n_) return *dkv_ring_;  // one more hop of the ring is home
+  const int shift = n_ - (steps_ - 1);  // back steps_ - 1 ranks
+  if (!dkv_home_ || home_shift_ != shift) {
+    dkv_home_ = make_ring_transport(transport_, comm_, 13, size_t(2 * tl_ * kvd_) * sizeof(float), 1, shift);
+    home_shift_ = shift;
+  }
+  return *dkv_home_;
+}
+
 template <class X>
 void RingAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags,
                         float* o, float* lse, PhaseClock& clock) {
   kv_.pack(0, k, v, tags);
   int cur = 0;
-  for (int step = 0; step < n_; ++step) {
-    const bool more = step + 1 < n_;
+  for (int step = 0; step < steps_; ++step) {
+    const bool more = step + 1 < steps_;
     if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());  // next block
     if (step == 0) {
       flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o, lse);
-    } else {
+    } else if (sees_[size_t(step)]) {
       flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o_part_.data(), lse_part_.data());
       attention_merge(o, lse, o_part_.data(), lse_part_.data(), d.Tq, d.H, d.D);
     }
@@ -89,13 +136,15 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
   attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
   kv_.pack(0, k, v, tags);
   int cur = 0;
-  for (int step = 0; step < n_; ++step) {
-    const bool more = step + 1 < n_;
+  float* acc = nullptr;
+  for (int step = 0; step < steps_; ++step) {
+    const bool more = step + 1 < steps_;
     if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());
-    float* acc = dkv_[step % 2].data();  // this block's dK/dV: our part first
+    acc = dkv_[step % 2].data();  // this block's dK/dV: our part first
     zero(acc, 2 * n);
-    flash_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
-                    kv_.tags(cur), dq, acc, acc + n);
+    if (sees_[size_t(step)])
+      flash_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
+                      kv_.tags(cur), dq, acc, acc + n);
     clock.lap(Phase::AttnBwd);
     if (step > 0) {  // the ranks before us in the ring added theirs: it has arrived
       dkv_ring_->wait();
@@ -103,17 +152,24 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
       add_into(acc, dkv_in_, 2 * n);
       clock.lap(Phase::AttnBwd);
     }
-    dkv_ring_->start(acc, 0, size_t(2 * n) * sizeof(float));  // on towards its owner
+    if (steps_ == 1) break;  // our block, seen by us alone: acc is its whole gradient
+    // On towards its owner: the next rank, or from the last step straight home.
+    (more ? *dkv_ring_ : dkv_home()).start(acc, 0, size_t(2 * n) * sizeof(float));
     if (more) {
       kv_ring_->wait();
       clock.lap(Phase::Comm);
       cur = 1 - cur;
     }
   }
-  dkv_ring_->wait();  // our own block's gradient, summed over the whole ring
-  clock.lap(Phase::Comm);
-  add_into(dk, dkv_in_, n);
-  add_into(dv, dkv_in_ + n, n);
+  const float* mine = acc;
+  if (steps_ > 1) {  // our own block's gradient, summed over every rank that saw it
+    RingTransport& home = dkv_home();
+    home.wait();
+    clock.lap(Phase::Comm);
+    mine = reinterpret_cast<const float*>(home.slot(0));
+  }
+  add_into(dk, mine, n);
+  add_into(dv, mine + n, n);
   clock.lap(Phase::AttnBwd);
 }
 
@@ -158,7 +214,8 @@ void AllGatherAttention::fwd(const AttnDims& d, const X* q, const X* k, const X*
                              TokenTags tags, float* o, float* lse, PhaseClock& clock) {
   gather(k, v, tags, d.Tk);
   clock.lap(Phase::Comm);
-  const AttnDims all{d.Tq, d.Tk * n_, d.H, d.KV, d.D};
+  AttnDims all = d;  // our queries, everyone's keys
+  all.Tk = d.Tk * n_;
   flash_.forward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
                  tags, {idx_all_.data(), doc_all_.data()}, o, lse);
   clock.lap(Phase::AttnFwd);
@@ -170,7 +227,8 @@ void AllGatherAttention::bwd(const AttnDims& d, const X* q, const X* k, const X*
                              float* dv, PhaseClock& clock) {
   gather(k, v, tags, d.Tk);  // gathered again rather than kept: memory stays O(local tokens)
   clock.lap(Phase::Comm);
-  const AttnDims all{d.Tq, d.Tk * n_, d.H, d.KV, d.D};
+  AttnDims all = d;  // our queries, everyone's keys
+  all.Tk = d.Tk * n_;
   const int64_t f = d.Tk * kvd_;
   zero(dk_all_.data(), n_ * f);
   zero(dv_all_.data(), n_ * f);

@@ -4,6 +4,10 @@
 //                       flash kernel on the block in hand; partial results merged in fp32
 //                       by log-sum-exp. Backward: K/V travel again with an fp32 dK/dV
 //                       accumulator that arrives home after cp hops; dQ stays local.
+//                       Under a sliding window the ring stops after the last hop anyone
+//                       needs (a contiguous split needs 1 hop when W <= S/cp) and the
+//                       accumulators go straight home from there; a block no local query
+//                       sees is passed on without computing.
 //   AllGatherAttention  Llama 3's variant: all-gather K/V once per layer, one local kernel
 //                       call under the global mask, reduce-scatter dK/dV to their owners.
 // Which keys a query sees comes from the tokens' true indices and documents carried with
@@ -65,17 +69,26 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
-  size_t bytes_sent() const override { return kv_ring_->bytes_sent + dkv_ring_->bytes_sent; }
-  size_t bytes_sent_shm() const { return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm; }
+  // Allgathers every rank's runs of tags (tag_runs) and plans the ring from them.
+  void new_tokens(TokenTags tags, int64_t n, int64_t window) override;
+  int steps() const { return steps_; }  // of the current plan: 1 + the hops K/V make
+  size_t bytes_sent() const override;
+  size_t bytes_sent_shm() const;
   std::string describe() const { return kv_ring_->describe(); }
   // What the buffers below take, for the memory estimate made before any is allocated.
   static double buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
 
  private:
+  RingTransport& dkv_home();  // from the last step's holder of a block to its owner
+  MPI_Comm comm_;
+  CpTransport transport_;
   int n_;
-  int64_t kvd_;
+  int64_t tl_, kvd_;                   // local tokens (at most), K/V width
   FlashAttention flash_;
-  std::unique_ptr<RingTransport> kv_ring_, dkv_ring_;
+  int home_shift_ = 0;                 // dkv_home_'s
+  int steps_;                          // ring steps of the current tokens (n_ without a plan)
+  std::vector<char> sees_;             // [step]: local queries see the block in hand
+  std::unique_ptr<RingTransport> kv_ring_, dkv_ring_, dkv_home_;
   KvBlocks kv_;                        // kv_ring_'s two slots: the block in hand, the one arriving
   Buffer<float> o_part_, lse_part_, delta_;
   Buffer<float> dkv_[2];               // [dk | dv] of the block in hand, alternating

@@ -105,7 +105,7 @@ void UlyssesAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v
   gather_tags(tags, Tl);
   clock.lap(Phase::Comm);
   const TokenTags all{idx_.data(), doc_.data()};
-  flash_.forward({S, S, Hc_, KVc_, D_}, qf, kf, vf, all, all, o_.data(), lse_.data());
+  flash_.forward({S, S, Hc_, KVc_, D_, d.window}, qf, kf, vf, all, all, o_.data(), lse_.data());
   clock.lap(Phase::AttnFwd);
   to_tokens(o_.data(), Tl, qw, o, false);
   // lse [Hc, S] -> [H, Tl]: rank i gets columns [i Tl, (i+1) Tl) of every row; what arrives
@@ -141,7 +141,7 @@ void UlyssesAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v
   std::memset(dk_.data(), 0, dk_.size() * sizeof(float));
   std::memset(dv_.data(), 0, dv_.size() * sizeof(float));
   const TokenTags all{idx_.data(), doc_.data()};
-  flash_.backward({S, S, Hc_, KVc_, D_}, qf, kf, vf, lse_.data(), delta_.data(), df, all, all,
+  flash_.backward({S, S, Hc_, KVc_, D_, d.window}, qf, kf, vf, lse_.data(), delta_.data(), df, all, all,
                   dq_.data(), dk_.data(), dv_.data());
   clock.lap(Phase::AttnBwd);
   to_tokens(dq_.data(), Tl, qw, dq, true);

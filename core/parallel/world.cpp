@@ -147,4 +147,20 @@ int comm_size(MPI_Comm comm) {
   return n;
 }
 
+std::vector<std::vector<int32_t>> allgather_varying(const std::vector<int32_t>& mine, MPI_Comm comm,
+                                                    const char* what) {
+  const int ranks = comm_size(comm);
+  std::vector<int> counts(static_cast<size_t>(ranks)), offsets(static_cast<size_t>(ranks), 0);
+  const int n = int(mine.size());
+  WaitScope w(what);
+  MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  for (int r = 1; r < ranks; ++r) offsets[size_t(r)] = offsets[size_t(r - 1)] + counts[size_t(r - 1)];
+  std::vector<int32_t> flat(size_t(offsets.back() + counts.back()));
+  MPI_Allgatherv(mine.data(), n, MPI_INT32_T, flat.data(), counts.data(), offsets.data(), MPI_INT32_T, comm);
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    out[size_t(r)].assign(flat.begin() + offsets[size_t(r)], flat.begin() + offsets[size_t(r)] + counts[size_t(r)]);
+  return out;
+}
+
 }  // namespace lct

@@ -60,5 +60,8 @@ std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm);
 // Every rank's `mine` (the same length everywhere), rank after rank: [ranks * mine.size()].
 // `what` names the call for the watchdog.
 std::vector<double> allgather(const std::vector<double>& mine, MPI_Comm comm, const char* what);
+// Every rank's `mine`, of any length: [rank][...].
+std::vector<std::vector<int32_t>> allgather_varying(const std::vector<int32_t>& mine, MPI_Comm comm,
+                                                    const char* what);
 
 }  // namespace lct

@@ -1,7 +1,8 @@
-// Ring and all-gather attention on cp = world-size ranks against the single-rank flash
-// kernel on the whole sequence: O, LSE, dQ, dK, dV of every rank's zigzag shard; in fp32 and
-// in bf16 (bf16 activations travelling the ring, bf16 products where the CPU has them,
-// against the single-rank bf16 kernel).
+// Ring, all-gather and Ulysses attention on cp = world-size ranks against the single-rank
+// flash kernel on the whole sequence: O, LSE, dQ, dK, dV of every rank's shard (zigzag or
+// contiguous), causal, packed documents, padding and sliding windows; in fp32 and in bf16
+// (bf16 activations travelling the ring, bf16 products where the CPU has them, against the
+// single-rank bf16 kernel).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -31,6 +32,7 @@ struct Full {  // the whole micro-batch and its single-rank results
   Precision precision;
   std::vector<float> q, k, v, dout, o, lse, dq, dk, dv;
   std::vector<int32_t> idx, doc;
+  int64_t window = 0;
 };
 
 std::vector<bf16> to_bf16(const std::vector<float>& x) {
@@ -52,9 +54,9 @@ void with_type(Precision p, const std::vector<float>& q, const std::vector<float
 }
 
 Full make_full(Layout layout, int64_t H, int64_t KV, uint32_t seed, int perturb_doc = -1,
-               Precision precision = Precision::Fp32) {
+               Precision precision = Precision::Fp32, int64_t window = 0) {
   const int N = size_of();
-  Full f{2, 2 * N * 45, 0, H, KV, 16, precision, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  Full f{2, 2 * N * 45, 0, H, KV, 16, precision, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, window};
   f.T = f.B * f.S;
   std::mt19937 gen(seed);
   std::normal_distribution<float> n(0.f, 1.f);
@@ -86,7 +88,7 @@ Full make_full(Layout layout, int64_t H, int64_t KV, uint32_t seed, int perturb_
       if (f.doc[size_t(t)] == perturb_doc)
         for (int64_t c = 0; c < KV * f.D; ++c) f.k[size_t(t * KV * f.D + c)] += 0.5f;
 
-  const AttnDims d{f.T, f.T, H, KV, f.D};
+  const AttnDims d{f.T, f.T, H, KV, f.D, window};
   const TokenTags tags{f.idx.data(), f.doc.data()};
   FlashAttention flash({f.T, f.T, H, KV, f.D}, {16, 24}, test_isa(), precision);
   f.o.resize(f.q.size());
@@ -110,13 +112,15 @@ Full make_full(Layout layout, int64_t H, int64_t KV, uint32_t seed, int perturb_
 struct Local {  // this rank's shard and what the context-parallel op computed
   std::vector<int64_t> rows;
   std::vector<float> o, lse, dq, dk, dv;
+  int ring_steps = 0;  // RingAttention's plan
 };
 
 template <class Op>
-Local run_parallel(const Full& f, CpTransport transport = CpTransport::Auto) {
+Local run_parallel(const Full& f, CpTransport transport = CpTransport::Auto,
+                   CpSplit split = CpSplit::Zigzag) {
   const int N = size_of(), r = rank_of();
   Local L;
-  L.rows = shard_indices(f.B, f.S, N, r, CpSplit::Zigzag);
+  L.rows = shard_indices(f.B, f.S, N, r, split);
   const int64_t Tl = int64_t(L.rows.size());
   auto gather = [&](const std::vector<float>& src, int64_t width) {
     std::vector<float> out(size_t(Tl * width));
@@ -139,8 +143,10 @@ Local run_parallel(const Full& f, CpTransport transport = CpTransport::Auto) {
       return Op(MPI_COMM_WORLD, Tl, f.H, f.KV, f.D, {16, 24}, test_isa(), f.precision);
   };
   Op op = make();
-  const AttnDims d{Tl, Tl, f.H, f.KV, f.D};
+  const AttnDims d{Tl, Tl, f.H, f.KV, f.D, f.window};
   const TokenTags tags{idx.data(), doc.data()};
+  op.new_tokens(tags, Tl, f.window);
+  if constexpr (std::is_same_v<Op, RingAttention>) L.ring_steps = op.steps();
   PhaseClock clock;
   L.o.resize(q.size());
   L.lse.resize(size_t(f.H * Tl));
@@ -270,6 +276,42 @@ TEST(UlyssesAttention, RefusesHeadsNotDivisibleByTheDegree) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be divisible by cp"), std::string::npos) << e.what();
   }
+}
+
+// Sliding windows in every cp algorithm, transport and split: W = 30 is narrower than a
+// zigzag chunk (45 tokens), W = 100 wider; packed documents cut windows short.
+TEST(SlidingWindow, EveryAlgorithmTransportAndSplitMatchesSingleRank) {
+  const int N = size_of();
+  for (int64_t window : {30, 100})
+    for (Layout layout : {Layout::Causal, Layout::Documents}) {
+      const Full f = make_full(layout, 4, 4, 11, -1, Precision::Fp32, window);
+      const std::string name = std::string(layout == Layout::Causal ? "causal" : "documents") +
+                               " W=" + std::to_string(window);
+      for (CpSplit split : {CpSplit::Zigzag, CpSplit::Contiguous}) {
+        const std::string s = split == CpSplit::Zigzag ? " zigzag" : " contiguous";
+        const Local shm = run_parallel<RingAttention>(f, CpTransport::Shm, split);
+        const Local mpi = run_parallel<RingAttention>(f, CpTransport::Mpi, split);
+        compare(f, shm, ("ring shm " + name + s).c_str());
+        compare(f, mpi, ("ring mpi " + name + s).c_str());
+        EXPECT_EQ(shm.dk, mpi.dk);
+        compare(f, run_parallel<AllGatherAttention>(f, CpTransport::Auto, split), ("allgather " + name + s).c_str());
+        compare(f, run_parallel<UlyssesAttention>(f, CpTransport::Auto, split), ("ulysses " + name + s).c_str());
+        // A contiguous shard is S/N = 90 tokens of each sequence: W <= 90 needs only the
+        // previous rank's keys, so the ring stops after one hop.
+        if (split == CpSplit::Contiguous && window <= f.S / N) EXPECT_EQ(shm.ring_steps, std::min(N, 2)) << name;
+        if (split == CpSplit::Zigzag) EXPECT_EQ(shm.ring_steps, N) << name;  // the late chunk needs rank r + 1's
+      }
+    }
+  const Full b = make_full(Layout::Documents, 4, 4, 12, -1, Precision::Bf16, 30);
+  compare(b, run_parallel<RingAttention>(b, CpTransport::Auto, CpSplit::Contiguous), "bf16 ring W=30 contiguous");
+  compare(b, run_parallel<UlyssesAttention>(b), "bf16 ulysses W=30");
+}
+
+// Without a window the plan changes nothing: every hop is made.
+TEST(RingAttention, FullCausalPlanTakesEveryStep) {
+  const Full f = make_full(Layout::Causal, 4, 2, 13);
+  EXPECT_EQ(run_parallel<RingAttention>(f).ring_steps, size_of());
+  EXPECT_EQ(run_parallel<RingAttention>(f, CpTransport::Auto, CpSplit::Contiguous).ring_steps, size_of());
 }
 
 TEST(RingAttention, PerturbingOneDocumentLeavesOthersUnchangedAcrossRanks) {
