@@ -381,9 +381,12 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "how ring blocks travel: shm (ranks of one node write into each other's slots in an MPI "
         "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")
       ->check(CLI::IsMember({"auto", "shm", "mpi"}));
-  r.add(c, "--cp-split", o.cp_split, std::string("zigzag"),
-        "how sequences are cut across cp ranks: zigzag (balanced) or contiguous (for comparison)")
-      ->check(CLI::IsMember({"zigzag", "contiguous"}));
+  r.add(c, "--cp-split", o.cp_split, std::string("auto"),
+        "how sequences are cut across cp ranks: zigzag (balances causal work), contiguous "
+        "(balances sliding-window work, and the ring needs 1 hop when the window fits in a "
+        "rank's share), auto (contiguous when the model's sliding_window <= seq-len / cp, "
+        "else zigzag)")
+      ->check(CLI::IsMember({"auto", "zigzag", "contiguous"}));
   r.add(c, "--precision", o.precision, std::string("fp32"),
         "matrix products: fp32, or bf16 (bf16 weights copy, activations and ring K/V, gradient "
         "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "

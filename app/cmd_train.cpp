@@ -18,6 +18,7 @@
 #include "io/model_file.hpp"
 #include "io/run_dir.hpp"
 #include "io/timing_file.hpp"
+#include "model/shard.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
 #include "parallel/ring_attention.hpp"
@@ -191,7 +192,8 @@ int cmd_train(Context& ctx) {
       << " tokens (packing efficiency " << std::fixed << std::setprecision(1)
       << 100 * loader.packing().efficiency() << "%); global batch " << o.batch_size * o.grad_accum * dp
       << " sequences = " << o.batch_size * o.grad_accum * dp * o.seq_len << " tokens"
-      << (cp > 1 ? ", each sequence split over " + std::to_string(cp) + " ranks (" + o.cp_split +
+      << (cp > 1 ? ", each sequence split over " + std::to_string(cp) + " ranks (" +
+                       cp_split_name(choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp)) +
                        ", " + o.cp_algo + ")"
                  : std::string())
       << "\npeak for MFU: " << peak << " GFLOP/s per rank (" << peak_how << ")\n"

@@ -25,14 +25,14 @@ constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
 // This rank's share of the step's --grad-accum micro-batches (its dp slice, its cp shard).
 std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
   const int64_t dp = layout.dp, cp = layout.cp;
-  const CpSplit split = o.cp_split == "zigzag" ? CpSplit::Zigzag : CpSplit::Contiguous;
+  const CpSplit split = choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp);
   std::vector<Batch> micro;
   for (int64_t a = 0; a < o.grad_accum; ++a) {
     std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
     seqs = {seqs.begin() + where.dp_rank * o.batch_size,
             seqs.begin() + (where.dp_rank + 1) * o.batch_size};
     Batch full = make_batch(ds, seqs, o.seq_len);
-    *visible_pairs_total += visible_pairs(full);
+    *visible_pairs_total += visible_pairs(full, mc.sliding_window);
     micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split) : std::move(full));
   }
   return micro;

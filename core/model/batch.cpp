@@ -40,13 +40,15 @@ Batch make_batch(const TokenDataset& ds, const std::vector<const PackedSequence*
   return b;
 }
 
-double visible_pairs(const Batch& b) {
+double visible_pairs(const Batch& b, int64_t window) {
   double pairs = 0;
   const size_t T = b.doc.size();
   for (size_t t = 0; t < T;) {
     size_t e = t;
     while (e < T && b.doc[e] == b.doc[t]) ++e;
-    if (b.doc[t] >= 0) pairs += double(e - t) * double(e - t + 1) / 2.0;
+    const double n = double(e - t), w = window > 0 ? std::min(double(window), n) : n;
+    // the first w positions see 1..w keys, the n - w after them w each
+    if (b.doc[t] >= 0) pairs += w * (w + 1) / 2.0 + (n - w) * w;
     t = e;
   }
   return pairs;

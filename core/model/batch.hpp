@@ -24,7 +24,8 @@ struct Batch {
 
 Batch make_batch(const TokenDataset& ds, const std::vector<const PackedSequence*>& seqs, int64_t S);
 
-// Query-key pairs the causal document mask leaves visible: sum over documents of n(n+1)/2.
-double visible_pairs(const Batch& b);
+// Query-key pairs the causal document mask leaves visible: sum over documents of n(n+1)/2,
+// or under a sliding window W of sum over positions i < n of min(i + 1, W).
+double visible_pairs(const Batch& b, int64_t window = 0);
 
 }  // namespace lct

@@ -40,6 +40,9 @@ def loss_sum(cfg, P, b):
     # causal within a document; padding rows (doc -1) see only themselves so softmax has no
     # empty row: they feed nothing and are scored nowhere, so loss and gradients are unaffected
     mask = (doc[:, None] == doc[None, :]) & (doc[:, None] >= 0) & (idx[None, :] <= idx[:, None])
+    window = int(cfg.get("sliding_window", 0))  # Hugging Face: kv_idx > q_idx - sliding_window
+    if window > 0:
+        mask = mask & (idx[None, :] > idx[:, None] - window)
     mask = mask | (torch.eye(T, dtype=torch.bool) & (doc[:, None] < 0))
     inv_freq = 1.0 / (float(cfg["rope_theta"]) ** (torch.arange(0, D, 2, dtype=DT) / D))
     ang = pos[:, None].to(DT) * inv_freq[None, :]

@@ -32,6 +32,7 @@ struct GoldenCase {
   bool tied;
   Checkpointing checkpointing;
   Precision precision = Precision::Fp32;
+  int64_t window = 0;  // sliding_window
 };
 
 void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
@@ -47,6 +48,7 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
   c.num_attention_heads = gc.heads;
   c.num_key_value_heads = gc.kv_heads;
   c.tie_word_embeddings = gc.tied;
+  c.sliding_window = gc.window;
   c.rope_theta = 500.0;  // short sequences still turn the rotations a long way
   c.initializer_range = 0.08;  // larger weights: attention is far from uniform
 
@@ -145,7 +147,12 @@ INSTANTIATE_TEST_SUITE_P(
                       GoldenCase{"mha_attnckpt", 4, 4, false, Checkpointing::Attention},
                       GoldenCase{"gqa2_untied_bf16", 4, 2, false, Checkpointing::None, Precision::Bf16},
                       GoldenCase{"gqa4_tied_fullckpt_bf16", 4, 1, true, Checkpointing::Full, Precision::Bf16},
-                      GoldenCase{"mha_attnckpt_bf16", 4, 4, false, Checkpointing::Attention, Precision::Bf16}),
+                      GoldenCase{"mha_attnckpt_bf16", 4, 4, false, Checkpointing::Attention, Precision::Bf16},
+                      // Sliding windows shorter than most documents (lengths 1 to 31).
+                      GoldenCase{"gqa2_window5", 4, 2, false, Checkpointing::None, Precision::Fp32, 5},
+                      GoldenCase{"gqa4_window9_attnckpt", 4, 1, false, Checkpointing::Attention,
+                                 Precision::Fp32, 9},
+                      GoldenCase{"gqa2_window5_bf16", 4, 2, false, Checkpointing::None, Precision::Bf16, 5}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
