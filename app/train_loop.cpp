@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <iomanip>
 #include <ostream>
 
 #include "app/train_checkpoint.hpp"
@@ -173,9 +174,10 @@ int TrainLoop::train() {
 
   record.finish(out, layout.dp, layout.cp, peak, peak_how);
   if (auto* r = dynamic_cast<const RingAttention*>(cp_attention))
-    out << "ring traffic of rank 0 in this run: " << gib(double(r->bytes_sent_shm()))
-        << " through shared memory, " << gib(double(r->bytes_sent() - r->bytes_sent_shm()))
-        << " through MPI\n";
+    out << "ring traffic of rank 0 in this run: " << std::fixed << std::setprecision(2)
+        << double(r->bytes_sent_shm()) / 1048576 << " MiB through shared memory, "
+        << double(r->bytes_sent() - r->bytes_sent_shm()) / 1048576 << " MiB through MPI; the last "
+        << "micro-batch took " << r->steps() << " of " << layout.cp << " ring steps per layer\n";
   write_timing();
   if (const int64_t k = state.consecutive_skips; k > 0)
     throw AgreedError(cat("the run reached step ", o.steps, " but its last ", k, " step(s) had a ",

@@ -266,3 +266,4 @@ LCT_RING_TYPES(bf16)
 #undef LCT_RING_TYPES
 
 }  // namespace lct
+

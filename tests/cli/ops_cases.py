@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_cases as cc  # noqa: E402
-from cli_cases import case, expect_error, flip_bytes_in, good_model, ok, run, timing  # noqa: E402
+from cli_cases import case, expect_error, flip_bytes_in, ok, run, timing  # noqa: E402
 
 def train_command(lr="3e-3", data="d16.h5"):
     """A run long enough to be interrupted: tiny model, 16 documents, 600-token sequences."""
@@ -32,8 +32,9 @@ def train_command(lr="3e-3", data="d16.h5"):
 TRAIN = train_command()
 
 
-def fixture():
-    good_model()
+def fixture(*model_args):
+    """m.h5 (tiny, with `model_args` for init) and d16.h5."""
+    ok("init", "-o", "m.h5", "--preset", "tiny", *model_args)
     ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
 
 
@@ -64,8 +65,8 @@ def last_per_step(run_dir, column="loss"):
     return {int(s): v for s, v in zip(steps["step"], steps[column])}
 
 
-def assert_bit_exact_resume(ranks, *degrees):
-    fixture()
+def assert_bit_exact_resume(ranks, *degrees, model_args=()):
+    fixture(*model_args)
     straight = train("straight", "--steps", "20", "--checkpoint-every", "10", *degrees, ranks=ranks)
     assert straight.returncode == 0, straight.stderr
     first = train("split", "--steps", "20", "--checkpoint-every", "10", "--stop-at", "10", *degrees,
@@ -108,6 +109,12 @@ def resume_is_bit_exact_with_ulysses_cp2():
 def resume_is_bit_exact_with_the_ring_over_two_sided_mpi():
     """The cases above run the ring over shared memory, the default."""
     assert_bit_exact_resume(2, "--cp", "2", "--cp-transport", "mpi")
+
+
+@case
+def resume_is_bit_exact_with_a_sliding_window_on_cp2():
+    """Contiguous split, a ring planned per micro-batch, accumulators sent straight home."""
+    assert_bit_exact_resume(2, "--cp", "2", model_args=("--sliding-window", "100"))
 
 
 @case
