@@ -112,6 +112,11 @@ def resume_is_bit_exact_with_the_ring_over_two_sided_mpi():
 
 
 @case
+def resume_is_bit_exact_with_allgather_cp2():
+    assert_bit_exact_resume(2, "--cp", "2", "--cp-algo", "allgather")
+
+
+@case
 def resume_is_bit_exact_with_a_sliding_window_on_cp2():
     """Contiguous split, a ring planned per micro-batch, accumulators sent straight home."""
     assert_bit_exact_resume(2, "--cp", "2", model_args=("--sliding-window", "100"))
