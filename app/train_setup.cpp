@@ -139,6 +139,7 @@ void Fault::maybe_fire(int my_rank, int64_t now) const {
   if (kind == "exit") std::_Exit(3);
   if (kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (kind == "stallring") ring_stall_next_hop();
 }
 
 Fault injected_fault() {
@@ -146,9 +147,9 @@ Fault injected_fault() {
   if (const char* v = std::getenv("LCT_INJECT_FAULT")) {
     char kind[16] = "";
     long long step = -1;
-    if (std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) != 3 ||
-        (std::string(kind) != "throw" && std::string(kind) != "hang" && std::string(kind) != "exit"))
-      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang or exit");
+    const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
+    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring")
+      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit or stallring");
     f.kind = kind;
     f.step = step;
   }

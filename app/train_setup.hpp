@@ -45,7 +45,7 @@ std::string latest_or_none(const RunDirectory* run);
 
 // Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
-// (hang) or exit at once (exit).
+// (hang), exit at once (exit) or stop in the middle of its next ring exchange (stallring).
 struct Fault {
   std::string kind;
   int rank = -1;

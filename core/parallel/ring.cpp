@@ -3,7 +3,10 @@
 #include <immintrin.h>
 #include <sched.h>
 
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <cstdint>
 #include <cstring>
 
@@ -25,6 +28,8 @@ const char* cp_transport_name(CpTransport t) {
 }
 
 namespace {
+
+std::atomic<bool> g_stall_next_hop{false};
 
 // `rank` of `from` as a rank of `to` (MPI_UNDEFINED when it is not in `to`).
 int translate(MPI_Comm from, int rank, MPI_Comm to) {
@@ -106,6 +111,8 @@ class Transport : public RingTransport {
     } else {
       MPI_Irecv(slot(to), int(bytes), MPI_BYTE, prev_, tag_, comm_, &req_[0]);
     }
+    if (g_stall_next_hop.load())
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (send_shm_) {
       pending_ = {static_cast<const char*>(send), to, bytes};
     } else {
@@ -182,6 +189,8 @@ std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm co
                                                    size_t capacity, int slots, int shift) {
   return std::make_unique<Transport>(kind, comm, tag, capacity, slots, shift);
 }
+
+void ring_stall_next_hop() { g_stall_next_hop.store(true); }
 
 double timed_hop(RingTransport& ring, const void* send, size_t bytes, MPI_Comm comm, bool slowest) {
   MPI_Barrier(comm);

@@ -44,6 +44,11 @@ class RingTransport {
 std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
                                                    size_t capacity, int slots = 2, int shift = 1);
 
+// Test hook (LCT_INJECT_FAULT=stallring:RANK:STEP): the next hop this process starts stops
+// for good in the middle of the exchange, after announcing its slot free, as a rank that
+// dies or stalls there would: its neighbours must be caught by the watchdog, not hang.
+void ring_stall_next_hop();
+
 // One timed hop for `bench ring`: every rank of `comm` starts together (a barrier), sends
 // `bytes` to the next and receives from the previous. Seconds on this rank, or the slowest
 // rank's when `slowest`.

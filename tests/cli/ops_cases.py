@@ -297,6 +297,23 @@ def hung_rank_is_reported_and_the_job_aborted():
 
 
 @case
+def a_rank_stalled_inside_a_shared_memory_hop_is_named_and_the_job_aborted():
+    """Rank 1 stops in the middle of a ring exchange over shared memory (its slot announced
+    free, its own block never written): rank 0 spins on the window's flags, and the watchdog
+    must end the job within --comm-timeout, naming the peer it waits on."""
+    fixture()
+    t0 = time.time()
+    p = train("r", "--steps", "50", "--cp", "2", "--cp-transport", "shm", "--comm-timeout", "3", ranks=2,
+              env={"LCT_INJECT_FAULT": "stallring:1:4"})
+    took = time.time() - t0
+    assert p.returncode == 87 and took < 30, (p.returncode, took, p.stderr)
+    hung = [l for l in p.stderr.splitlines() if "hung: waited" in l]
+    assert hung and all("rank 0: hung: waited 3 s on the context-parallel ring transfer" in l and
+                        "from rank 1 during step 4" in l for l in hung), p.stderr
+    print(f"aborted after {took:.1f} s:", *hung, sep="\n")
+
+
+@case
 def exception_or_exit_on_one_rank_stops_every_rank():
     fixture()
     for kind, code in [("throw", 87), ("exit", None)]:
