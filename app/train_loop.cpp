@@ -11,7 +11,7 @@
 #include "io/timing_file.hpp"
 #include "model/flops.hpp"
 #include "model/shard.hpp"
-#include "parallel/ring_attention.hpp"
+#include "parallel/hybrid_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 
@@ -33,7 +33,8 @@ std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
             seqs.begin() + (where.dp_rank + 1) * o.batch_size};
     Batch full = make_batch(ds, seqs, o.seq_len);
     *visible_pairs_total += visible_pairs(full);
-    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split) : std::move(full));
+    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split,
+                                         o.cp_algo == "hybrid" ? o.ulysses_degree : 1) : std::move(full));
   }
   return micro;
 }
@@ -172,7 +173,9 @@ int TrainLoop::train() {
   }
 
   record.finish(out, layout.dp, layout.cp, peak, peak_how);
-  if (auto* r = dynamic_cast<const RingAttention*>(cp_attention))
+  const RingAttention* r = dynamic_cast<const RingAttention*>(cp_attention);
+  if (auto* h = dynamic_cast<const HybridAttention*>(cp_attention)) r = &h->ring();
+  if (r)
     out << "ring traffic of rank 0 in this run: " << gib(double(r->bytes_sent_shm()))
         << " through shared memory, " << gib(double(r->bytes_sent() - r->bytes_sent_shm()))
         << " through MPI\n";
