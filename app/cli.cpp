@@ -374,11 +374,17 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")
       ->check(count(1));
   r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
-        "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3) or ulysses "
-        "(all-to-all to a head split; heads and KV heads divisible by cp)")
-      ->check(CLI::IsMember({"ring", "allgather", "ulysses"}));
+        "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3), ulysses "
+        "(all-to-all to a head split; heads and KV heads divisible by cp) or hybrid (Ulysses "
+        "over --ulysses-degree consecutive cp ranks, a ring across those groups)")
+      ->check(CLI::IsMember({"ring", "allgather", "ulysses", "hybrid"}));
+  r.add(c, "--ulysses-degree", o.ulysses_degree, int64_t(0),
+        "--cp-algo hybrid only: U, the cp ranks of one Ulysses all-to-all (usually the cp "
+        "ranks on one node); the ring runs over cp / U. U must divide cp, the heads and the KV "
+        "heads; U = 1 is a ring, U = cp is Ulysses")
+      ->check(count(0));
   r.add(c, "--cp-transport", o.cp_transport, std::string("auto"),
-        "how ring blocks travel: shm (ranks of one node write into each other's slots in an MPI "
+        "how ring blocks travel (hybrid: on its ring): shm (ranks of one node write into each other's slots in an MPI "
         "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")
       ->check(CLI::IsMember({"auto", "shm", "mpi"}));
   r.add(c, "--cp-split", o.cp_split, std::string("auto"),

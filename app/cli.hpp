@@ -69,6 +69,7 @@ struct TrainOptions {
   bool force, dry_run, allow_data_change;
   int64_t dp, cp;
   std::string cp_algo, cp_split, cp_transport;
+  int64_t ulysses_degree;     // hybrid: Ulysses ranks per ring position; 0 = not given
   std::string precision;      // fp32 | bf16
 };
 

@@ -19,6 +19,8 @@
 #include "io/run_dir.hpp"
 #include "io/timing_file.hpp"
 #include "model/shard.hpp"
+#include "model/shard.hpp"
+#include "parallel/hybrid_attention.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
 #include "parallel/ring_attention.hpp"
@@ -32,7 +34,7 @@ namespace lct {
 
 namespace {
 
-// The attention over the cp group (ring or all-gather); null when cp = 1.
+// The attention over the cp group (ring, all-gather, Ulysses or hybrid); null when cp = 1.
 std::unique_ptr<AttentionOp> make_cp_attention(const Mesh& mesh, const TrainOptions& o,
                                                const ModelConfig& mc, const ModelShape& shape,
                                                int64_t cp) {
@@ -42,6 +44,10 @@ std::unique_ptr<AttentionOp> make_cp_attention(const Mesh& mesh, const TrainOpti
   if (o.cp_algo == "ring")
     return std::make_unique<RingAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
                                            shape.precision, parse_cp_transport(o.cp_transport));
+  if (o.cp_algo == "hybrid")
+    return std::make_unique<HybridAttention>(c, int(o.ulysses_degree), shape.max_tokens, H, KV, D,
+                                             shape.blocks, shape.isa, shape.precision,
+                                             parse_cp_transport(o.cp_transport));
   if (o.cp_algo == "ulysses")
     return std::make_unique<UlyssesAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
                                               shape.precision);
@@ -160,6 +166,10 @@ int cmd_train(Context& ctx) {
   std::unique_ptr<AttentionOp> cp_attention = make_cp_attention(mesh, o, mc, shape, cp);
   if (auto* ring = dynamic_cast<RingAttention*>(cp_attention.get()))
     out << "ring transport (--cp-transport " << o.cp_transport << "), rank 0: " << ring->describe() << "\n";
+  if (auto* h = dynamic_cast<HybridAttention*>(cp_attention.get()))
+    out << "hybrid cp: Ulysses all-to-all over " << h->ulysses_degree() << " consecutive cp ranks x ring over "
+        << h->ring_degree() << " (--cp-transport " << o.cp_transport << "), rank 0: "
+        << h->ring().describe() << "\n";
   LlamaModel model(mc, shape, cp_attention.get());
   std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
   init.params = Buffer<float>();
@@ -193,8 +203,11 @@ int cmd_train(Context& ctx) {
       << 100 * loader.packing().efficiency() << "%); global batch " << o.batch_size * o.grad_accum * dp
       << " sequences = " << o.batch_size * o.grad_accum * dp * o.seq_len << " tokens"
       << (cp > 1 ? ", each sequence split over " + std::to_string(cp) + " ranks (" +
-                       cp_split_name(choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp)) +
-                       ", " + o.cp_algo + ")"
+                       cp_split_name(cp_split_of(o, mc, cp)) + ", " + o.cp_algo +
+                       (o.cp_algo == "hybrid" ? " ulysses " + std::to_string(o.ulysses_degree) + " x ring " +
+                                                    std::to_string(cp / o.ulysses_degree)
+                                              : std::string()) +
+                       ")"
                  : std::string())
       << "\npeak for MFU: " << peak << " GFLOP/s per rank (" << peak_how << ")\n"
       << std::flush;

@@ -12,7 +12,7 @@
 #include "io/timing_file.hpp"
 #include "model/flops.hpp"
 #include "model/shard.hpp"
-#include "parallel/ring_attention.hpp"
+#include "parallel/hybrid_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 
@@ -26,7 +26,7 @@ constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
 // This rank's share of the step's --grad-accum micro-batches (its dp slice, its cp shard).
 std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
   const int64_t dp = layout.dp, cp = layout.cp;
-  const CpSplit split = choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp);
+  const CpSplit split = cp_split_of(o, mc, cp);
   std::vector<Batch> micro;
   for (int64_t a = 0; a < o.grad_accum; ++a) {
     std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
@@ -34,7 +34,8 @@ std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
             seqs.begin() + (where.dp_rank + 1) * o.batch_size};
     Batch full = make_batch(ds, seqs, o.seq_len);
     *visible_pairs_total += visible_pairs(full, mc.sliding_window);
-    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split) : std::move(full));
+    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, ulysses_group(o))
+                           : std::move(full));
   }
   return micro;
 }
@@ -173,11 +174,13 @@ int TrainLoop::train() {
   }
 
   record.finish(out, layout.dp, layout.cp, peak, peak_how);
-  if (auto* r = dynamic_cast<const RingAttention*>(cp_attention))
+  const RingAttention* r = dynamic_cast<const RingAttention*>(cp_attention);
+  if (auto* h = dynamic_cast<const HybridAttention*>(cp_attention)) r = &h->ring();
+  if (r)
     out << "ring traffic of rank 0 in this run: " << std::fixed << std::setprecision(2)
         << double(r->bytes_sent_shm()) / 1048576 << " MiB through shared memory, "
         << double(r->bytes_sent() - r->bytes_sent_shm()) / 1048576 << " MiB through MPI; the last "
-        << "micro-batch took " << r->steps() << " of " << layout.cp << " ring steps per layer\n";
+        << "micro-batch took " << r->steps() << " of " << r->ranks() << " ring steps per layer\n";
   write_timing();
   if (const int64_t k = state.consecutive_skips; k > 0)
     throw AgreedError(cat("the run reached step ", o.steps, " but its last ", k, " step(s) had a ",

@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/hybrid_attention.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "sys/memory.hpp"
 
@@ -40,6 +41,15 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
   if (o.cp_algo == "ulysses") UlyssesAttention::check_degree(cp, mc.num_attention_heads, mc.num_key_value_heads);
+  if (o.cp_algo != "hybrid" && o.ulysses_degree != 0)
+    fail("--ulysses-degree ", o.ulysses_degree, " is only for --cp-algo hybrid (this run has --cp-algo ",
+         o.cp_algo, "); add --cp-algo hybrid, or drop --ulysses-degree");
+  if (o.cp_algo == "hybrid") {
+    if (o.ulysses_degree == 0)
+      fail("--cp-algo hybrid needs --ulysses-degree U, the cp ranks of one Ulysses all-to-all ",
+           "(usually the cp ranks on one node); the ring runs over cp / U of them");
+    HybridAttention::check_degree(cp, o.ulysses_degree, mc.num_attention_heads, mc.num_key_value_heads);
+  }
   // Token indices and positions are 32-bit: a micro-batch holds at most 2^31 - 1 tokens.
   if (o.batch_size > INT32_MAX / o.seq_len)
     fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
@@ -82,6 +92,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
       cp == 1                 ? 0
       : o.cp_algo == "ring"    ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
       : o.cp_algo == "ulysses" ? UlyssesAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision)
+      : o.cp_algo == "hybrid"  ? HybridAttention::buffer_bytes(int(o.ulysses_degree), Tl, H, KV, D, shape.precision)
                                : AllGatherAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision);
   // A step's micro-batches are all built before its first forward pass (the loss is
   // normalised by the whole step's targets): 5 int32 per token each, plus the whole
@@ -126,6 +137,12 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
     check_free_space(run->checkpoint_path(0), checkpoint_bytes, "a checkpoint in", kRunDirSpaceAdvice);
   });
   return run;
+}
+
+int64_t ulysses_group(const TrainOptions& o) { return o.cp_algo == "hybrid" ? o.ulysses_degree : 1; }
+
+CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp) {
+  return choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp / ulysses_group(o));
 }
 
 std::string latest_or_none(const RunDirectory* run) {

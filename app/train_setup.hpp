@@ -12,6 +12,7 @@
 #include "io/run_dir.hpp"
 #include "model/config.hpp"
 #include "model/llama.hpp"
+#include "model/shard.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
@@ -42,6 +43,11 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 
 // "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
 std::string latest_or_none(const RunDirectory* run);
+
+// The cp ranks of one Ulysses group (--ulysses-degree under --cp-algo hybrid, else 1), and
+// the split --cp-split resolves to for this model, S and cp (the ring has cp / group ranks).
+int64_t ulysses_group(const TrainOptions& o);
+CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp);
 
 // Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering

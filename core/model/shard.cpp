@@ -13,21 +13,24 @@ CpSplit choose_cp_split(const std::string& option, int64_t window, int64_t S, in
 
 const char* cp_split_name(CpSplit split) { return split == CpSplit::Zigzag ? "zigzag" : "contiguous"; }
 
-std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, CpSplit split) {
+std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, CpSplit split,
+                                   int64_t group) {
+  if (group < 1 || N % group != 0) fail("cp group of ", group, " ranks does not divide cp = ", N);
   if (S % (2 * N) != 0) fail("sequence length ", S, " is not divisible by 2 x cp = ", 2 * N);
-  const int64_t c = S / (2 * N);
-  const int64_t first = split == CpSplit::Zigzag ? r : 2 * r;
-  const int64_t second = split == CpSplit::Zigzag ? 2 * N - 1 - r : 2 * r + 1;
+  const int64_t P = N / group, p = r / group, u = r % group;  // positions; ours; our part
+  const int64_t c = S / (2 * P), part = 2 * c / group;
+  const int64_t first = split == CpSplit::Zigzag ? p : 2 * p;
+  const int64_t second = split == CpSplit::Zigzag ? 2 * P - 1 - p : 2 * p + 1;
   std::vector<int64_t> idx;
-  idx.reserve(size_t(B * 2 * c));
+  idx.reserve(size_t(B * part));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t chunk : {first, second})
-      for (int64_t t = 0; t < c; ++t) idx.push_back(b * S + chunk * c + t);
+    for (int64_t i = u * part; i < (u + 1) * part; ++i)  // position i of the pair (early, late)
+      idx.push_back(b * S + (i < c ? first * c + i : second * c + i - c));
   return idx;
 }
 
-Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split) {
-  const std::vector<int64_t> idx = shard_indices(full.B, full.S, N, r, split);
+Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split, int64_t group) {
+  const std::vector<int64_t> idx = shard_indices(full.B, full.S, N, r, split, group);
   Batch b;
   b.B = full.B;
   b.S = full.S / N;

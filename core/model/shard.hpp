@@ -5,6 +5,13 @@
 //   contiguous  rank r keeps chunks 2r and 2r+1: under full causal attention the last rank
 //               does most of the work; under a sliding window W <= S/N every rank does
 //               the same and needs only the previous rank's keys (a ring of one hop).
+// Hybrid context parallelism (group = U > 1): the N cp ranks form N / U positions of U
+// consecutive ranks; the chunks are cut for the N / U positions as above (2N/U chunks), and
+// the chunk pair of position p = r / U, in its local order (early, late), is split into U
+// equal consecutive parts, rank r keeping part r % U. The U ranks' parts concatenated in
+// order are exactly position p's pair: after Ulysses' all-to-all, the ring ranks hold their
+// zigzag pairs for N / U ranks and the ring's causal work is balanced. group = 1 is the
+// plain split.
 // Tokens, targets, documents, true stream indices (causality) and RoPE positions are all
 // permuted together, once per micro-batch, so masks and rotations stay exact.
 #pragma once
@@ -19,14 +26,16 @@ namespace lct {
 enum class CpSplit { Zigzag, Contiguous };
 
 // --cp-split: "zigzag", "contiguous", or "auto": contiguous where a sliding window fits in
-// one rank's share of a sequence (0 < window <= S/N), zigzag otherwise.
+// one ring position's share of a sequence (0 < window <= S/N, N the ring's ranks: cp, or
+// cp / U in hybrid), zigzag otherwise.
 CpSplit choose_cp_split(const std::string& option, int64_t window, int64_t S, int64_t N);
 const char* cp_split_name(CpSplit split);
 
 // Stream indices of the full batch that rank r holds, in its local order.
-std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, CpSplit split);
+std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, CpSplit split,
+                                   int64_t group = 1);
 
 // Rank r's part of `full` (S must be divisible by 2N; checked by the caller's options).
-Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split);
+Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split, int64_t group = 1);
 
 }  // namespace lct

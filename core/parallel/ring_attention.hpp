@@ -72,6 +72,7 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   // Allgathers every rank's runs of tags (tag_runs) and plans the ring from them.
   void new_tokens(TokenTags tags, int64_t n, int64_t window) override;
   int steps() const { return steps_; }  // of the current plan: 1 + the hops K/V make
+  int ranks() const { return n_; }
   size_t bytes_sent() const override;
   size_t bytes_sent_shm() const;
   std::string describe() const { return kv_ring_->describe(); }

@@ -12,10 +12,13 @@ namespace lct {
 
 namespace {
 
-int checked_degree(MPI_Comm cp, int64_t H, int64_t KV) {
+// The flash kernel on the whole sequence for this rank's heads (after the degree check).
+std::unique_ptr<AttentionOp> local_inner(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV,
+                                         int64_t D, AttnBlocks blocks, Isa isa,
+                                         Precision activations) {
   const int n = comm_size(cp);
   UlyssesAttention::check_degree(n, H, KV);
-  return n;
+  return std::make_unique<LocalAttention>(n * Tl, H / n, KV / n, D, blocks, isa, activations);
 }
 }  // namespace
 
@@ -26,26 +29,40 @@ void UlyssesAttention::check_degree(int64_t cp, int64_t H, int64_t KV) {
          "ring, or a cp that divides ", KV);
 }
 
-double UlyssesAttention::buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                                      Precision activations) {
+double UlyssesAttention::exchange_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                        Precision activations) {
   const double S = double(n) * double(Tl), e = double(elem_size(activations));
   const double qd = S * double(H / n * D), kd = S * double(KV / n * D);  // per rank, whole sequence
   return e * (3 * qd + 2 * kd) +                     // q_, o_x_, dout_, k_, v_
-         4.0 * (2 * qd + 2 * kd + 3 * S * double(H / n)) +  // o_, dq_, dk_, dv_, lse_, delta_
+         4.0 * (2 * qd + 2 * kd + S * double(H / n)) +  // o_, dq_, dk_, dv_, lse_
          2.0 * 4.0 * double(Tl) * double(H * D) * (1 + double(n > 1)) +  // send_, recv_
          8.0 * S;                                     // idx_, doc_
 }
 
+double UlyssesAttention::buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                      Precision activations) {
+  // The local kernel's delta [H/n, S] and as much again of slack, as before the split.
+  return exchange_bytes(n, Tl, H, KV, D, activations) + 2 * 4.0 * double(n) * double(Tl) * double(H / n);
+}
+
 UlyssesAttention::UlyssesAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                    AttnBlocks blocks, Isa isa, Precision activations)
-    : comm_(cp), n_(checked_degree(cp, H, KV)), rank_(comm_rank(cp)), Hc_(H / n_), KVc_(KV / n_),
-      D_(D), flash_({n_ * Tl, n_ * Tl, Hc_, KVc_, D}, blocks, isa, activations) {
+    : UlyssesAttention(cp, Tl, H, KV, D, activations,
+                       local_inner(cp, Tl, H, KV, D, blocks, isa, activations)) {}
+
+UlyssesAttention::UlyssesAttention(MPI_Comm group, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                   Precision activations, std::unique_ptr<AttentionOp> inner)
+    : comm_(group), n_(comm_size(group)), rank_(comm_rank(group)), Hc_(H / n_), KVc_(KV / n_),
+      D_(D), inner_(std::move(inner)) {
+  if (H % n_ != 0 || KV % n_ != 0)
+    fail("Ulysses all-to-all over ", n_, " ranks: ", H, " query heads and ", KV,
+         " key/value heads must both be divisible by ", n_);
   const size_t S = size_t(n_ * Tl), e = elem_size(activations);
   const size_t qd = S * size_t(Hc_ * D), kd = S * size_t(KVc_ * D);
   q_ = Buffer<char>(qd * e), o_x_ = Buffer<char>(qd * e), dout_ = Buffer<char>(qd * e);
   k_ = Buffer<char>(kd * e), v_ = Buffer<char>(kd * e);
   o_ = Buffer<float>(qd), dq_ = Buffer<float>(qd), dk_ = Buffer<float>(kd), dv_ = Buffer<float>(kd);
-  lse_ = Buffer<float>(S * size_t(Hc_)), delta_ = Buffer<float>(S * size_t(Hc_));
+  lse_ = Buffer<float>(S * size_t(Hc_));
   // The largest all-to-all: a rank's whole q (or o, dq) rows, fp32.
   send_ = Buffer<char>(size_t(Tl * H * D) * sizeof(float));
   recv_ = Buffer<char>(size_t(Tl * H * D) * sizeof(float));
@@ -61,10 +78,26 @@ void UlyssesAttention::alltoall(const void* send, void* recv, size_t bytes) {
   bytes_sent_ += bytes * size_t(n_ - 1);
 }
 
+void UlyssesAttention::new_tokens(TokenTags tags, int64_t n, int64_t window) {
+  gather_tags(tags, n);
+  inner_->new_tokens({idx_.data(), doc_.data()}, n_ * n, window);
+}
+
 void UlyssesAttention::gather_tags(TokenTags tags, int64_t Tl) {
   WaitScope w("the Ulysses all-gather of token positions");
   MPI_Allgather(tags.idx, int(Tl), MPI_INT32_T, idx_.data(), int(Tl), MPI_INT32_T, comm_);
   MPI_Allgather(tags.doc, int(Tl), MPI_INT32_T, doc_.data(), int(Tl), MPI_INT32_T, comm_);
+}
+
+// The inner op's dims: the group's whole sequence, this rank's heads; everything else (a
+// window, say) as the caller's.
+AttnDims UlyssesAttention::gathered(const AttnDims& d, int64_t S) const {
+  AttnDims g = d;
+  g.Tq = S;
+  g.Tk = S;
+  g.H = Hc_;
+  g.KV = KVc_;
+  return g;
 }
 
 template <class T>
@@ -105,8 +138,7 @@ void UlyssesAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v
   gather_tags(tags, Tl);
   clock.lap(Phase::Comm);
   const TokenTags all{idx_.data(), doc_.data()};
-  flash_.forward({S, S, Hc_, KVc_, D_, d.window}, qf, kf, vf, all, all, o_.data(), lse_.data());
-  clock.lap(Phase::AttnFwd);
+  inner_->forward(gathered(d, S), qf, kf, vf, all, o_.data(), lse_.data(), clock);
   to_tokens(o_.data(), Tl, qw, o, false);
   // lse [Hc, S] -> [H, Tl]: rank i gets columns [i Tl, (i+1) Tl) of every row; what arrives
   // from rank j is rows j Hc.. of ours, already in place.
@@ -136,14 +168,12 @@ void UlyssesAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v
     for (int64_t h = 0; h < Hc_; ++h)
       std::memcpy(lse_.data() + h * S + i * Tl, recv + (i * Hc_ + h) * Tl, size_t(Tl) * sizeof(float));
   clock.lap(Phase::Comm);
-  attention_delta(of, df, S, Hc_, D_, delta_.data());
   std::memset(dq_.data(), 0, dq_.size() * sizeof(float));
   std::memset(dk_.data(), 0, dk_.size() * sizeof(float));
   std::memset(dv_.data(), 0, dv_.size() * sizeof(float));
   const TokenTags all{idx_.data(), doc_.data()};
-  flash_.backward({S, S, Hc_, KVc_, D_, d.window}, qf, kf, vf, lse_.data(), delta_.data(), df, all, all,
-                  dq_.data(), dk_.data(), dv_.data());
-  clock.lap(Phase::AttnBwd);
+  inner_->backward(gathered(d, S), qf, kf, vf, of, lse_.data(), df, all, dq_.data(), dk_.data(),
+                   dv_.data(), clock);
   to_tokens(dq_.data(), Tl, qw, dq, true);
   to_tokens(dk_.data(), Tl, kw, dk, true);
   to_tokens(dv_.data(), Tl, kw, dv, true);

@@ -5,9 +5,13 @@
 // still comes from the tokens' true indices and documents (all-gathered once per call), so
 // zigzag shards, packed documents and padding work as in the ring. Needs H and KV divisible
 // by cp; the communication per layer is independent of cp (each rank sends (cp-1)/cp of its
-// q, k, v, o), where the ring's grows with it.
+// q, k, v, o), where the ring's grows with it. The computation on the gathered sequence is
+// an AttentionOp of its own, so hybrid context parallelism (hybrid_attention.hpp) is these
+// same all-to-alls around a ring.
 #pragma once
 #include <mpi.h>
+
+#include <memory>
 
 #include "model/attention_op.hpp"
 #include "sys/memory.hpp"
@@ -16,42 +20,59 @@ namespace lct {
 
 class UlyssesAttention : public AttentionOpOf<UlyssesAttention> {
  public:
-  // Throws (the same on every rank) when H or KV is not divisible by the cp degree.
+  // Plain Ulysses over the whole cp group: the inner op is the flash kernel on the whole
+  // sequence. Throws (the same on every rank) when H or KV is not divisible by the cp degree.
   UlyssesAttention(MPI_Comm cp, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
                    AttnBlocks blocks, Isa isa, Precision activations);
+  // The all-to-alls over `group` (n ranks) around `inner`, which computes the attention of
+  // the group's n x local_tokens tokens (the ranks' tokens concatenated in group-rank order,
+  // with their tags) for H/n query heads and KV/n key/value heads: the flash kernel for
+  // plain Ulysses, a RingAttention across the groups for hybrid (hybrid_attention.hpp).
+  // H and KV must be divisible by n (the caller checks, with its own message).
+  UlyssesAttention(MPI_Comm group, int64_t local_tokens, int64_t H, int64_t KV, int64_t D,
+                   Precision activations, std::unique_ptr<AttentionOp> inner);
   template <class X>
   void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
            float* lse, PhaseClock& clock);
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
-  size_t bytes_sent() const override { return bytes_sent_; }
+  // The all-to-alls' bytes and the inner op's.
+  size_t bytes_sent() const override { return bytes_sent_ + inner_->bytes_sent(); }
+  const AttentionOp& inner() const { return *inner_; }
+  // The inner op plans for the group's whole sequence (a hybrid's ring skips hops too).
+  void new_tokens(TokenTags tags, int64_t n, int64_t window) override;
   static void check_degree(int64_t cp, int64_t H, int64_t KV);  // throws the message above
-  // What the buffers below take, for the memory estimate made before any is allocated.
+  // What the buffers below take, for the memory estimate made before any is allocated:
+  // plain Ulysses (buffer_bytes), or the all-to-alls' own alone, without the inner op's
+  // (exchange_bytes; n is the group's size).
   static double buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                              Precision activations);
+  static double exchange_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                               Precision activations);
 
  private:
-  // [Tl, groups x w] rows of this rank -> [cp x Tl, w] of its group (the column block `w`
+  // [Tl, groups x w] rows of this rank -> [n x Tl, w] of its group (the column block `w`
   // wide that is this rank's), through `send`; returns the received rows.
   template <class T>
   T* to_heads(const T* rows, int64_t Tl, int64_t w, T* out);
-  // The inverse: [cp x Tl, w] of this rank's group -> its [Tl, groups x w] rows, added into
+  // The inverse: [n x Tl, w] of this rank's group -> its [Tl, groups x w] rows, added into
   // `rows` (add) or stored.
   template <class T>
   void to_tokens(const T* full, int64_t Tl, int64_t w, T* rows, bool add);
   void alltoall(const void* send, void* recv, size_t bytes_per_rank);
   void gather_tags(TokenTags tags, int64_t Tl);
+  AttnDims gathered(const AttnDims& d, int64_t S) const;
 
   MPI_Comm comm_;
   int n_, rank_;
   int64_t Hc_, KVc_, D_;
   size_t bytes_sent_ = 0;
-  FlashAttention flash_;
+  std::unique_ptr<AttentionOp> inner_;
   Buffer<char> q_, k_, v_, o_x_, dout_;  // head-sharded inputs, whole sequence, type X
-  Buffer<float> o_, lse_, delta_, dq_, dk_, dv_;  // head-sharded fp32, whole sequence
+  Buffer<float> o_, lse_, dq_, dk_, dv_;  // head-sharded fp32, whole sequence
   Buffer<char> send_, recv_;             // staging for the all-to-alls
-  Buffer<int32_t> idx_, doc_;            // [cp x Tl] tags of the whole sequence
+  Buffer<int32_t> idx_, doc_;            // [n x Tl] tags of the whole sequence
 };
 
 }  // namespace lct

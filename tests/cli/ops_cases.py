@@ -755,5 +755,67 @@ def two_emulated_nodes_train_checkpoint_and_resume_like_one_node():
     assert last_per_step("one4") == last_per_step("r4")
 
 
+
+HYBRID = ["--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "2"]
+
+
+@case
+def hybrid_cp4_ulysses2_trains_like_one_rank():
+    """USP: Ulysses over 2 consecutive cp ranks, a ring over the 2 pairs; 5 steps within 1e-5."""
+    fixture()
+    assert train("one", "--steps", "5", "--batch-size", "2").returncode == 0
+    p = train("hy", "--steps", "5", "--batch-size", "2", *HYBRID, ranks=4)
+    assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    assert "hybrid cp: Ulysses all-to-all over 2 consecutive cp ranks x ring over 2 (--cp-transport auto), " \
+           "rank 0: shm to rank 1, shm from rank 1" in p.stdout, p.stdout
+    assert "split over 4 ranks (zigzag, hybrid ulysses 2 x ring 2)" in p.stdout, p.stdout
+    assert re.search(r"train\.ulysses_degree +2", p.stdout), p.stdout  # the start-up table
+    ref, got = timing("one")[0]["loss"], timing("hy")[0]
+    rel = np.max(np.abs(got["loss"] - ref) / ref)
+    print(f"hybrid U=2 x R=2: losses {got['loss']}, max rel diff to one rank {rel:.2e}")
+    assert len(ref) == 5 and rel < 1e-5, (got["loss"], ref)
+    assert np.all(got["rank_bytes_sent"] > 0)
+    with h5py.File("hy/timing.h5", "r") as f:  # provenance names the algorithm and the degree
+        assert f["provenance/config"].attrs["train.cp_algo"] == "hybrid"
+        assert f["provenance/config"].attrs["train.ulysses_degree"] == 2
+
+
+@case
+def resume_is_bit_exact_with_hybrid_cp4_ulysses2():
+    assert_bit_exact_resume(4, *HYBRID)
+
+
+@case
+def hybrid_on_two_emulated_nodes_keeps_ulysses_inside_a_node_and_the_ring_across():
+    if os.geteuid() != 0 or not os.path.exists(FAKENODES):
+        print(f"SKIP: needs root and {FAKENODES}")
+        return
+    fixture()
+    args = ["--steps", "3", *HYBRID]
+    assert train("one", *args, ranks=4).returncode == 0
+    p = on_fake_nodes(2, 2, "--oversubscribe", *TRAIN, "--run-dir", "r", *args)
+    assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    # cp ranks 0, 1 on the first node (one Ulysses pair), 2, 3 on the second: the ring's one
+    # hop from rank 0 goes to the other node, over MPI.
+    assert "rank 1 -> node-127-0-0-2, dp 0, cp 1" in p.stdout and "rank 2 -> node-127-0-0-3, dp 0, cp 2" in p.stdout, p.stdout
+    assert "x ring over 2 (--cp-transport auto), rank 0: mpi to rank 1, mpi from rank 1" in p.stdout, p.stdout
+    assert re.search(r"ring traffic of rank 0 in this run: 0\.00 MiB through shared memory", p.stdout), p.stdout
+    a, b = last_per_step("one"), last_per_step("r")
+    assert list(a) == [1, 2, 3] and a == b, (a, b)
+
+
+@case
+def hybrid_degrees_that_do_not_fit_give_one_clear_error():
+    fixture()
+    base = ["--oversubscribe", *TRAIN, "--run-dir", "bad", "--steps", "2"]
+    cc.expect_error([*base, "--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "3"],
+                    "--ulysses-degree 3 does not divide --cp 4", "use one of: 1, 2", ranks=4)
+    cc.expect_error([*base, "--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "4"],
+                    "2 key/value heads: both must be divisible by --ulysses-degree", "use one of: 1, 2", ranks=4)
+    cc.expect_error([*base, "--cp", "2", "--cp-algo", "hybrid"], "needs --ulysses-degree U", ranks=2)
+    cc.expect_error([*base, "--ulysses-degree", "2"], "--ulysses-degree 2 is only for --cp-algo hybrid",
+                    "this run has --cp-algo ring")
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())

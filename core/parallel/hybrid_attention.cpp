@@ -1,0 +1,64 @@
+#include "parallel/hybrid_attention.hpp"
+
+#include <numeric>
+
+#include "common/error.hpp"
+#include "parallel/world.hpp"
+
+namespace lct {
+
+namespace {
+
+// Degrees U that would work: divide cp, H and KV. Listed in the error message.
+std::string workable_degrees(int64_t cp, int64_t H, int64_t KV) {
+  std::string s;
+  for (int64_t u = 1; u <= cp; ++u)
+    if (cp % u == 0 && H % u == 0 && KV % u == 0) s += (s.empty() ? "" : ", ") + std::to_string(u);
+  return s;
+}
+
+int checked(MPI_Comm cp, int U, int64_t H, int64_t KV) {
+  HybridAttention::check_degree(comm_size(cp), U, H, KV);
+  return U;
+}
+}  // namespace
+
+void HybridAttention::check_degree(int64_t cp, int64_t U, int64_t H, int64_t KV) {
+  if (U < 1 || cp % U != 0)
+    fail("--cp-algo hybrid lays the ", cp, " cp ranks out as --ulysses-degree x ring, but ",
+         "--ulysses-degree ", U, " does not divide --cp ", cp, "; use one of: ",
+         workable_degrees(cp, H, KV), " (usually the cp ranks on one node)");
+  if (H % U != 0 || KV % U != 0)
+    fail("--cp-algo hybrid splits the heads over the --ulysses-degree ", U, " ranks, but the ",
+         "model has ", H, " query heads and ", KV, " key/value heads: both must be divisible by ",
+         "--ulysses-degree; use one of: ", workable_degrees(cp, H, KV));
+}
+
+double HybridAttention::buffer_bytes(int U, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                     Precision activations) {
+  return UlyssesAttention::exchange_bytes(U, Tl, H, KV, D, activations) +
+         RingAttention::buffer_bytes(U * Tl, H / U, KV / U, D, activations);
+}
+
+CpGrid::CpGrid(MPI_Comm cp, int U) {
+  const int r = comm_rank(cp);
+  MPI_Comm_split(cp, r / U, r % U, &ulysses);  // consecutive cp ranks: one ring position
+  MPI_Comm_split(cp, r % U, r / U, &ring);     // one Ulysses rank of every position
+}
+
+CpGrid::~CpGrid() {
+  if (ring != MPI_COMM_NULL) MPI_Comm_free(&ring);
+  if (ulysses != MPI_COMM_NULL) MPI_Comm_free(&ulysses);
+}
+
+HybridAttention::HybridAttention(MPI_Comm cp, int U, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                 AttnBlocks blocks, Isa isa, Precision activations,
+                                 CpTransport transport)
+    : CpGrid(cp, checked(cp, U, H, KV)),
+      UlyssesAttention(CpGrid::ulysses, Tl, H, KV, D, activations,
+                       std::make_unique<RingAttention>(CpGrid::ring, U * Tl, H / U, KV / U, D,
+                                                       blocks, isa, activations, transport)),
+      u_(U), r_(comm_size(cp) / U),
+      ring_(static_cast<const RingAttention*>(&UlyssesAttention::inner())) {}
+
+}  // namespace lct
