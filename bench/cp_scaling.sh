@@ -8,17 +8,11 @@
 # of each rank's attention compute), from the runs' timing tables.
 #   bash bench/cp_scaling.sh "16384 32768" [STEPS] [T]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
-unset OPENBLAS_CORETYPE
+source "$(dirname "$0")/common.sh"
+bench_setup cp
 LENS=${1:-"16384 32768"}
 STEPS=${2:-3}
 T=${3:-2}
-L=build/app/lctrain
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-W=$(mktemp -d /tmp/lct_cp.XXXXXX)
-# KEEP=1 keeps the runs' timing tables (e.g. to read a run that had to be stopped).
-if [ "${KEEP:-0}" = 1 ]; then echo "runs in $W"; else trap 'rm -rf "$W"' EXIT; fi
 $L init -o "$W/m.h5" --preset 30m > /dev/null
 for S in $LENS; do
   $L prepare --synthetic passkey --num-docs $((STEPS + 1)) --doc-length "$S" -o "$W/d$S.h5" > /dev/null

@@ -6,17 +6,13 @@
 # attention over every sequence.
 #   bash bench/e2e_vs_torch.sh [SEQ_LEN] [ROUNDS]      (from the repository root, after a build)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
-unset OPENBLAS_CORETYPE
+source "$(dirname "$0")/common.sh"
+bench_setup e2e
 S=${1:-4096}
 ROUNDS=${2:-3}
 STEPS=${STEPS:-6}
 TORCH_STEPS=${TORCH_STEPS:-3}   # a PyTorch step takes over a minute at 4096
 THREADS=${THREADS:-2}
-L=build/app/lctrain
-W=$(mktemp -d /tmp/lct_e2e.XXXXXX)
-trap 'rm -rf "$W"' EXIT
 $L init -o "$W/m.h5" --preset 30m > /dev/null
 $L prepare --synthetic passkey --num-docs $((STEPS + 2)) --doc-length "$S" -o "$W/d.h5" > /dev/null
 lct=() torch=()

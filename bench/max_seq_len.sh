@@ -8,17 +8,13 @@
 # tens of minutes on 2 cores with 8 layers, about one with 1; memory per layer is what grows
 # with S. TORCH_LENS " " (a space) skips PyTorch; PRECISION=bf16 trains lctrain in bf16.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
-unset OPENBLAS_CORETYPE
+source "$(dirname "$0")/common.sh"
+bench_setup maxlen
 TORCH_LENS=${1:-"8192 6144"}
 LCT_LENS=${2:-"65536"}
 LAYERS=${3:-8}
 MEM_GIB=${MEM_GIB:-20}
 PRECISION=${PRECISION:-fp32}
-L=build/app/lctrain
-W=$(mktemp -d /tmp/lct_maxlen.XXXXXX)
-trap 'rm -rf "$W"' EXIT
 $L init -o "$W/m.h5" --preset 30m > /dev/null
 $L init -o "$W/m1.h5" --preset 30m --num-hidden-layers "$LAYERS" > /dev/null
 maxS=0

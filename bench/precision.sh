@@ -7,14 +7,11 @@
 # Runs in a user's default environment: these build machines export OPENBLAS_CORETYPE, a
 # user's shell does not.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-unset OPENBLAS_CORETYPE
+source "$(dirname "$0")/common.sh"
+bench_setup prec
 S=${1:-4096}
 ROUNDS=${2:-3}
 STEPS=${STEPS:-5}
-L=build/app/lctrain
-W=$(mktemp -d /tmp/lct_prec.XXXXXX)
-trap 'rm -rf "$W"' EXIT
 $L init -o "$W/m.h5" --preset 30m > /dev/null
 $L prepare --synthetic passkey --num-docs $((STEPS + 2)) --doc-length "$S" -o "$W/d.h5" > /dev/null
 for r in $(seq "$ROUNDS"); do

@@ -5,22 +5,18 @@
 #   T ranks x 1 thread, cp = T   ring over shm: full causal (zigzag), window (auto split =
 #                                contiguous, the ring takes 2 steps), window with zigzag
 #                                (every step), window with Ulysses
-# For each: median tokens/s and MFU (steps after the first), exposed communication,
-# attention imbalance (max/mean over ranks), and the ring traffic of rank 0.
+# For each: median tokens/s and MFU (steps after the first), exposed communication, the
+# gradient allreduce's share of the step, attention imbalance (max/mean over ranks), and
+# the ring traffic of rank 0.
 #   bash bench/sliding_window.sh [PRESET] [S] [W] [STEPS] [T]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# a user's default environment: these build machines export OPENBLAS_CORETYPE, a user's shell does not
-unset OPENBLAS_CORETYPE
+source "$(dirname "$0")/common.sh"
+bench_setup win
 PRESET=${1:-small}
 S=${2:-32768}
 WIN=${3:-4096}
 STEPS=${4:-4}
 T=${5:-2}
-L=build/app/lctrain
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-W=$(mktemp -d /tmp/lct_win.XXXXXX)
-if [ "${KEEP:-0}" = 1 ]; then echo "runs in $W"; else trap 'rm -rf "$W"' EXIT; fi
 $L init -o "$W/full.h5" --preset "$PRESET" > /dev/null
 $L init -o "$W/win.h5" --preset "$PRESET" --sliding-window "$WIN" > /dev/null
 $L prepare --synthetic passkey --num-docs $((STEPS + 1)) --doc-length "$S" -o "$W/d.h5" > /dev/null
@@ -40,16 +36,17 @@ run ulysses_win "${ranks[@]}" "${common[@]}" --model "$W/win.h5" --cp "$T" --cp-
 import re, sys, h5py, numpy as np
 w, preset, S, win, T = sys.argv[1:]
 print(f"{preset} preset, S = {S}, W = {win}, {T} cores; medians of the steps after the first")
-print("| run | tokens/s | MFU | exposed comm | attention imbalance | ring traffic, rank 0 |")
-print("| --- | ---: | ---: | ---: | ---: | --- |")
+print("| run | tokens/s | MFU | exposed comm | gradient allreduce | attention imbalance | ring traffic, rank 0 |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
 for run in ["one_full", "one_win", "ring_full", "ring_win", "ring_win_zigzag", "ulysses_win"]:
     s = h5py.File(f"{w}/{run}/timing.h5")["steps"]
     tps, mfu = np.median(s["tokens_per_s"][1:]), np.median(s["mfu"][1:])
-    comm = imb = "-"
+    comm = imb = allreduce = "-"
     if s["rank_attn_s"].shape[1] > 1:
         a = s["rank_attn_s"][1:]
         imb = f"{np.median(a.max(1) / a.mean(1)):.3f}"
         comm = f"{100 * np.median(s['exposed_comm_frac'][1:]):.2f}%"
+        allreduce = f"{100 * np.median(s['allreduce_s'][1:] / s['seconds'][1:]):.2f}%"
     m = re.search(r"ring traffic of rank 0 in this run: (.*)", open(f"{w}/{run}.out").read())
-    print(f"| {run} | {tps:,.1f} | {100 * mfu:.1f}% | {comm} | {imb} | {m.group(1) if m else '-'} |")
+    print(f"| {run} | {tps:,.1f} | {100 * mfu:.1f}% | {comm} | {allreduce} | {imb} | {m.group(1) if m else '-'} |")
 PY

@@ -202,4 +202,13 @@ inline void compare(const Full& f, const Local& L, const std::string& what) {
   for (double w : worst) EXPECT_LT(w, bound) << what;
 }
 
+// The same bits in every output (e.g. one exchange over two transports).
+inline void expect_bitwise_equal(const Local& a, const Local& b) {
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+}
+
 }  // namespace lct::cptest

@@ -56,11 +56,7 @@ TEST(RingAttention, SharedMemoryAndTwoSidedTransportsGiveBitwiseTheSameResults) 
     const Local shm = run_parallel<RingAttention>(f, CpTransport::Shm);
     const Local mpi = run_parallel<RingAttention>(f, CpTransport::Mpi);
     compare(f, shm, p == Precision::Bf16 ? "bf16 ring over shm" : "ring over shm");
-    EXPECT_EQ(shm.o, mpi.o);
-    EXPECT_EQ(shm.lse, mpi.lse);
-    EXPECT_EQ(shm.dq, mpi.dq);
-    EXPECT_EQ(shm.dk, mpi.dk);
-    EXPECT_EQ(shm.dv, mpi.dv);
+    expect_bitwise_equal(shm, mpi);
   }
   if (size_of() > 1) {
     RingAttention ring(MPI_COMM_WORLD, 64, 4, 2, 16, {16, 24}, test_isa(), Precision::Fp32,
