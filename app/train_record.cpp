@@ -177,6 +177,12 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
     out << ", exposed communication " << 100 * tail("exposed_comm_frac") << "%, imbalance "
         << std::setprecision(2) << tail("imbalance");
   out << "\n";
+  if (tail("mfu") > 1.0)  // no step can beat the hardware: the peak itself is too low
+    out << (peak_how == "--peak-gflops"
+                ? "note: MFU above 100%: the --peak-gflops given is below what the steps reached\n"
+                : "note: MFU above 100% means the start-up peak probe ran slower than the steps did "
+                  "(other work on these cores while it ran?); pass --peak-gflops with this "
+                  "machine's peak to compare runs\n");
 }
 
 std::string checkpoint_line(const std::string& path, double seconds) {

@@ -307,6 +307,17 @@ def assert_deterministic_and_policies_agree(prefix, *extra):
 
 
 @case
+def mfu_above_100_percent_is_explained():
+    """A peak below what the steps reach (here given too low) cannot pass for a real MFU."""
+    good_model()
+    good_dataset()
+    p = tiny_run("run", "--peak-gflops", "0.001", steps=3)
+    assert "note: MFU above 100%: the --peak-gflops given is below what the steps reached" in p.stdout, p.stdout
+    p = tiny_run("run2", steps=3)
+    assert "MFU above 100%" not in p.stdout, p.stdout
+
+
+@case
 def train_is_deterministic_and_checkpointing_policies_agree():
     good_model()
     good_dataset()
