@@ -170,6 +170,11 @@ int cmd_train(Context& ctx) {
     out << "hybrid cp: Ulysses all-to-all over " << h->ulysses_degree() << " consecutive cp ranks x ring over "
         << h->ring_degree() << " (--cp-transport " << o.cp_transport << "), rank 0: "
         << h->ring().describe() << "\n";
+  const int64_t ulysses_ranks = o.cp_algo == "ulysses" ? cp : ulysses_group(o);
+  if (const std::string note = UlyssesAttention::replication_note(
+          ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
+      !note.empty())
+    out << note << "\n";
   LlamaModel model(mc, shape, cp_attention.get());
   std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
   init.params = Buffer<float>();

@@ -9,11 +9,14 @@ namespace lct {
 
 namespace {
 
-// Degrees U that would work: divide cp, H and KV. Listed in the error message.
+// U splits the heads: it divides H, and divides KV or is a multiple of it (replicated).
+bool splits_heads(int64_t U, int64_t H, int64_t KV) { return H % U == 0 && (KV % U == 0 || U % KV == 0); }
+
+// Degrees U that would work: divide cp and split the heads. Listed in the error message.
 std::string workable_degrees(int64_t cp, int64_t H, int64_t KV) {
   std::string s;
   for (int64_t u = 1; u <= cp; ++u)
-    if (cp % u == 0 && H % u == 0 && KV % u == 0) s += (s.empty() ? "" : ", ") + std::to_string(u);
+    if (cp % u == 0 && splits_heads(u, H, KV)) s += (s.empty() ? "" : ", ") + std::to_string(u);
   return s;
 }
 
@@ -28,16 +31,17 @@ void HybridAttention::check_degree(int64_t cp, int64_t U, int64_t H, int64_t KV)
     fail("--cp-algo hybrid lays the ", cp, " cp ranks out as --ulysses-degree x ring, but ",
          "--ulysses-degree ", U, " does not divide --cp ", cp, "; use one of: ",
          workable_degrees(cp, H, KV), " (usually the cp ranks on one node)");
-  if (H % U != 0 || KV % U != 0)
+  if (!splits_heads(U, H, KV))
     fail("--cp-algo hybrid splits the heads over the --ulysses-degree ", U, " ranks, but the ",
-         "model has ", H, " query heads and ", KV, " key/value heads: both must be divisible by ",
-         "--ulysses-degree; use one of: ", workable_degrees(cp, H, KV));
+         "model has ", H, " query heads and ", KV, " key/value heads: the query heads must be ",
+         "divisible by --ulysses-degree, and the key/value heads by it or it by them; use one of: ",
+         workable_degrees(cp, H, KV));
 }
 
 double HybridAttention::buffer_bytes(int U, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                      Precision activations) {
   return UlyssesAttention::exchange_bytes(U, Tl, H, KV, D, activations) +
-         RingAttention::buffer_bytes(U * Tl, H / U, KV / U, D, activations);
+         RingAttention::buffer_bytes(U * Tl, H / U, UlyssesAttention::kv_heads(U, KV), D, activations);
 }
 
 CpGrid::CpGrid(MPI_Comm cp, int U) {
@@ -56,8 +60,9 @@ HybridAttention::HybridAttention(MPI_Comm cp, int U, int64_t Tl, int64_t H, int6
                                  CpTransport transport)
     : CpGrid(cp, checked(cp, U, H, KV)),
       UlyssesAttention(CpGrid::ulysses, Tl, H, KV, D, activations,
-                       std::make_unique<RingAttention>(CpGrid::ring, U * Tl, H / U, KV / U, D,
-                                                       blocks, isa, activations, transport)),
+                       std::make_unique<RingAttention>(CpGrid::ring, U * Tl, H / U,
+                                                       UlyssesAttention::kv_heads(U, KV), D, blocks,
+                                                       isa, activations, transport)),
       u_(U), r_(comm_size(cp) / U),
       ring_(static_cast<const RingAttention*>(&UlyssesAttention::inner())) {}
 

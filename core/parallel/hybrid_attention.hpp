@@ -36,7 +36,7 @@ class HybridAttention : private CpGrid, public UlyssesAttention {
   HybridAttention(MPI_Comm cp, int ulysses_degree, int64_t local_tokens, int64_t H, int64_t KV,
                   int64_t D, AttnBlocks blocks, Isa isa, Precision activations,
                   CpTransport transport = CpTransport::Auto);
-  // U must divide cp, H and KV.
+  // U must divide cp and H, and divide KV or be a multiple of it (KV heads replicated).
   static void check_degree(int64_t cp, int64_t U, int64_t H, int64_t KV);
   // The all-to-alls' buffers at U plus the ring's on U x Tl tokens of H/U heads.
   static double buffer_bytes(int U, int64_t Tl, int64_t H, int64_t KV, int64_t D,

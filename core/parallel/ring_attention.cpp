@@ -74,15 +74,15 @@ void RingAttention::new_tokens(TokenTags tags, int64_t n, int64_t window) {
   for (const TagSpan& s : tag_runs(tags, n))
     mine.insert(mine.end(), {s.idx_min, s.idx_max, s.doc_min, s.doc_max, int32_t(s.any_pad)});
   const auto all = allgather_varying(mine, comm_, "the context-parallel ring's plan (token runs)");
-  const auto runs = [&](int r) {
-    std::vector<TagSpan> out;
-    const std::vector<int32_t>& x = all[size_t(r)];
-    for (size_t i = 0; i + 5 <= x.size(); i += 5) out.push_back({x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4] != 0});
-    return out;
-  };
+  std::vector<std::vector<TagSpan>> runs(static_cast<size_t>(n_));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i + 5 <= all[size_t(r)].size(); i += 5) {
+      const int32_t* x = all[size_t(r)].data() + i;
+      runs[size_t(r)].push_back({x[0], x[1], x[2], x[3], x[4] != 0});
+    }
   const auto sees = [&](int reader, int owner) {  // any query of `reader` sees a key of `owner`
-    for (const TagSpan& q : runs(reader))
-      for (const TagSpan& k : runs(owner))
+    for (const TagSpan& q : runs[size_t(reader)])
+      for (const TagSpan& k : runs[size_t(owner)])
         if (may_see(q, k, window)) return true;
     return false;
   };

@@ -18,21 +18,31 @@ std::unique_ptr<AttentionOp> local_inner(MPI_Comm cp, int64_t Tl, int64_t H, int
                                          Precision activations) {
   const int n = comm_size(cp);
   UlyssesAttention::check_degree(n, H, KV);
-  return std::make_unique<LocalAttention>(n * Tl, H / n, KV / n, D, blocks, isa, activations);
+  return std::make_unique<LocalAttention>(n * Tl, H / n, UlyssesAttention::kv_heads(n, KV), D, blocks,
+                                          isa, activations);
 }
 }  // namespace
 
 void UlyssesAttention::check_degree(int64_t cp, int64_t H, int64_t KV) {
-  if (H % cp != 0 || KV % cp != 0)
+  if (H % cp != 0 || (KV % cp != 0 && cp % KV != 0))
     fail("--cp-algo ulysses splits the heads over the ", cp, " cp ranks, but the model has ", H,
-         " query heads and ", KV, " key/value heads: both must be divisible by cp; use --cp-algo "
-         "ring, or a cp that divides ", KV);
+         " query heads and ", KV, " key/value heads: the query heads must be divisible by cp, ",
+         "and the key/value heads by cp or cp by them (then replicated); use --cp-algo ring, or "
+         "a cp that divides ", H, " and divides or is a multiple of ", KV);
+}
+
+std::string UlyssesAttention::replication_note(int64_t n, int64_t H, int64_t KV, const char* who) {
+  if (kv_replicas(n, KV) == 1) return "";
+  return cat(who, ": ", KV, " key/value heads over ", n, " ranks: each is replicated on ",
+             kv_replicas(n, KV), " ranks (those whose ", H / n, " query heads read it); the K/V ",
+             "all-to-alls move ", kv_replicas(n, KV), "x the bytes of an even split and dK/dV are ",
+             "summed over the replicas");
 }
 
 double UlyssesAttention::exchange_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                         Precision activations) {
   const double S = double(n) * double(Tl), e = double(elem_size(activations));
-  const double qd = S * double(H / n * D), kd = S * double(KV / n * D);  // per rank, whole sequence
+  const double qd = S * double(H / n * D), kd = S * double(kv_heads(n, KV) * D);  // per rank, whole sequence
   return e * (3 * qd + 2 * kd) +                     // q_, o_x_, dout_, k_, v_
          4.0 * (2 * qd + 2 * kd + S * double(H / n)) +  // o_, dq_, dk_, dv_, lse_
          2.0 * 4.0 * double(Tl) * double(H * D) * (1 + double(n > 1)) +  // send_, recv_
@@ -52,11 +62,11 @@ UlyssesAttention::UlyssesAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t K
 
 UlyssesAttention::UlyssesAttention(MPI_Comm group, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                    Precision activations, std::unique_ptr<AttentionOp> inner)
-    : comm_(group), n_(comm_size(group)), rank_(comm_rank(group)), Hc_(H / n_), KVc_(KV / n_),
-      D_(D), inner_(std::move(inner)) {
-  if (H % n_ != 0 || KV % n_ != 0)
-    fail("Ulysses all-to-all over ", n_, " ranks: ", H, " query heads and ", KV,
-         " key/value heads must both be divisible by ", n_);
+    : comm_(group), n_(comm_size(group)), rank_(comm_rank(group)), Hc_(H / n_),
+      KVc_(kv_heads(n_, KV)), rep_(kv_replicas(n_, KV)), D_(D), inner_(std::move(inner)) {
+  if (H % n_ != 0 || (KV % n_ != 0 && n_ % KV != 0))
+    fail("Ulysses all-to-all over ", n_, " ranks: ", H, " query heads must be divisible by ", n_,
+         " and ", KV, " key/value heads divisible by ", n_, " or ", n_, " by them");
   const size_t S = size_t(n_ * Tl), e = elem_size(activations);
   const size_t qd = S * size_t(Hc_ * D), kd = S * size_t(KVc_ * D);
   q_ = Buffer<char>(qd * e), o_x_ = Buffer<char>(qd * e), dout_ = Buffer<char>(qd * e);
@@ -101,23 +111,25 @@ AttnDims UlyssesAttention::gathered(const AttnDims& d, int64_t S) const {
 }
 
 template <class T>
-T* UlyssesAttention::to_heads(const T* rows, int64_t Tl, int64_t w, T* out) {
+T* UlyssesAttention::to_heads(const T* rows, int64_t Tl, int64_t w, T* out, int64_t rep) {
   T* send = reinterpret_cast<T*>(send_.data());
-  for (int j = 0; j < n_; ++j)  // block j: every row's columns of head group j
+  const int64_t groups = n_ / rep;
+  for (int j = 0; j < n_; ++j)  // block j: every row's columns of head group j / rep
     for (int64_t t = 0; t < Tl; ++t)
-      std::memcpy(send + (j * Tl + t) * w, rows + (t * n_ + j) * w, size_t(w) * sizeof(T));
+      std::memcpy(send + (j * Tl + t) * w, rows + (t * groups + j / rep) * w, size_t(w) * sizeof(T));
   alltoall(send, out, size_t(Tl * w) * sizeof(T));  // out: [rank i's Tl rows] x cp = [S, w]
   return out;
 }
 
 template <class T>
-void UlyssesAttention::to_tokens(const T* full, int64_t Tl, int64_t w, T* rows, bool add) {
+void UlyssesAttention::to_tokens(const T* full, int64_t Tl, int64_t w, T* rows, bool add, int64_t rep) {
   T* recv = reinterpret_cast<T*>(recv_.data());
   alltoall(full, recv, size_t(Tl * w) * sizeof(T));  // rows [i Tl, (i+1) Tl) go to rank i
-  for (int j = 0; j < n_; ++j)  // from rank j: head group j of our rows
+  const int64_t groups = n_ / rep;
+  for (int j = 0; j < n_; ++j)  // from rank j: head group j / rep of our rows
     for (int64_t t = 0; t < Tl; ++t) {
       const T* src = recv + (j * Tl + t) * w;
-      T* dst = rows + (t * n_ + j) * w;
+      T* dst = rows + (t * groups + j / rep) * w;
       if constexpr (std::is_same_v<T, float>) {
         if (add) {
           for (int64_t c = 0; c < w; ++c) dst[c] += src[c];
@@ -133,8 +145,8 @@ void UlyssesAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v
                            float* o, float* lse, PhaseClock& clock) {
   const int64_t Tl = d.Tq, S = n_ * Tl, qw = Hc_ * D_, kw = KVc_ * D_;
   X* qf = to_heads(q, Tl, qw, reinterpret_cast<X*>(q_.data()));
-  X* kf = to_heads(k, Tl, kw, reinterpret_cast<X*>(k_.data()));
-  X* vf = to_heads(v, Tl, kw, reinterpret_cast<X*>(v_.data()));
+  X* kf = to_heads(k, Tl, kw, reinterpret_cast<X*>(k_.data()), rep_);
+  X* vf = to_heads(v, Tl, kw, reinterpret_cast<X*>(v_.data()), rep_);
   gather_tags(tags, Tl);
   clock.lap(Phase::Comm);
   const TokenTags all{idx_.data(), doc_.data()};
@@ -156,8 +168,8 @@ void UlyssesAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v
                            float* dv, PhaseClock& clock) {
   const int64_t Tl = d.Tq, S = n_ * Tl, qw = Hc_ * D_, kw = KVc_ * D_;
   X* qf = to_heads(q, Tl, qw, reinterpret_cast<X*>(q_.data()));
-  X* kf = to_heads(k, Tl, kw, reinterpret_cast<X*>(k_.data()));
-  X* vf = to_heads(v, Tl, kw, reinterpret_cast<X*>(v_.data()));
+  X* kf = to_heads(k, Tl, kw, reinterpret_cast<X*>(k_.data()), rep_);
+  X* vf = to_heads(v, Tl, kw, reinterpret_cast<X*>(v_.data()), rep_);
   X* of = to_heads(o, Tl, qw, reinterpret_cast<X*>(o_x_.data()));
   X* df = to_heads(dout, Tl, qw, reinterpret_cast<X*>(dout_.data()));
   gather_tags(tags, Tl);
@@ -175,8 +187,8 @@ void UlyssesAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v
   inner_->backward(gathered(d, S), qf, kf, vf, of, lse_.data(), df, all, dq_.data(), dk_.data(),
                    dv_.data(), clock);
   to_tokens(dq_.data(), Tl, qw, dq, true);
-  to_tokens(dk_.data(), Tl, kw, dk, true);
-  to_tokens(dv_.data(), Tl, kw, dv, true);
+  to_tokens(dk_.data(), Tl, kw, dk, true, rep_);
+  to_tokens(dv_.data(), Tl, kw, dv, true, rep_);
   clock.lap(Phase::Comm);
 }
 

@@ -492,15 +492,20 @@ def parallel_ring_over_shared_memory_and_over_mpi_train_the_same_losses():
 
 
 @case
-def parallel_ulysses_cp2_matches_one_rank_and_refuses_kv_heads_it_cannot_split():
+def parallel_ulysses_matches_one_rank_replicating_kv_heads_and_refuses_what_it_cannot_split():
+    """tiny has 4 query and 2 KV heads: cp = 2 splits both, cp = 4 replicates each KV head on
+    2 ranks (said at start-up), cp = 3 cannot split the query heads."""
     ref = parallel_fixture()
     mpi_run(2, "u2", "--cp", "2", "--batch-size", "2", "--cp-algo", "ulysses")
     assert_same_losses(ref, "u2", "cp=2 ulysses")
     steps = timing("u2")[0]
     assert np.all(steps["rank_bytes_sent"] > 0)
-    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "u4",
-                  "--seq-len", "600", "--steps", "2", "--cp", "4", "--cp-algo", "ulysses"],
-                 "2 key/value heads: both must be divisible by cp", ranks=4)
+    p = mpi_run(4, "u4", "--cp", "4", "--batch-size", "2", "--cp-algo", "ulysses")
+    assert "Ulysses: 2 key/value heads over 4 ranks: each is replicated on 2 ranks" in p.stdout, p.stdout
+    assert_same_losses(ref, "u4", "cp=4 ulysses, KV heads replicated")
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "u3",
+                  "--seq-len", "600", "--steps", "2", "--cp", "3", "--cp-algo", "ulysses"],
+                 "4 query heads and 2 key/value heads: the query heads must be divisible by cp", ranks=3)
 
 
 @case

@@ -809,9 +809,10 @@ def hybrid_degrees_that_do_not_fit_give_one_clear_error():
     fixture()
     base = ["--oversubscribe", *TRAIN, "--run-dir", "bad", "--steps", "2"]
     cc.expect_error([*base, "--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "3"],
-                    "--ulysses-degree 3 does not divide --cp 4", "use one of: 1, 2", ranks=4)
-    cc.expect_error([*base, "--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "4"],
-                    "2 key/value heads: both must be divisible by --ulysses-degree", "use one of: 1, 2", ranks=4)
+                    "--ulysses-degree 3 does not divide --cp 4", "use one of: 1, 2, 4", ranks=4)
+    cc.expect_error([*base, "--cp", "3", "--cp-algo", "hybrid", "--ulysses-degree", "3"],
+                    "4 query heads and 2 key/value heads: the query heads must be divisible by "
+                    "--ulysses-degree", "use one of: 1", ranks=3)
     cc.expect_error([*base, "--cp", "2", "--cp-algo", "hybrid"], "needs --ulysses-degree U", ranks=2)
     cc.expect_error([*base, "--ulysses-degree", "2"], "--ulysses-degree 2 is only for --cp-algo hybrid",
                     "this run has --cp-algo ring")

@@ -138,9 +138,10 @@ TEST(HybridAttention, RefusesDegreesThatDoNotFitWithOneClearMessage) {
   };
   EXPECT_NE(message(4, 3, 8, 4).find("does not divide --cp 4"), std::string::npos);
   EXPECT_NE(message(4, 3, 8, 4).find("use one of: 1, 2, 4"), std::string::npos);
-  EXPECT_NE(message(4, 4, 8, 2).find("must be divisible by --ulysses-degree"), std::string::npos);
+  EXPECT_NE(message(4, 2, 6, 3).find("must be divisible by --ulysses-degree"), std::string::npos);
   EXPECT_NE(message(4, 4, 6, 2).find("use one of: 1, 2"), std::string::npos);
   EXPECT_EQ(message(4, 2, 8, 2), "");
+  EXPECT_EQ(message(4, 4, 8, 2), "");  // 2 KV heads, each on 2 of the 4 Ulysses ranks
   EXPECT_EQ(message(4, 1, 3, 1), "");
   // the constructor refuses alike on every rank, before any communicator is split
   const int U = size_of() + 1;

@@ -80,12 +80,36 @@ TEST(UlyssesAttention, MatchesSingleRankWithCausalAndPackedDocuments) {
 
 TEST(UlyssesAttention, RefusesHeadsNotDivisibleByTheDegree) {
   if (size_of() < 2) return;
-  try {
-    UlyssesAttention u(MPI_COMM_WORLD, 64, 4, 1, 16, {16, 24}, test_isa(), Precision::Fp32);
-    FAIL() << "1 KV head over " << size_of() << " ranks was accepted";
+  try {  // 6 query heads / 3 KV heads: 2 ranks split neither evenly nor by replication
+    UlyssesAttention u(MPI_COMM_WORLD, 64, 6, 3, 16, {16, 24}, test_isa(), Precision::Fp32);
+    FAIL() << "3 KV heads over " << size_of() << " ranks were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be divisible by cp"), std::string::npos) << e.what();
   }
+}
+
+// Fewer KV heads than ranks: each KV head is replicated on the ranks whose query heads
+// read it, and their dK/dV summed on the way back (1 KV head on every rank; 2 on pairs).
+TEST(UlyssesAttention, ReplicatedKvHeadsMatchSingleRank) {
+  for (Layout layout : {Layout::Causal, Layout::Documents}) {
+    const Full one = make_full(layout, 8, 1, 17);
+    compare(one, run_parallel<UlyssesAttention>(one), "ulysses 1 KV head replicated");
+    const Full two = make_full(layout, 4, 2, 18, -1, Precision::Fp32, 50);
+    compare(two, run_parallel<UlyssesAttention>(two), "ulysses 2 KV heads W=50");
+  }
+  const Full b = make_full(Layout::Documents, 8, 1, 19, -1, Precision::Bf16);
+  compare(b, run_parallel<UlyssesAttention>(b), "bf16 ulysses 1 KV head replicated");
+  if (size_of() == 4) {  // hybrid 4 x 1 and 2 x 2 with 1 KV head
+    const Full f = make_full(Layout::Documents, 8, 1, 20);
+    for (int U : {2, 4})
+      compare(f, run_parallel<HybridAttention>(f, CpTransport::Auto, CpSplit::Zigzag, U),
+              "hybrid U=" + std::to_string(U) + " 1 KV head replicated");
+  }
+  EXPECT_EQ(UlyssesAttention::kv_heads(4, 2), 1);
+  EXPECT_EQ(UlyssesAttention::kv_replicas(4, 2), 2);
+  EXPECT_EQ(UlyssesAttention::kv_replicas(2, 4), 1);
+  EXPECT_NE(UlyssesAttention::replication_note(8, 8, 2, "Ulysses").find("replicated on 4 ranks"), std::string::npos);
+  EXPECT_EQ(UlyssesAttention::replication_note(2, 8, 2, "Ulysses"), "");
 }
 
 // Sliding windows in every cp algorithm, transport and split: W = 30 is narrower than a
