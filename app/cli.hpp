@@ -70,6 +70,7 @@ struct TrainOptions {
   int64_t dp, cp;
   std::string cp_algo, cp_split, cp_transport;
   int64_t ulysses_degree;     // hybrid: Ulysses ranks per ring position; 0 = not given
+  int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
   std::string precision;      // fp32 | bf16
 };
 

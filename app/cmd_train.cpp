@@ -151,7 +151,8 @@ int cmd_train(Context& ctx) {
   out << "model: " << init.layout.num_parameters() << " parameters, " << mc.num_hidden_layers
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
-  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size);
+  const int shards = o.zero >= 1 ? world.size : 1;  // ranks the AdamW moments are split over
+  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, shards);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
     return kExitOk;
@@ -181,18 +182,28 @@ int cmd_train(Context& ctx) {
   MpiStepReducer reducer(world.comm, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
-  Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr);
+  Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr, shards, world.rank);
   DataLoader loader(ds, o.seq_len, uint64_t(o.seed));
 
   // 4. Where to start: weights, AdamW moments, step, data position and counters.
   const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum};
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size);
+  // Sharded moments are read whole (checkpoints hold them whole), then each rank keeps its range.
+  const size_t whole = trainer.sharded() ? model.layout().total : 0;
+  Buffer<float> m_whole(whole), v_whole(whole);
   TrainState state = start_state(
       world, out, o, run.get(),
       {o.resume, o.run_dir, &mc, &model.layout(),
-       {model.params(), trainer.optimizer().m(), trainer.optimizer().v()}, layout, where},
+       {model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
+        whole ? v_whole.data() : trainer.optimizer().v()},
+       layout, where},
       identify(ds), record);
+  if (whole) {
+    trainer.load_moments(m_whole.data(), v_whole.data());
+    m_whole = Buffer<float>();
+    v_whole = Buffer<float>();
+  }
   loader.seek(state.data_epoch, state.data_cursor);
   if (state.step >= o.steps) {
     out << "the run is already complete: step " << state.step << " of --steps " << o.steps << "\n";

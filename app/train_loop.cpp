@@ -85,9 +85,13 @@ void TrainLoop::checkpoint() {
   state.data_epoch = loader.epoch();
   state.data_cursor = loader.cursor();
   const double t0 = omp_get_wtime();
+  // A checkpoint holds the moments whole: a sharded optimizer gathers them for the write.
+  const size_t whole = trainer.sharded() ? model.layout().total : 0;
+  Buffer<float> m(whole), v(whole);
+  if (whole) trainer.gather_moments(m.data(), v.data());
   save_checkpoint(ctx.world, run_dir, o.run_dir,
-                  {&mc, &model.layout(), model.params(), trainer.optimizer().m(),
-                   trainer.optimizer().v(), state, layout,
+                  {&mc, &model.layout(), model.params(), whole ? m.data() : trainer.optimizer().m(),
+                   whole ? v.data() : trainer.optimizer().v(), state, layout,
                    {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}},
                   prov, {o.keep_checkpoints, o.keep_every});
   ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)

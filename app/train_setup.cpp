@@ -84,8 +84,9 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size) {
-  const ModelMemory mem = LlamaModel::memory(mc, shape, threads);
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards) {
+  ModelMemory mem = LlamaModel::memory(mc, shape, threads);
+  mem.optimizer /= size_t(shards);
   const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
                 D = mc.head_dim();
   const double cp_buffers =
@@ -103,7 +104,8 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(double(mem.params_grads))
-      << ", AdamW " << gib(double(mem.optimizer)) << ", activations " << gib(double(mem.activations))
+      << ", AdamW " << gib(double(mem.optimizer)) << (shards > 1 ? cat(" (1/", shards, " of it: --zero 1)") : "")
+      << ", activations " << gib(double(mem.activations))
       << " (checkpointing " << o.checkpointing << ", " << Tl << " tokens per rank), micro-batches "
       << gib(batches) << ", scratch " << gib(double(mem.scratch) + cp_buffers) << "; " << gib(avail)
       << " available per rank (" << budget.source << (node_size > 1 ? cat(" / ", node_size, " ranks") : "")

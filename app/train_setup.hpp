@@ -29,8 +29,9 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
 // micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may
 // use: the node's available memory, or its cgroup's limit (Slurm --mem), shared by the
 // `node_size` ranks of the node.
+// `shards`: the ranks the AdamW moments are split over (1 = replicated).
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size);
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards);
 
 // Rank 0 locks the run directory for the whole run, removes what killed writers left, and
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its

@@ -1,9 +1,12 @@
 #include "parallel/reducer.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <vector>
 
+#include "common/error.hpp"
 #include "parallel/watchdog.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 
@@ -69,6 +72,35 @@ void MpiStepReducer::sum_gradients(float* g, size_t n) {
   if (b16) convert(wire_buf_.data(), g, int64_t(n));
   const size_t elem = b16 ? sizeof(bf16) : sizeof(float);
   bytes_sent += 2 * n * elem * size_t(size - 1) / size_t(size);  // ring allreduce volume
+}
+
+namespace {
+// MPI_Allgatherv's counts and displacements of the ranges (floats; checked to fit an int).
+void ranges(const std::vector<size_t>& bounds, std::vector<int>& counts, std::vector<int>& displs) {
+  if (bounds.back() > size_t(INT_MAX))
+    fail("a sharded optimizer over ", bounds.back(), " parameters exceeds MPI's int counts; use --zero 0");
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) {
+    counts.push_back(int(bounds[r + 1] - bounds[r]));
+    displs.push_back(int(bounds[r]));
+  }
+}
+}  // namespace
+
+void MpiStepReducer::gather_shards(float* x, const std::vector<size_t>& bounds) {
+  std::vector<int> counts, displs;
+  ranges(bounds, counts, displs);
+  WaitScope w("the all-gather of the sharded optimizer's parameters");
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts.data(), displs.data(), MPI_FLOAT, comm_);
+  const size_t r = size_t(comm_rank(comm_)), others = bounds.size() - 2;
+  bytes_sent += (bounds[r + 1] - bounds[r]) * sizeof(float) * others;  // our range to every other rank
+}
+
+void MpiStepReducer::gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) {
+  std::vector<int> counts, displs;
+  ranges(bounds, counts, displs);
+  const int r = comm_rank(comm_);
+  WaitScope w("the all-gather of the sharded optimizer's moments");
+  MPI_Allgatherv(mine, counts[size_t(r)], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, comm_);
 }
 
 }  // namespace lct

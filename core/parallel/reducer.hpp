@@ -21,6 +21,8 @@ class MpiStepReducer : public StepReducer {
   int64_t sum(int64_t local) override;
   double sum(double local) override;
   void sum_gradients(float* grads, size_t n) override;
+  void gather_shards(float* x, const std::vector<size_t>& bounds) override;
+  void gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) override;
   size_t bytes_sent = 0;
 
  private:

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -29,8 +30,16 @@ double global_norm(const float* g, size_t n) {
   return std::sqrt(total);
 }
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config)
-    : layout_(layout), config_(config), m_(layout.total), v_(layout.total) {}
+std::vector<size_t> shard_bounds(size_t total, int n) {
+  std::vector<size_t> b(size_t(n) + 1, total);
+  const size_t lines = (total + 63) / 64;
+  for (int r = 0; r < n; ++r) b[size_t(r)] = std::min(total, lines * size_t(r) / size_t(n) * 64);
+  return b;
+}
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard)
+    : layout_(layout), config_(config),
+      shard_(shard.end == 0 ? Shard{0, layout.total} : shard), m_(shard_.size()), v_(shard_.size()) {}
 
 void AdamW::step(float* params, const float* grads, int64_t step, double lr, double grad_mult) {
   const double bc1 = 1.0 - std::pow(config_.beta1, double(step));
@@ -39,13 +48,16 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
   const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   const float gm = float(grad_mult);
   for (const TensorSpec& t : layout_.tensors) {
+    // The part of this tensor in the shard: [lo, hi) of the flat array.
+    const size_t lo = std::max(t.offset, shard_.begin), hi = std::min(t.offset + t.numel, shard_.end);
+    if (lo >= hi) continue;
     const bool decay = t.kind == TensorKind::Linear || config_.decay_norms_and_embeddings;
     const float keep = decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
-    float* p = params + t.offset;
-    const float* g = grads + t.offset;
-    float* m = m_.data() + t.offset;
-    float* v = v_.data() + t.offset;
-    const int64_t n = int64_t(t.numel);
+    float* p = params + lo;
+    const float* g = grads + lo;
+    float* m = m_.data() + (lo - shard_.begin);
+    float* v = v_.data() + (lo - shard_.begin);
+    const int64_t n = int64_t(hi - lo);
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const float gi = g[i] * gm;

@@ -1,6 +1,7 @@
 // AdamW over the flat parameter array, global-norm clipping and the learning-rate schedule.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "model/params.hpp"
 #include "sys/memory.hpp"
@@ -24,19 +25,34 @@ double learning_rate(const AdamWConfig& c, int64_t step);
 // sqrt(sum g^2) over the whole array, in double, summed in a fixed order.
 double global_norm(const float* g, size_t n);
 
+// A contiguous range [begin, end) of the flat parameter array: what one rank updates and
+// keeps moments for under a sharded optimizer (ZeRO-1).
+struct Shard {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// n ranges covering [0, total) in order, as even as whole 64-float lines allow: bounds[r]
+// to bounds[r + 1] is rank r's (n + 1 entries).
+std::vector<size_t> shard_bounds(size_t total, int n);
+
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, const AdamWConfig& config);
+  // Moments for `shard` only (default: the whole array).
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard = {});
   // One update at `step` (1-based) with learning rate `lr`, gradients multiplied by
-  // `grad_mult` first (the clipping factor). Same arithmetic as torch.optim.AdamW.
+  // `grad_mult` first (the clipping factor), of the shard's parameters only. Same
+  // arithmetic as torch.optim.AdamW.
   void step(float* params, const float* grads, int64_t step, double lr, double grad_mult);
-  float* m() { return m_.data(); }
+  float* m() { return m_.data(); }  // the shard's first and second moments
   float* v() { return v_.data(); }
+  const Shard& shard() const { return shard_; }
   const AdamWConfig& config() const { return config_; }
 
  private:
   const ParamLayout& layout_;
   AdamWConfig config_;
+  Shard shard_;
   Buffer<float> m_, v_;
 };
 

@@ -1,8 +1,37 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
+#include "common/error.hpp"
+
 namespace lct {
+
+Trainer::Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer, int shards, int shard)
+    : model_(model), bounds_(shard_bounds(model.layout().total, shards)),
+      opt_(model.layout(), config,
+           shards > 1 ? Shard{bounds_[size_t(shard)], bounds_[size_t(shard) + 1]} : Shard{}),
+      reducer_(reducer) {
+  if (shards > 1 && (!reducer || shard < 0 || shard >= shards))
+    fail("a sharded optimizer needs the ranks' reducer and a shard index below ", shards);
+}
+
+void Trainer::gather_moments(float* m, float* v) {
+  const Shard& s = opt_.shard();
+  if (!sharded()) {
+    std::copy(opt_.m(), opt_.m() + s.size(), m);
+    std::copy(opt_.v(), opt_.v() + s.size(), v);
+    return;
+  }
+  reducer_->gather_shards(opt_.m(), m, bounds_);
+  reducer_->gather_shards(opt_.v(), v, bounds_);
+}
+
+void Trainer::load_moments(const float* m, const float* v) {
+  const Shard& s = opt_.shard();
+  std::copy(m + s.begin, m + s.end, opt_.m());
+  std::copy(v + s.begin, v + s.end, opt_.v());
+}
 
 StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t step,
                               PhaseClock& clock) {
@@ -37,6 +66,11 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
     const double clip = opt_.config().grad_clip;
     const double mult = clip > 0 ? std::min(1.0, clip / (s.grad_norm + 1e-6)) : 1.0;
     opt_.step(model_.params(), model_.grads(), step, s.lr, mult);
+    if (sharded()) {  // every rank's updated range to every rank
+      clock.lap(Phase::Optimizer);
+      reducer_->gather_shards(model_.params(), bounds_);
+      clock.lap(Phase::Allreduce);
+    }
   }
   clock.lap(Phase::Optimizer);
   return s;

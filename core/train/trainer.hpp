@@ -28,18 +28,30 @@ class StepReducer {
   virtual int64_t sum(int64_t local) = 0;
   virtual double sum(double local) = 0;
   virtual void sum_gradients(float* grads, size_t n) = 0;
+  // Every rank's range [bounds[r], bounds[r + 1]) of x, from that rank, to every rank: in
+  // place (x) or from this rank's range alone (`mine`, into `full`).
+  virtual void gather_shards(float* x, const std::vector<size_t>& bounds) = 0;
+  virtual void gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) = 0;
 };
 
+// `shards` > 1 (ZeRO-1): the AdamW moments are split over that many ranks of the reducer
+// (this rank's index `shard`): each rank updates its range of the parameters, then every
+// rank gathers the others' (the same arithmetic: the same bits as unsharded).
 class Trainer {
  public:
-  Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer = nullptr)
-      : model_(model), opt_(model.layout(), config), reducer_(reducer) {}
+  Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer = nullptr,
+          int shards = 1, int shard = 0);
   // `step` is the 1-based number of the step being taken.
   StepStats train_step(const std::vector<Batch>& micro_batches, int64_t step, PhaseClock& clock);
   AdamW& optimizer() { return opt_; }
+  bool sharded() const { return bounds_.size() > 2; }
+  // The whole moments (for a checkpoint; collective when sharded) and back (from one).
+  void gather_moments(float* m, float* v);
+  void load_moments(const float* m, const float* v);
 
  private:
   LlamaModel& model_;
+  std::vector<size_t> bounds_;  // shard_bounds over the ranks; {0, total} unsharded
   AdamW opt_;
   StepReducer* reducer_;
 };

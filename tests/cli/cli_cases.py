@@ -572,6 +572,32 @@ def model_files_without_sliding_window_are_full_causal():
     expect_error(["init", "-o", "bad.h5", "--sliding-window", "-5"], "--sliding-window", code=2)  # usage
 
 
+@case
+def parallel_zero1_shards_the_moments_and_gives_the_replicated_bits():
+    """--zero 1: each rank keeps and updates 1/world of the AdamW moments, then the ranks
+    all-gather the parameters: the same arithmetic, so the same losses, gradient norms and
+    final checkpoint bit for bit as the replicated optimizer, with dp = 2, cp = 2 and
+    dp = 2 x cp = 2; the memory estimate counts the shard."""
+    parallel_fixture()
+    for name, ranks, degrees in [("dp2", 2, ["--dp", "2", "--batch-size", "1"]),
+                                 ("cp2", 2, ["--cp", "2", "--batch-size", "2"]),
+                                 ("dp2cp2", 4, ["--dp", "2", "--cp", "2", "--batch-size", "1"])]:
+        mpi_run(ranks, f"{name}_z0", *degrees)
+        p = mpi_run(ranks, f"{name}_z1", *degrees, "--zero", "1")
+        assert f"(1/{ranks} of it: --zero 1)" in p.stdout, p.stdout
+        a, b = timing(f"{name}_z0")[0], timing(f"{name}_z1")[0]
+        assert list(a["loss"]) == list(b["loss"]) and list(a["grad_norm"]) == list(b["grad_norm"]), (name, a, b)
+        with h5py.File(f"{name}_z0/checkpoints/step_00000005.h5", "r") as f, \
+                h5py.File(f"{name}_z1/checkpoints/step_00000005.h5", "r") as g:
+            names = []
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and
+                         ("weight" in n) else None)
+            assert len(names) > 20 and any(n.startswith("optimizer/exp_avg_sq/") for n in names), names
+            differ = [n for n in names if not np.array_equal(f[n][()], g[n][()])]
+            assert not differ, (name, differ)
+        print(f"{name}: --zero 1 equals --zero 0 bitwise (5 losses, gradient norms, {len(names)} tensors)")
+
+
 # --- bad input ---------------------------------------------------------------------------
 
 @case

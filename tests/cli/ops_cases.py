@@ -112,6 +112,12 @@ def resume_is_bit_exact_with_the_ring_over_two_sided_mpi():
 
 
 @case
+def resume_is_bit_exact_with_zero1_dp2():
+    """Moments sharded over the ranks, gathered whole into the checkpoint, split again on resume."""
+    assert_bit_exact_resume(2, "--dp", "2", "--zero", "1")
+
+
+@case
 def resume_is_bit_exact_with_allgather_cp2():
     assert_bit_exact_resume(2, "--cp", "2", "--cp-algo", "allgather")
 

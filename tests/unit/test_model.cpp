@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 #include <omp.h>
 
 #include "common/error.hpp"
 #include "model/init.hpp"
 #include "model/params.hpp"
 #include "sys/memory.hpp"
+#include "train/optimizer.hpp"
 
 namespace lct {
 namespace {
@@ -86,5 +88,45 @@ TEST(LlamaInit, NormalMatricesUnitNormsIndependentOfThreads) {
   for (size_t i = 0; i < n->numel; ++i) EXPECT_EQ(a[n->offset + i], 1.0f);
 }
 
+
+// ZeRO-1's pieces: the shard ranges cover the array in order, on whole cache lines; AdamW
+// over shards updates each parameter exactly as over the whole array (same bits), and its
+// moments are the whole one's ranges.
+TEST(AdamW, ShardsUpdateBitwiseLikeTheWholeArray) {
+  for (int n : {1, 2, 3, 7}) {
+    const std::vector<size_t> b = shard_bounds(1000, n);
+    ASSERT_EQ(b.size(), size_t(n) + 1);
+    EXPECT_EQ(b.front(), 0u);
+    EXPECT_EQ(b.back(), 1000u);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_LE(b[size_t(r)], b[size_t(r) + 1]);
+      if (r > 0 && b[size_t(r)] < 1000) EXPECT_EQ(b[size_t(r)] % 64, 0u);
+    }
+  }
+  const ModelConfig c = model_preset("tiny");
+  const ParamLayout layout = ParamLayout::llama(c);
+  std::vector<float> p0(layout.total), g(layout.total);
+  for (size_t i = 0; i < layout.total; ++i) {
+    p0[i] = float(std::sin(double(i)));
+    g[i] = float(std::cos(double(i) * 0.7));
+  }
+  const AdamWConfig cfg;
+  AdamW whole(layout, cfg);
+  std::vector<float> pw = p0, ps = p0;
+  const std::vector<size_t> b = shard_bounds(layout.total, 3);
+  std::vector<AdamW> parts;
+  for (int r = 0; r < 3; ++r) parts.emplace_back(layout, cfg, Shard{b[size_t(r)], b[size_t(r) + 1]});
+  for (int64_t step = 1; step <= 3; ++step) {
+    whole.step(pw.data(), g.data(), step, 1e-3, 0.5);
+    for (AdamW& a : parts) a.step(ps.data(), g.data(), step, 1e-3, 0.5);
+  }
+  EXPECT_EQ(pw, ps);
+  for (int r = 0; r < 3; ++r)
+    for (size_t i = b[size_t(r)]; i < b[size_t(r) + 1]; ++i) {
+      ASSERT_EQ(parts[size_t(r)].m()[i - b[size_t(r)]], whole.m()[i]);
+      ASSERT_EQ(parts[size_t(r)].v()[i - b[size_t(r)]], whole.v()[i]);
+    }
+  EXPECT_NE(pw, p0);  // the steps did move the parameters
+}
 }  // namespace
 }  // namespace lct
