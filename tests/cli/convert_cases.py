@@ -187,6 +187,20 @@ def from_hf_fp32_bf16_fp16_single_file_and_sharded_equal_the_source():
         assert attrs["rms_norm_eps"] == 1e-5 and attrs["sliding_window"] == 0, attrs
         ok("inspect", f"{name}.h5")  # lctrain reads what it wrote
         print(f"{dtype} in {shards} file(s): 21 tensors equal the source bit for bit")
+    # Every finite F16 value (subnormals, signed zeros, the largest) widened exactly.
+    cfg = tiny_config()
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    every = bits.view(np.float16)[np.isfinite(bits.view(np.float16))].astype(np.float32)
+    w, at = {}, 0
+    for name, shape in shapes(cfg):
+        n = int(np.prod(shape))
+        w[name] = np.resize(np.roll(every, -at), n).reshape(shape)
+        at += n
+    assert at > len(every)
+    want = hf_dir("f16_all", "F16", cfg=cfg, weights=w)
+    from_hf("f16_all", "f16_all.h5")
+    assert_bitwise(h5_tensors("f16_all.h5")[0], want, "every F16 value")
+    print(f"all {len(every)} finite F16 values widened exactly")
     # HF defaults for keys a config.json may leave out, and tied embeddings.
     full = tiny_config(tie_word_embeddings=True, sliding_window=64, num_key_value_heads=4)
     cfg = {k: v for k, v in full.items()
