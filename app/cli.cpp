@@ -462,6 +462,34 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 
+void declare_convert(Registry& r, CLI::App* c, ConvertOptions& o) {
+  r.add(c, "--from-hf", o.from_hf, std::string(),
+        "read this Hugging Face Llama directory (config.json + model.safetensors, or a sharded "
+        "model.safetensors.index.json; F32, BF16 or F16) and write the model file -o");
+  r.add(c, "--to-hf", o.to_hf, std::string(),
+        "write the model file --model as a Hugging Face Llama directory (config.json + "
+        "model.safetensors), created if absent")
+      ->check(output_path("directory"));
+  r.add(c, "--out", o.out, std::string(), "--from-hf: the model file to write (HDF5)", "-o")
+      ->check(output_path("file"));
+  r.add(c, "--model", o.model, std::string(), "--to-hf: the model file or checkpoint to read");
+  r.add(c, "--dtype", o.dtype, std::string("fp32"),
+        "--to-hf: dtype of the safetensors weights: fp32 (exact) or bf16 (rounded to nearest even)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  r.add(c, "--force", o.force, false, "replace the output file(s) if they exist");
+}
+
+// convert's options belong together: one direction, and the file of that direction.
+std::string convert_rule(const ConvertOptions& o) {
+  if (o.from_hf.empty() == o.to_hf.empty())
+    return "convert needs exactly one of --from-hf DIR (with -o MODEL.h5) and --to-hf DIR (with --model MODEL.h5)";
+  if (!o.from_hf.empty() && (o.out.empty() || !o.model.empty()))
+    return "convert --from-hf DIR writes the model file -o MODEL.h5: give -o (and no --model)";
+  if (!o.to_hf.empty() && (o.model.empty() || !o.out.empty()))
+    return "convert --to-hf DIR reads the model file --model MODEL.h5: give --model (and no -o)";
+  return "";
+}
+
 std::string joined_command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) {
@@ -506,6 +534,9 @@ Invocation parse_command_line(int argc, char** argv) {
   declare_eval(reg, eval, inv.eval);
   CLI::App* bench = app.add_subcommand("bench", "measure kernels against sgemm on the same cores");
   declare_bench(reg, bench, inv.bench);
+  CLI::App* convert = app.add_subcommand(
+      "convert", "convert between a Hugging Face Llama directory (safetensors) and a model file");
+  declare_convert(reg, convert, inv.convert);
 
   std::ostringstream out, err;
   try {
@@ -539,6 +570,13 @@ Invocation parse_command_line(int argc, char** argv) {
     inv.error = cat("--min-lr ", inv.train.min_lr, " is above --lr ", inv.train.lr,
                     ": the cosine decay goes from --lr down to --min-lr; lower --min-lr\n");
     return inv;
+  }
+  if (inv.command == "convert") {
+    if (std::string rule = convert_rule(inv.convert); !rule.empty()) {
+      inv.exit_code = 2;
+      inv.error = rule + "\n";
+      return inv;
+    }
   }
   inv.settings = reg.resolved({&app, chosen});
   return inv;

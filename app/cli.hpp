@@ -81,6 +81,13 @@ struct EvalOptions {
   bool force;
 };
 
+struct ConvertOptions {
+  std::string from_hf, to_hf;  // exactly one: the Hugging Face directory read or written
+  std::string out, model;      // --from-hf writes `out`; --to-hf reads `model`
+  std::string dtype;           // --to-hf: fp32 | bf16
+  bool force;
+};
+
 struct BenchOptions {
   std::string what;  // attention | gemm | ring
   std::string preset;  // gemm: the model whose products are measured
@@ -102,6 +109,7 @@ struct Invocation {
   TrainOptions train;
   EvalOptions eval;
   BenchOptions bench;
+  ConvertOptions convert;
   std::vector<Setting> settings;  // resolved global options, then the subcommand's
   std::string command_line;
   // Parsing alone ended the run (help, --version, a usage error): exit with `exit_code`

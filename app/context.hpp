@@ -43,5 +43,6 @@ int cmd_inspect(Context& ctx);
 int cmd_train(Context& ctx);
 int cmd_eval(Context& ctx);
 int cmd_bench(Context& ctx);
+int cmd_convert(Context& ctx);
 
 }  // namespace lct

@@ -28,6 +28,7 @@ int dispatch(lct::Context& ctx) {
   if (c == "train") return lct::cmd_train(ctx);
   if (c == "eval") return lct::cmd_eval(ctx);
   if (c == "bench") return lct::cmd_bench(ctx);
+  if (c == "convert") return lct::cmd_convert(ctx);
   lct::fail("unknown subcommand '", c, "'");
 }
 

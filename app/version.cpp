@@ -5,6 +5,7 @@
 #include "app/cli.hpp"
 #include "common/error.hpp"
 #include "io/file_kind.hpp"
+#include "io/hf_model.hpp"
 #include "kernels/gemm.hpp"
 #include "lct_build_info.hpp"
 #include "sys/threads.hpp"
@@ -23,6 +24,7 @@ std::string version_text() {
              "  oneDNN    ", onednn_version(), "\n",
              "  OpenBLAS  ", openblas_description(), "\n",
              "  CLI11     ", CLI11_VERSION, "\n",
+             "  JSON      ", json_library_version(), "\n",
              "  libnuma   API ", LIBNUMA_API_VERSION, "\n",
              "  compiler  ", __VERSION__);
 }

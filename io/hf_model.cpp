@@ -1,0 +1,357 @@
+#include "io/hf_model.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "common/error.hpp"
+#include "common/finite.hpp"
+#include "io/atomic.hpp"
+#include "io/safetensors.hpp"
+
+namespace lct {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+template <class>
+inline constexpr bool kAlwaysFalse = false;
+
+// --- The config mapping -------------------------------------------------------------------
+// Every ModelConfig field is a LlamaConfig key of the same name. Three tables say where the
+// two differ; a field added to ModelConfig::for_each_field flows through both directions
+// with nothing else to do unless it needs an entry here (or, for a new C++ type such as a
+// dict-valued field, a branch in field_from_json / field_to_json: the static_asserts say so).
+
+// Fields whose Hugging Face null means lctrain's 0 (and 0 is written back as null).
+bool null_means_zero(const std::string& name) { return name == "sliding_window"; }
+
+// LlamaConfig's defaults for keys a config.json may leave out (num_key_value_heads: as many as
+// num_attention_heads). Any other missing field is refused.
+const json& hf_defaults() {
+  static const json d = {{"rope_theta", 10000.0}, {"rms_norm_eps", 1e-6}, {"initializer_range", 0.02},
+                         {"tie_word_embeddings", false}, {"sliding_window", nullptr}};
+  return d;
+}
+
+// Keys lctrain has no field for yet and so must be null or absent. A key leaves this list by
+// becoming a ModelConfig field (checked by name, so adding the field is enough).
+const std::vector<std::string>& not_supported_yet() {
+  static const std::vector<std::string> keys = {"rope_scaling"};
+  return keys;
+}
+
+std::set<std::string> field_names() {
+  std::set<std::string> names;
+  ModelConfig c;
+  ModelConfig::for_each_field(c, [&](const char* name, const auto&) { names.insert(name); });
+  return names;
+}
+
+template <class T>
+void field_from_json(const json& x, T& v, const std::string& where, const char* name) {
+  auto wrong = [&](const char* want) {
+    fail(where, ": \"", name, "\" is ", x.dump(), " but must be ", want, "; correct config.json");
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!x.is_boolean()) wrong("true or false");
+    v = x.get<bool>();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)))
+      wrong("an integer");
+    v = x.get<int64_t>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!x.is_number()) wrong("a number");
+    v = x.get<double>();
+  } else {
+    static_assert(kAlwaysFalse<T>, "convert: map this ModelConfig field type from JSON here");
+  }
+}
+
+template <class T>
+json field_to_json(const T& v) {
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+    return json(v);
+  else
+    static_assert(kAlwaysFalse<T>, "convert: map this ModelConfig field type to JSON here");
+}
+
+ModelConfig config_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, " is not a JSON object; give a Hugging Face config.json");
+  const std::string llama_only = "lctrain converts Llama checkpoints only (model_type \"llama\", "
+                                 "architecture LlamaForCausalLM)";
+  if (!j.contains("model_type") || j["model_type"] != "llama")
+    fail(where, ": model_type is ", j.contains("model_type") ? j["model_type"].dump() : "missing",
+         "; ", llama_only);
+  if (j.contains("architectures") && !j["architectures"].is_null()) {
+    const json& a = j["architectures"];
+    if (!a.is_array() || a.size() != 1 || a[0] != "LlamaForCausalLM")
+      fail(where, ": architectures is ", a.dump(), "; ", llama_only);
+  }
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    fail(where, ": hidden_act is ", j["hidden_act"].dump(), "; lctrain's MLP is SwiGLU (\"silu\") only");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (j.contains(key) && j[key] != false)
+      fail(where, ": ", key, " is ", j[key].dump(), "; lctrain's Llama has no bias terms, so only ",
+           "checkpoints without biases convert");
+  if (j.contains("attention_dropout") && j["attention_dropout"] != 0 && j["attention_dropout"] != 0.0)
+    fail(where, ": attention_dropout is ", j["attention_dropout"].dump(),
+         "; lctrain has no dropout: set it to 0.0 to convert");
+  const std::set<std::string> fields = field_names();
+  for (const std::string& key : not_supported_yet())
+    if (!fields.count(key) && j.contains(key) && !j[key].is_null())
+      fail(where, ": ", key, " is ", j[key].dump(), "; lctrain does not support ", key,
+           " yet, so only checkpoints with \"", key, "\": null convert");
+
+  ModelConfig c;
+  ModelConfig::for_each_field(c, [&](const char* name, auto& v) {
+    const json* x = nullptr;
+    if (j.contains(name)) {
+      x = &j[name];
+    } else if (std::string(name) == "num_key_value_heads") {
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int64_t>)
+        v = c.num_attention_heads;  // LlamaConfig: None = multi-head attention
+      return;
+    } else if (hf_defaults().contains(name)) {
+      x = &hf_defaults()[name];
+    } else {
+      fail(where, " lacks \"", name, "\", which lctrain needs (LlamaConfig has no default for it ",
+           "that lctrain assumes); add it");
+    }
+    if (x->is_null()) {
+      if (!null_means_zero(name)) fail(where, ": \"", name, "\" is null; give its value");
+      v = {};
+      return;
+    }
+    field_from_json(*x, v, where, name);
+  });
+  if (j.contains("head_dim") && !j["head_dim"].is_null() &&
+      (!j["head_dim"].is_number_integer() || j["head_dim"].get<int64_t>() * c.num_attention_heads != c.hidden_size))
+    fail(where, ": head_dim is ", j["head_dim"].dump(), " but lctrain's head_dim is hidden_size / ",
+         "num_attention_heads = ", c.hidden_size, " / ", c.num_attention_heads,
+         "; only checkpoints with head_dim = hidden_size / num_attention_heads convert");
+  c.validate(where);
+  return c;
+}
+
+json config_to_json(const ModelConfig& c, bool bf16) {
+  json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  ModelConfig::for_each_field(c, [&](const char* name, const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_arithmetic_v<T>)
+      if (null_means_zero(name) && v == T{}) return void(j[name] = nullptr);
+    j[name] = field_to_json(v);
+  });
+  j["head_dim"] = c.head_dim();
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["pretraining_tp"] = 1;
+  const std::set<std::string> fields = field_names();
+  for (const std::string& key : not_supported_yet())
+    if (!fields.count(key)) j[key] = nullptr;
+  j["torch_dtype"] = bf16 ? "bfloat16" : "float32";
+  return j;
+}
+
+// --- Files --------------------------------------------------------------------------------
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) fail("'", path, "' cannot be opened: ", std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    fail("'", path, "' is not valid JSON (", e.what(), "); it should be ", what);
+  }
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+struct Located {
+  const StFile* file;
+  const StTensor* tensor;
+};
+
+}  // namespace
+
+ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail("'", dir, "' is not a directory; --from-hf takes a Hugging Face checkpoint directory ",
+         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
+  const std::string cfg_path = join(dir, "config.json");
+  if (!is_file(cfg_path))
+    fail("'", dir, "' has no config.json; --from-hf takes a Hugging Face checkpoint directory ",
+         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
+  ModelData m;
+  m.config = config_from_json(read_json(cfg_path, "a Hugging Face LlamaConfig"), cat("'", cfg_path, "'"));
+  m.layout = ParamLayout::llama(m.config);
+
+  // The files, and where each tensor is.
+  std::vector<StFile> files;
+  std::map<std::string, std::string> index_map;  // tensor -> shard, sharded checkpoints only
+  const std::string single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
+  if (is_file(single)) {
+    files.push_back(read_safetensors_header(single));
+  } else if (is_file(index)) {
+    const json ix = read_json(index, "a safetensors index ({\"weight_map\": {tensor: file}})");
+    if (!ix.is_object() || !ix.contains("weight_map") || !ix["weight_map"].is_object())
+      fail("'", index, "' has no \"weight_map\" object naming the file of every tensor; copy or download it again");
+    std::vector<std::string> shards;
+    for (const auto& [name, file] : ix["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+        fail("'", index, "': tensor '", name, "' is mapped to ", file.dump(),
+             ", not to a file name in the same directory; copy or download the index again");
+      const std::string shard = file.get<std::string>();
+      index_map[name] = shard;
+      if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+    }
+    for (const std::string& s : shards) {
+      const std::string p = join(dir, s);
+      if (!is_file(p))
+        fail("'", index, "' names shard '", s, "' but '", p, "' does not exist; copy or download every shard");
+      files.push_back(read_safetensors_header(p));
+    }
+  } else {
+    fail("'", dir, "' has neither model.safetensors nor model.safetensors.index.json",
+         is_file(join(dir, "pytorch_model.bin")) || is_file(join(dir, "pytorch_model.bin.index.json"))
+             ? " (it holds PyTorch .bin weights, which lctrain does not read)" : "",
+         "; save the checkpoint as safetensors (save_pretrained(DIR, safe_serialization=True))");
+  }
+
+  std::map<std::string, Located> where;
+  HfReadInfo local;
+  HfReadInfo& report = info ? *info : local;
+  for (const StFile& f : files) {
+    report.files.push_back(f.path);
+    for (const StTensor& t : f.tensors) {
+      const std::string name = t.name;
+      if (!index_map.empty()) {
+        auto it = index_map.find(name);
+        if (it == index_map.end() || join(dir, it->second) != f.path) continue;  // the index decides
+      }
+      if (m.layout.find(name)) {
+        if (where.count(name))
+          fail("tensor '", name, "' is in both '", where[name].file->path, "' and '", f.path,
+               "'; remove one copy");
+        where[name] = {&f, &t};
+        continue;
+      }
+      const bool inv_freq = name.size() > 20 && name.rfind("rotary_emb.inv_freq") == name.size() - 19;
+      if (inv_freq || (name == "lm_head.weight" && m.config.tie_word_embeddings)) {
+        ++report.ignored;  // derived from rope_theta / tied to the embedding, as Hugging Face loads it
+        continue;
+      }
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
+        fail("'", f.path, "': tensor '", name, "' is a bias; lctrain's Llama has no bias terms, so only ",
+             "checkpoints without biases convert");
+      fail("'", f.path, "': tensor '", name, "' is not part of a Llama model with this config.json (",
+           "num_hidden_layers ", m.config.num_hidden_layers, ", tie_word_embeddings ",
+           m.config.tie_word_embeddings ? "true" : "false", "); check that config.json belongs to these weights");
+    }
+  }
+  for (const auto& [name, shard] : index_map)
+    if (m.layout.find(name) && !where.count(name))
+      fail("'", index, "' puts tensor '", name, "' in '", shard, "' but that file has no such tensor; ",
+           "copy or download the checkpoint again");
+
+  m.params = Buffer<float>(m.layout.total);
+  for (const TensorSpec& spec : m.layout.tensors) {
+    auto it = where.find(spec.name);
+    if (it == where.end())
+      fail("'", dir, "': tensor '", spec.name, "' is missing from ",
+           files.size() == 1 ? cat("'", files[0].path, "'") : std::string("every shard"),
+           " (config.json: ", "num_hidden_layers ", m.config.num_hidden_layers, ", tie_word_embeddings ",
+           m.config.tie_word_embeddings ? "true" : "false", "); check that config.json belongs to these weights");
+    const StTensor& t = *it->second.tensor;
+    if (t.shape != spec.shape) {
+      std::string have, want;
+      for (int64_t s : t.shape) have += cat(have.empty() ? "" : ", ", s);
+      for (int64_t s : spec.shape) want += cat(want.empty() ? "" : ", ", s);
+      fail("'", it->second.file->path, "': tensor '", spec.name, "' has shape [", have, "] but config.json (hidden_size ",
+           m.config.hidden_size, ", intermediate_size ", m.config.intermediate_size, ", heads ",
+           m.config.num_attention_heads, "/", m.config.num_key_value_heads, ", vocab_size ",
+           m.config.vocab_size, ") needs [", want, "]; check that config.json belongs to these weights");
+    }
+    float* out = m.params.data() + spec.offset;
+    read_safetensors_tensor(*it->second.file, t, out);
+    const NonFinite bad = count_non_finite(out, spec.numel);
+    if (bad.total())
+      fail("'", it->second.file->path, "': tensor '", spec.name, "' holds ", describe(bad),
+           "; lctrain refuses non-finite weights (training would skip every step)");
+    ++report.dtypes[t.dtype];
+  }
+  return m;
+}
+
+std::string json_library_version() {
+  return cat("nlohmann-json ", NLOHMANN_JSON_VERSION_MAJOR, ".", NLOHMANN_JSON_VERSION_MINOR, ".",
+             NLOHMANN_JSON_VERSION_PATCH);
+}
+
+void write_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
+                    const float* params, bool bf16, const Provenance& prov, bool force) {
+  if (dir.empty()) fail("--to-hf: the directory name is empty; give a directory");
+  struct stat st;
+  bool created = false;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) fail("--to-hf '", dir, "' exists and is not a directory; give a directory");
+    if (is_file(join(dir, "model.safetensors.index.json")))
+      fail("--to-hf '", dir, "' holds a sharded checkpoint (model.safetensors.index.json) that a ",
+           "single model.safetensors beside it would contradict; choose another directory");
+  } else {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    check_can_write(d, false, "--to-hf directory");
+    if (::mkdir(dir.c_str(), 0777) != 0)
+      fail("--to-hf '", dir, "' cannot be created: ", std::strerror(errno));
+    created = true;
+  }
+  try {
+    AtomicTarget weights(join(dir, "model.safetensors"), force, "safetensors file");
+    AtomicTarget cfg(join(dir, "config.json"), force, "config file");
+    std::vector<StOutTensor> tensors;
+    for (const TensorSpec& t : layout.tensors) tensors.push_back({t.name, t.shape, params + t.offset});
+    check_free_space(weights.final_path(), safetensors_data_bytes(tensors, bf16), "safetensors file");
+    const std::map<std::string, std::string> meta = {
+        {"format", "pt"}, {"lctrain_version", prov.version}, {"lctrain_git_revision", prov.git_revision},
+        {"lctrain_date", prov.date}, {"lctrain_host", prov.host}, {"lctrain_command_line", prov.command_line}};
+    write_safetensors(weights.temp_path(), weights.final_path(), tensors, bf16, meta);
+    {
+      std::ofstream out(cfg.temp_path());
+      out << config_to_json(config, bf16).dump(2) << "\n";
+      out.close();
+      if (!out) fail("'", cfg.final_path(), "': writing failed; free some space, or write the directory elsewhere");
+    }
+    weights.commit();
+    cfg.commit();
+  } catch (...) {
+    if (created) ::rmdir(dir.c_str());  // only when empty: nothing was committed
+    throw;
+  }
+}
+
+}  // namespace lct

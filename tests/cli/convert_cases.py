@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""lctrain convert: Hugging Face Llama directories (config.json + safetensors, written here by
+hand: no safetensors package needed) to model files and back, the loss of a converted model
+against PyTorch computed straight from the Hugging Face weights, and every refused input.
+
+Each case is one ctest test. Helpers and the runner come from cli_cases.py.
+Run by hand: /usr/bin/python3 tests/cli/convert_cases.py --lctrain build/app/lctrain CASE
+"""
+import importlib.util
+import json
+import os
+import struct
+import sys
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, digest, expect_error, ok, run  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+DTYPES = {"F32": ("<f4", 4), "BF16": ("<u2", 2), "F16": ("<f2", 2), "F64": ("<f8", 8)}
+
+
+def tiny_config(**over):
+    """The `tiny` preset as a Hugging Face LlamaConfig."""
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 259,
+         "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+         "rms_norm_eps": 1e-5, "initializer_range": 0.02, "tie_word_embeddings": False,
+         "sliding_window": None, "hidden_act": "silu", "attention_bias": False, "rope_scaling": None,
+         "torch_dtype": "float32"}
+    c.update(over)
+    return c
+
+
+def shapes(cfg):
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    D = C // cfg["num_attention_heads"]
+    H, KV = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D
+    out = [("model.embed_tokens.weight", (V, C))]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        out += [(p + "input_layernorm.weight", (C,)), (p + "self_attn.q_proj.weight", (H, C)),
+                (p + "self_attn.k_proj.weight", (KV, C)), (p + "self_attn.v_proj.weight", (KV, C)),
+                (p + "self_attn.o_proj.weight", (C, H)), (p + "post_attention_layernorm.weight", (C,)),
+                (p + "mlp.gate_proj.weight", (I, C)), (p + "mlp.up_proj.weight", (I, C)),
+                (p + "mlp.down_proj.weight", (C, I))]
+    out.append(("model.norm.weight", (C,)))
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (V, C)))
+    return out
+
+
+def bf16_bits(x):
+    """float32 -> bf16 bits, round to nearest even (as lctrain and PyTorch do)."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def widen_bf16(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def random_weights(cfg, seed=1, std=0.2):
+    rng = np.random.default_rng(seed)
+    w = {}
+    for name, shape in shapes(cfg):
+        if len(shape) == 1:
+            w[name] = (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            w[name] = (std * rng.standard_normal(shape)).astype(np.float32)
+    return w
+
+
+def encode(arr, dtype):
+    """(raw little-endian bytes, the fp32 values lctrain should read) of arr stored as dtype."""
+    if dtype == "BF16":
+        bits = bf16_bits(arr)
+        return bits.astype("<u2").tobytes(), widen_bf16(bits)
+    if dtype == "F16":
+        h = arr.astype("<f2")
+        return h.tobytes(), h.astype(np.float32)
+    if dtype == "F64":
+        return arr.astype("<f8").tobytes(), arr.astype(np.float64)
+    return arr.astype("<f4").tobytes(), arr.astype(np.float32)
+
+
+def write_st(path, tensors, metadata=None, header_edit=None):
+    """Writes a safetensors file by hand; tensors: {name: (dtype, raw bytes, shape)}."""
+    header, at, blobs = {"__metadata__": metadata or {"format": "pt"}}, 0, []
+    for name, (dtype, raw, shape) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + len(raw)]}
+        at += len(raw)
+        blobs.append(raw)
+    if header_edit:
+        header_edit(header)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_st(path):
+    """{name: fp32 or widened values}, metadata."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        a = np.frombuffer(data[b:end], DTYPES[e["dtype"]][0]).reshape(e["shape"])
+        out[name] = widen_bf16(a) if e["dtype"] == "BF16" else a.astype(np.float32)
+    return out, header.get("__metadata__", {})
+
+
+def hf_dir(path, dtype="F32", shards=1, cfg=None, weights=None, extra=None, drop=(), edit_cfg=None,
+           header_edit=None):
+    """A Hugging Face checkpoint directory; returns the fp32 values lctrain should read."""
+    cfg = cfg or tiny_config()
+    weights = weights or random_weights(cfg)
+    os.makedirs(path)
+    c = dict(cfg, torch_dtype={"F32": "float32", "BF16": "bfloat16", "F16": "float16"}.get(dtype, "float64"))
+    if edit_cfg:
+        edit_cfg(c)
+    with open(f"{path}/config.json", "w") as f:
+        json.dump(c, f, indent=2)
+    tensors, expect = {}, {}
+    for name, arr in weights.items():
+        if name in drop:
+            continue
+        raw, expect[name] = encode(arr, dtype)
+        tensors[name] = (dtype, raw, arr.shape)
+    for name, (dt, arr) in (extra or {}).items():
+        tensors[name] = (dt, encode(arr, dt)[0], arr.shape)
+    names = list(tensors)
+    if shards == 1:
+        write_st(f"{path}/model.safetensors", tensors, header_edit=header_edit)
+        return expect
+    weight_map = {}
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[s::shards]}
+        write_st(f"{path}/{file}", part)
+        weight_map.update({n: file for n in part})
+    with open(f"{path}/model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    return expect
+
+
+def h5_tensors(path):
+    with h5py.File(path, "r") as f:
+        return ({k: f[k][:] for k in f.keys() if k.endswith(".weight")},
+                {k: f.attrs[k] for k in f.attrs if k not in ("lctrain_file", "format_version")})
+
+
+def assert_bitwise(got, want, what):
+    assert sorted(got) == sorted(want), (what, sorted(set(got) ^ set(want)))
+    for k in want:
+        g, w = np.asarray(got[k], np.float32), np.asarray(want[k], np.float32)
+        assert g.shape == w.shape, (what, k, g.shape, w.shape)
+        assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), f"{what}: {k} differs"
+
+
+def from_hf(src, out, *extra):
+    return ok("convert", "--from-hf", src, "-o", out, *extra)
+
+
+# --- good conversions ---------------------------------------------------------------------
+
+@case
+def from_hf_fp32_bf16_fp16_single_file_and_sharded_equal_the_source():
+    for dtype, shards in [("F32", 1), ("BF16", 1), ("F16", 1), ("F32", 3), ("BF16", 2)]:
+        name = f"{dtype}_{shards}"
+        inv_freq = {"model.layers.0.self_attn.rotary_emb.inv_freq": ("F32", np.ones(8, np.float32))}
+        want = hf_dir(name, dtype, shards, extra=inv_freq)
+        p = from_hf(name, f"{name}.h5")
+        assert f"{shards} safetensors file" in p.stdout and f"21 {dtype}" in p.stdout, p.stdout
+        assert "1 ignored" in p.stdout, p.stdout
+        got, attrs = h5_tensors(f"{name}.h5")
+        assert_bitwise(got, want, name)
+        assert attrs["model_type"] == "llama" and attrs["num_key_value_heads"] == 2, attrs
+        assert attrs["rms_norm_eps"] == 1e-5 and attrs["sliding_window"] == 0, attrs
+        ok("inspect", f"{name}.h5")  # lctrain reads what it wrote
+        print(f"{dtype} in {shards} file(s): 21 tensors equal the source bit for bit")
+    # Every finite F16 value (subnormals, signed zeros, the largest) widened exactly.
+    cfg = tiny_config()
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    every = bits.view(np.float16)[np.isfinite(bits.view(np.float16))].astype(np.float32)
+    w, at = {}, 0
+    for name, shape in shapes(cfg):
+        n = int(np.prod(shape))
+        w[name] = np.resize(np.roll(every, -at), n).reshape(shape)
+        at += n
+    assert at > len(every)
+    want = hf_dir("f16_all", "F16", cfg=cfg, weights=w)
+    from_hf("f16_all", "f16_all.h5")
+    assert_bitwise(h5_tensors("f16_all.h5")[0], want, "every F16 value")
+    print(f"all {len(every)} finite F16 values widened exactly")
+    # HF defaults for keys a config.json may leave out, and tied embeddings.
+    full = tiny_config(tie_word_embeddings=True, sliding_window=64, num_key_value_heads=4)
+    cfg = {k: v for k, v in full.items()
+           if k not in ("num_key_value_heads", "rms_norm_eps", "rope_theta", "initializer_range")}
+    want = hf_dir("tied", cfg=cfg, weights=random_weights(full))
+    from_hf("tied", "tied.h5")
+    got, attrs = h5_tensors("tied.h5")
+    assert_bitwise(got, want, "tied")
+    assert "lm_head.weight" not in got and attrs["tie_word_embeddings"], attrs
+    assert attrs["num_key_value_heads"] == 4 and attrs["rms_norm_eps"] == 1e-6, attrs  # LlamaConfig's
+    assert attrs["sliding_window"] == 64 and attrs["rope_theta"] == 10000.0, attrs
+    print("tied, defaults and sliding_window as Hugging Face reads them")
+
+
+@case
+def round_trip_h5_to_hf_to_h5_is_bit_exact():
+    for preset_args in ([], ["--tie-word-embeddings", "true", "--sliding-window", "48"]):
+        tag = "tied" if preset_args else "untied"
+        ok("init", "-o", f"{tag}.h5", "--preset", "tiny", "--seed", "7", *preset_args)
+        p = ok("convert", "--to-hf", f"{tag}_hf", "--model", f"{tag}.h5")
+        assert "F32 (exact)" in p.stdout, p.stdout
+        assert sorted(os.listdir(f"{tag}_hf")) == ["config.json", "model.safetensors"], os.listdir(f"{tag}_hf")
+        with open(f"{tag}_hf/config.json") as f:
+            cfg = json.load(f)
+        src, attrs = h5_tensors(f"{tag}.h5")
+        assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["model_type"] == "llama", cfg
+        assert cfg["head_dim"] == 16 and cfg["hidden_act"] == "silu" and cfg["rope_scaling"] is None, cfg
+        for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_key_value_heads", "rms_norm_eps",
+                  "rope_theta", "tie_word_embeddings", "initializer_range", "max_position_embeddings"):
+            assert cfg[k] == attrs[k], (k, cfg[k], attrs[k])
+        assert cfg["sliding_window"] == (48 if preset_args else None), cfg["sliding_window"]
+        st, meta = read_st(f"{tag}_hf/model.safetensors")
+        assert meta["format"] == "pt" and "lctrain_version" in meta, meta
+        assert_bitwise(st, src, f"{tag}: safetensors")
+        from_hf(f"{tag}_hf", f"{tag}_back.h5")
+        back, back_attrs = h5_tensors(f"{tag}_back.h5")
+        assert_bitwise(back, src, f"{tag}: round trip")
+        assert back_attrs == attrs, (back_attrs, attrs)
+        print(f"{tag}: .h5 -> Hugging Face -> .h5 bit-exact, config equal")
+    ok("convert", "--to-hf", "bf16_hf", "--model", "untied.h5", "--dtype", "bf16")
+    st, _ = read_st("bf16_hf/model.safetensors")
+    with open("bf16_hf/model.safetensors", "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        assert {e["dtype"] for k, e in json.loads(f.read(n)).items() if k != "__metadata__"} == {"BF16"}
+    src, _ = h5_tensors("untied.h5")
+    assert_bitwise(st, {k: widen_bf16(bf16_bits(v)) for k, v in src.items()}, "bf16 export")
+    print("--dtype bf16: every value rounded to nearest even")
+
+
+def load_torch_reference():
+    spec = importlib.util.spec_from_file_location("torch_reference", os.path.join(ROOT, "tests", "golden", "torch_reference.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@case
+def converted_model_loss_matches_pytorch_on_the_hugging_face_weights():
+    """The eval loss of the converted model equals PyTorch's (float64, rotate_half RoPE as in
+    Hugging Face's modeling_llama) computed from the safetensors weights directly: the q/k
+    layouts agree without any permutation. The same loss with q and k permuted to the
+    interleaved (GPT-J) layout differs, so the comparison would see a wrong layout."""
+    import torch
+    ref = load_torch_reference()
+    cfg = tiny_config(rope_theta=500.0)  # small theta: positions change the scores a lot
+    hf_dir("hf", "BF16", cfg=cfg, weights=random_weights(cfg, seed=3, std=0.25))
+    from_hf("hf", "m.h5")
+    with open("a.txt", "w") as f:
+        f.write("The pass key is 71432. Remember it. " * 3)
+    with open("b.txt", "w") as f:
+        f.write("Hugging Face and lctrain agree on rotate_half.")
+    ok("prepare", "a.txt", "b.txt", "-o", "d.h5")
+    with h5py.File("d.h5", "r") as f:
+        tokens, offs = f["tokens"][:].astype(np.int64), f["doc_offsets"][:]
+    S = int(offs[-1]) + 5  # both documents in one packed sequence, then padding
+    ok("eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", S, "--out", "e.h5", "--block-q", "16",
+       "--block-k", "16")
+    with h5py.File("e.h5", "r") as f:
+        lct_loss, valid = float(f.attrs["mean_loss"]), int(f.attrs["valid_targets"])
+
+    P, _ = read_st("hf/model.safetensors")
+    P = {k: torch.tensor(v, dtype=torch.float64) for k, v in P.items()}
+    b = {k: np.full(S, v, np.int64) for k, v in [("tokens", 258), ("targets", -1), ("doc", -1), ("idx", 0), ("pos", 0)]}
+    for d in range(len(offs) - 1):
+        a, e = int(offs[d]), int(offs[d + 1])
+        b["tokens"][a:e] = tokens[a:e]
+        b["targets"][a:e - 1] = tokens[a + 1:e]
+        b["doc"][a:e], b["idx"][a:e], b["pos"][a:e] = d, np.arange(e - a), np.arange(e - a)
+    b = {k: torch.tensor(v) for k, v in b.items()}
+    assert valid == int((b["targets"] >= 0).sum()), valid
+    with torch.no_grad():
+        torch_loss = float(ref.loss_sum(dict(cfg, sliding_window=0), P, b)) / valid
+        D = cfg["hidden_size"] // cfg["num_attention_heads"]
+        perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # interleaved -> halves
+        Q = dict(P)
+        for k in P:
+            if k.endswith(("q_proj.weight", "k_proj.weight")):
+                w = P[k].view(-1, D, P[k].shape[1])
+                Q[k] = w[:, torch.argsort(perm), :].reshape(P[k].shape)
+        permuted = float(ref.loss_sum(dict(cfg, sliding_window=0), Q, b)) / valid
+    rel = abs(lct_loss - torch_loss) / abs(torch_loss)
+    print(f"lctrain eval {lct_loss:.10f}, PyTorch {torch_loss:.10f} over {valid} targets: relative {rel:.2e}; "
+          f"with q/k permuted to the interleaved layout {permuted:.6f}")
+    assert rel < 1e-5, rel
+    assert abs(permuted - torch_loss) / torch_loss > 1e-3, "the permutation test cannot tell layouts apart"
+
+
+# --- refused inputs: exit 1, one 'lctrain: error:' line, no output file ------------------
+
+def refused(src, *needles):
+    expect_error(["convert", "--from-hf", src, "-o", "out.h5"], *needles)
+    assert not os.path.exists("out.h5")
+
+
+@case
+def bad_hf_another_model_type_or_architecture():
+    hf_dir("mistral", edit_cfg=lambda c: c.update(model_type="mistral"))
+    refused("mistral", "mistral/config.json", "model_type is \"mistral\"", "Llama checkpoints only")
+    hf_dir("arch", edit_cfg=lambda c: c.update(architectures=["LlamaForSequenceClassification"]))
+    refused("arch", "arch/config.json", "LlamaForSequenceClassification", "LlamaForCausalLM")
+
+
+@case
+def bad_hf_rope_scaling_is_not_supported_yet():
+    hf_dir("rs", edit_cfg=lambda c: c.update(rope_scaling={"rope_type": "llama3", "factor": 8.0}))
+    refused("rs", "rs/config.json", "rope_scaling", "not support rope_scaling yet", "\"rope_scaling\": null")
+
+
+@case
+def bad_hf_attention_bias():
+    hf_dir("flag", edit_cfg=lambda c: c.update(attention_bias=True))
+    refused("flag", "flag/config.json", "attention_bias is true", "no bias terms")
+    hf_dir("tensor", extra={"model.layers.1.self_attn.q_proj.bias": ("F32", np.zeros(64, np.float32))})
+    refused("tensor", "tensor/model.safetensors", "model.layers.1.self_attn.q_proj.bias", "no bias terms")
+
+
+@case
+def bad_hf_missing_tensor_or_shard():
+    hf_dir("one", drop=("model.layers.1.mlp.up_proj.weight",))
+    refused("one", "model.layers.1.mlp.up_proj.weight", "is missing from", "one/model.safetensors")
+    hf_dir("sharded", shards=2)
+    os.remove("sharded/model-00002-of-00002.safetensors")
+    refused("sharded", "model-00002-of-00002.safetensors", "does not exist")
+    os.makedirs("empty")
+    refused("empty", "'empty' has no config.json")
+
+
+@case
+def bad_hf_shape_mismatch():
+    cfg = tiny_config()
+    w = random_weights(cfg)
+    w["model.layers.0.self_attn.k_proj.weight"] = w["model.layers.0.self_attn.q_proj.weight"]  # [64, 64]
+    hf_dir("shape", cfg=cfg, weights=w)
+    refused("shape", "shape/model.safetensors", "model.layers.0.self_attn.k_proj.weight", "[64, 64]", "[32, 64]")
+    hf_dir("layers", edit_cfg=lambda c: c.update(num_hidden_layers=1))
+    refused("layers", "model.layers.1.", "not part of a Llama model with this config.json")
+
+
+@case
+def bad_hf_unknown_dtype():
+    hf_dir("f64", "F64")
+    refused("f64", "f64/model.safetensors", "dtype F64", "F32, BF16 and F16")
+
+
+@case
+def bad_hf_truncated_file_or_offsets_outside_it():
+    hf_dir("trunc")
+    size = os.path.getsize("trunc/model.safetensors")
+    with open("trunc/model.safetensors", "r+b") as f:
+        f.truncate(size - 100)
+    refused("trunc", "trunc/model.safetensors", "lm_head.weight", "outside the file", "truncated")
+
+    def past_end(h):
+        h["model.norm.weight"]["data_offsets"] = [10 ** 9, 10 ** 9 + 256]
+    hf_dir("offsets", header_edit=past_end)
+    refused("offsets", "offsets/model.safetensors", "model.norm.weight", "[1000000000, 1000000256]", "outside the file")
+    hf_dir("header")
+    with open("header/model.safetensors", "r+b") as f:
+        f.write(struct.pack("<Q", 10 ** 12))
+    refused("header", "header/model.safetensors", "header says it is 1000000000000 bytes")
+
+
+@case
+def bad_convert_outputs_and_command_lines():
+    hf_dir("hf")
+    cc.good_model("m.h5")
+    os.makedirs("out_hf")
+    with open("out_hf/config.json", "w") as f:
+        f.write("{}\n")
+    expect_error(["convert", "--to-hf", "out_hf", "--model", "m.h5"], "config.json", "already exists", "--force",
+                 keep=["out_hf/config.json"])
+    assert os.listdir("out_hf") == ["config.json"], os.listdir("out_hf")
+    expect_error(["convert", "--to-hf", "new_hf", "--model", "missing.h5"], "missing.h5")
+    expect_error(["convert", "--from-hf", "hf", "-o", "m.h5"], "m.h5", "already exists", keep=["m.h5"])
+    expect_error(["convert", "--from-hf", "hf", "--to-hf", "x", "-o", "o.h5"], "exactly one of", code=2)
+    expect_error(["convert", "--from-hf", "hf"], "give -o", code=2)
+    expect_error(["convert", "--to-hf", "x", "--model", "m.h5", "--dtype", "fp16"], "--dtype", code=2)
+    ok("convert", "--to-hf", "out_hf", "--model", "m.h5", "--force")
+    assert sorted(os.listdir("out_hf")) == ["config.json", "model.safetensors"], os.listdir("out_hf")
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
