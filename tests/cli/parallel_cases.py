@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""Parallel training through the command line: every dp / cp / zero layout and cp algorithm
+trains the single rank's losses (tiny model, 600-token sequences, ranks oversubscribed:
+functional, not fast). Run by ctest as parallel.CASE; the helpers are cli_cases.py's."""
+import os
+import re
+import sys
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, expect_error, good_model, ok, timing  # noqa: E402
+
+
+def mpi_run(ranks, run_dir, *extra, steps=5, model="m.h5"):
+    """tiny training run on `ranks` ranks (oversubscribed: functional, not fast)."""
+    return ok("--oversubscribe", "train", "--model", model, "--data", "d16.h5", "--run-dir", run_dir,
+              "--seq-len", "600", "--steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2",
+              "--block-q", "32", "--block-k", "32", "--peak-gflops", "100", *extra, ranks=ranks)
+
+
+def parallel_fixture(model="m.h5", one="one"):
+    if not os.path.exists("m.h5"):
+        good_model()
+        ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
+    ok("train", "--model", model, "--data", "d16.h5", "--run-dir", one, "--seq-len", "600", "--steps", "5",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2")
+    return timing(one)[0]["loss"]
+
+
+def assert_same_losses(ref, run_dir, what):
+    got = timing(run_dir)[0]["loss"]
+    rel = np.max(np.abs(got - ref) / ref)
+    print(f"{what}: losses {got}, max rel diff to one rank {rel:.2e}")
+    assert rel < 1e-5, (what, got, ref)
+
+
+@case
+def parallel_bf16_cp2_and_dp2_match_one_rank_bf16():
+    """bf16 K/V on the ring and bf16 gradients on the wire: within bf16's precision of one rank."""
+    parallel_fixture()
+    ok("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "one16", "--seq-len", "600", "--steps", "5",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2",
+       "--precision", "bf16")
+    ref = timing("one16")[0]["loss"]
+    for name, ranks, degrees in [("cp2", 2, ["--cp", "2"]), ("dp2", 2, ["--dp", "2", "--batch-size", "1"])]:
+        mpi_run(ranks, name, *degrees, "--precision", "bf16", *([] if "--batch-size" in degrees else ["--batch-size", "2"]))
+        got = timing(name)[0]["loss"]
+        rel = np.max(np.abs(got - ref) / ref)
+        print(f"bf16 {name}: losses {got}, one rank {ref}, max rel diff {rel:.2e}")
+        assert rel < 1e-2, (name, got, ref)
+
+
+@case
+def parallel_cp2_and_cp4_match_one_rank():
+    ref = parallel_fixture()
+    p = mpi_run(2, "cp2", "--cp", "2", "--batch-size", "2")
+    assert "rank layout (dp=1 x cp=2)" in p.stdout and "comm" in p.stdout and "imb" in p.stdout, p.stdout
+    assert p.stdout.count("verification:") == 1, "rank 0 alone prints"
+    assert_same_losses(ref, "cp2", "cp=2 ring")
+    mpi_run(4, "cp4", "--cp", "4", "--batch-size", "2")
+    assert_same_losses(ref, "cp4", "cp=4 ring")
+    steps, attrs = timing("cp4")
+    assert steps["rank_seconds"].shape == (5, 4) and np.all(steps["rank_bytes_sent"] > 0)
+    assert attrs["cp"] == 4 and 0 <= attrs["median_exposed_comm_frac"] < 1
+
+
+@case
+def parallel_ring_over_shared_memory_and_over_mpi_train_the_same_losses():
+    ref = parallel_fixture()
+    p = mpi_run(4, "shm", "--cp", "4", "--batch-size", "2", "--cp-transport", "shm")
+    assert "ring transport (--cp-transport shm), rank 0: shm to rank 1, shm from rank 3" in p.stdout
+    m = re.search(r"ring traffic of rank 0 in this run: ([\d.]+) MiB through shared memory, 0\.00 MiB through MPI",
+                  p.stdout)
+    assert m and float(m.group(1)) > 0, p.stdout
+    p = mpi_run(4, "mpi", "--cp", "4", "--batch-size", "2", "--cp-transport", "mpi")
+    assert "rank 0: mpi to rank 1, mpi from rank 3" in p.stdout
+    assert_same_losses(ref, "shm", "cp=4 ring over shm")
+    a, b = timing("shm")[0], timing("mpi")[0]
+    assert np.array_equal(a["loss"], b["loss"]) and np.array_equal(a["grad_norm"], b["grad_norm"])
+    assert np.array_equal(a["rank_bytes_sent"], b["rank_bytes_sent"])
+
+
+@case
+def parallel_ulysses_matches_one_rank_replicating_kv_heads_and_refuses_what_it_cannot_split():
+    """tiny has 4 query and 2 KV heads: cp = 2 splits both, cp = 4 replicates each KV head on
+    2 ranks (said at start-up), cp = 3 cannot split the query heads."""
+    ref = parallel_fixture()
+    mpi_run(2, "u2", "--cp", "2", "--batch-size", "2", "--cp-algo", "ulysses")
+    assert_same_losses(ref, "u2", "cp=2 ulysses")
+    steps = timing("u2")[0]
+    assert np.all(steps["rank_bytes_sent"] > 0)
+    p = mpi_run(4, "u4", "--cp", "4", "--batch-size", "2", "--cp-algo", "ulysses")
+    assert "Ulysses: 2 key/value heads over 4 ranks: each is replicated on 2 ranks" in p.stdout, p.stdout
+    assert_same_losses(ref, "u4", "cp=4 ulysses, KV heads replicated")
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "u3",
+                  "--seq-len", "600", "--steps", "2", "--cp", "3", "--cp-algo", "ulysses"],
+                 "4 query heads and 2 key/value heads: the query heads must be divisible by cp", ranks=3)
+
+
+@case
+def parallel_dp2_cp2_and_allgather_match_one_rank():
+    ref = parallel_fixture()
+    mpi_run(4, "dp2cp2", "--cp", "2", "--dp", "2", "--batch-size", "1")
+    assert_same_losses(ref, "dp2cp2", "dp=2 x cp=2 ring")
+    mpi_run(2, "ag", "--cp", "2", "--batch-size", "2", "--cp-algo", "allgather")
+    assert_same_losses(ref, "ag", "cp=2 allgather")
+    mpi_run(2, "dp2", "--dp", "2", "--batch-size", "1")
+    assert_same_losses(ref, "dp2", "dp=2")
+
+
+@case
+def parallel_sliding_window_matches_one_rank_in_every_cp_mode():
+    """A model with sliding_window 100 on 600-token sequences: every cp algorithm (hybrid
+    too) and ring transport gives the single rank's losses; auto picks the contiguous split (the window
+    fits in a rank's share), and on cp = 4 the ring sends K/V one hop instead of three."""
+    parallel_fixture()
+    ok("init", "-o", "w.h5", "--preset", "tiny", "--sliding-window", "100")
+    with h5py.File("w.h5", "r") as f:
+        assert f.attrs["sliding_window"] == 100
+    ref = parallel_fixture("w.h5", "one_w")
+    full = timing("one")[0]["loss"]
+    assert np.max(np.abs(ref - full) / full) > 1e-3, (ref, full)  # the window does change the model
+    for name, extra in [("ring", ["--cp-transport", "shm"]), ("ring_mpi", ["--cp-transport", "mpi"]),
+                        ("allgather", ["--cp-algo", "allgather"]), ("ulysses", ["--cp-algo", "ulysses"])]:
+        p = mpi_run(2, f"w_{name}", "--cp", "2", "--batch-size", "2", *extra, model="w.h5")
+        assert "(contiguous, " in p.stdout, p.stdout
+        assert_same_losses(ref, f"w_{name}", f"cp=2 {name} W=100")
+    mpi_run(4, "w_cp4", "--cp", "4", "--batch-size", "2", model="w.h5")
+    assert_same_losses(ref, "w_cp4", "cp=4 ring W=100")
+    mpi_run(4, "w_hybrid", "--cp", "4", "--batch-size", "2", "--cp-algo", "hybrid", "--ulysses-degree", "2",
+            model="w.h5")
+    assert_same_losses(ref, "w_hybrid", "cp=4 hybrid 2x2 W=100")
+    # Traffic on one document per sequence (packed 300-token documents would end the causal
+    # ring early too): the window's ring takes 2 of 4 steps.
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "4", "--doc-length", "1300", "-o", "long.h5")
+    traffic = {}
+    for name, model in [("windowed", "w.h5"), ("causal", "m.h5")]:
+        p = ok("--oversubscribe", "train", "--model", model, "--data", "long.h5", "--run-dir", name,
+               "--seq-len", "600", "--steps", "1", "--cp", "4", "--cp-split", "contiguous",
+               "--block-q", "32", "--block-k", "32", "--peak-gflops", "100", ranks=4)
+        m = re.search(r"ring traffic of rank 0 in this run: ([\d.]+) MiB through shared memory, "
+                      r"([\d.]+) MiB through MPI; the last micro-batch took (\d) of 4 ring steps", p.stdout)
+        assert m, p.stdout
+        traffic[name] = (float(m.group(1)) + float(m.group(2)), int(m.group(3)))
+    print(f"cp=4 ring traffic of rank 0 (MiB, steps per layer): {traffic}")
+    assert traffic["windowed"][1] == 2 and traffic["causal"][1] == 4, traffic
+    assert traffic["windowed"][0] < 0.5 * traffic["causal"][0], traffic
+
+
+@case
+def parallel_zero1_shards_the_moments_and_gives_the_replicated_bits():
+    """--zero 1: each rank keeps and updates 1/world of the AdamW moments, then the ranks
+    all-gather the parameters: the same arithmetic, so the same losses, gradient norms and
+    final checkpoint bit for bit as the replicated optimizer, with dp = 2, cp = 2 and
+    dp = 2 x cp = 2; the memory estimate counts the shard."""
+    parallel_fixture()
+    for name, ranks, degrees in [("dp2", 2, ["--dp", "2", "--batch-size", "1"]),
+                                 ("cp2", 2, ["--cp", "2", "--batch-size", "2"]),
+                                 ("dp2cp2", 4, ["--dp", "2", "--cp", "2", "--batch-size", "1"])]:
+        mpi_run(ranks, f"{name}_z0", *degrees)
+        p = mpi_run(ranks, f"{name}_z1", *degrees, "--zero", "1")
+        assert f"(1/{ranks} of it: --zero 1)" in p.stdout, p.stdout
+        a, b = timing(f"{name}_z0")[0], timing(f"{name}_z1")[0]
+        assert list(a["loss"]) == list(b["loss"]) and list(a["grad_norm"]) == list(b["grad_norm"]), (name, a, b)
+        with h5py.File(f"{name}_z0/checkpoints/step_00000005.h5", "r") as f, \
+                h5py.File(f"{name}_z1/checkpoints/step_00000005.h5", "r") as g:
+            names = []
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and
+                         ("weight" in n) else None)
+            assert len(names) > 20 and any(n.startswith("optimizer/exp_avg_sq/") for n in names), names
+            differ = [n for n in names if not np.array_equal(f[n][()], g[n][()])]
+            assert not differ, (name, differ)
+        print(f"{name}: --zero 1 equals --zero 0 bitwise (5 losses, gradient norms, {len(names)} tensors)")
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
