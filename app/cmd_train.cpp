@@ -165,12 +165,17 @@ int cmd_train(Context& ctx) {
 
   // 3. The model, its optimizer and its data.
   std::unique_ptr<AttentionOp> cp_attention = make_cp_attention(mesh, o, mc, shape, cp);
-  if (auto* ring = dynamic_cast<RingAttention*>(cp_attention.get()))
-    out << "ring transport (--cp-transport " << o.cp_transport << "), rank 0: " << ring->describe() << "\n";
-  if (auto* h = dynamic_cast<HybridAttention*>(cp_attention.get()))
+  if (auto* ring = dynamic_cast<RingAttention*>(cp_attention.get())) {
+    const std::string hops = ring->hops();
+    out << "ring transport (--cp-transport " << o.cp_transport << "), rank 0: " << ring->describe()
+        << "; " << hops << "\n";
+  }
+  if (auto* h = dynamic_cast<HybridAttention*>(cp_attention.get())) {
+    const std::string hops = h->ring().hops();
     out << "hybrid cp: Ulysses all-to-all over " << h->ulysses_degree() << " consecutive cp ranks x ring over "
         << h->ring_degree() << " (--cp-transport " << o.cp_transport << "), rank 0: "
-        << h->ring().describe() << "\n";
+        << h->ring().describe() << "; " << hops << "\n";
+  }
   const int64_t ulysses_ranks = o.cp_algo == "ulysses" ? cp : ulysses_group(o);
   if (const std::string note = UlyssesAttention::replication_note(
           ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");

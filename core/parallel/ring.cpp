@@ -7,6 +7,7 @@
 #include <chrono>
 #include <climits>
 #include <thread>
+#include <vector>
 #include <cstdint>
 #include <cstring>
 
@@ -152,6 +153,8 @@ class Transport : public RingTransport {
     finish_mpi();
   }
 
+  bool sends_shm() const override { return send_shm_; }
+
   std::string describe() const override {
     return cat(send_shm_ ? "shm" : "mpi", " to rank ", next_, ", ", recv_shm_ ? "shm" : "mpi",
                " from rank ", prev_);
@@ -188,6 +191,20 @@ class Transport : public RingTransport {
 std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
                                                    size_t capacity, int slots, int shift) {
   return std::make_unique<Transport>(kind, comm, tag, capacity, slots, shift);
+}
+
+std::string ring_hops(const RingTransport& t, MPI_Comm comm) {
+  const int n = comm_size(comm);
+  const std::vector<double> shm = allgather({t.sends_shm() ? 1.0 : 0.0}, comm, "the ring's hop list");
+  std::string mpi_hops;
+  int shm_hops = 0;
+  for (int r = 0; r < n; ++r) {
+    if (shm[size_t(r)] > 0) ++shm_hops;
+    else mpi_hops += cat(mpi_hops.empty() ? "" : ", ", r, "->", (r + 1) % n);
+  }
+  if (mpi_hops.empty()) return cat(n, " hops, all shm");
+  if (shm_hops == 0) return cat(n, " hops, all mpi");
+  return cat(n, " hops: ", shm_hops, " shm, ", n - shm_hops, " mpi (", mpi_hops, ")");
 }
 
 void ring_stall_next_hop() { g_stall_next_hop.store(true); }

@@ -34,6 +34,7 @@ class RingTransport {
   virtual void progress() = 0;  // lets the transfer advance; cheap, callable any time
   virtual void wait() = 0;      // until both the send and the receive are complete
   virtual std::string describe() const = 0;  // "shm to rank 1, shm from rank 3"
+  virtual bool sends_shm() const = 0;        // this rank's hop goes through shared memory
   size_t bytes_sent = 0;        // since construction
   size_t bytes_sent_shm = 0;    // of which through shared memory
 };
@@ -43,6 +44,10 @@ class RingTransport {
 // sends to r + shift and receives from r - shift (mod size); 1 is the ring.
 std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm comm, int tag,
                                                    size_t capacity, int slots = 2, int shift = 1);
+
+// Every hop of the ring and its transport, collective over `comm`: "4 hops, all shm", or
+// "4 hops: 2 shm, 2 mpi (1->2, 3->0)" naming the MPI ones (ranks of `comm`).
+std::string ring_hops(const RingTransport& t, MPI_Comm comm);
 
 // Test hook (LCT_INJECT_FAULT=stallring:RANK:STEP): the next hop this process starts stops
 // for good in the middle of the exchange, after announcing its slot free, as a rank that

@@ -76,6 +76,7 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   size_t bytes_sent() const override;
   size_t bytes_sent_shm() const;
   std::string describe() const { return kv_ring_->describe(); }
+  std::string hops() const { return ring_hops(*kv_ring_, comm_); }  // collective
   // What the buffers below take, for the memory estimate made before any is allocated.
   static double buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
 

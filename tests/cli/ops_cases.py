@@ -757,7 +757,7 @@ def two_emulated_nodes_train_checkpoint_and_resume_like_one_node():
     assert train("one4", *ring, ranks=4).returncode == 0
     p = on_fake_nodes(2, 2, "--oversubscribe", *TRAIN, "--run-dir", "r4", *ring)
     assert p.returncode == 0, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
-    assert "rank 0: shm to rank 1, mpi from rank 3" in p.stdout, p.stdout
+    assert "rank 0: shm to rank 1, mpi from rank 3; 4 hops: 2 shm, 2 mpi (1->2, 3->0)" in p.stdout, p.stdout
     assert last_per_step("one4") == last_per_step("r4")
 
 

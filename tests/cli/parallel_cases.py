@@ -71,12 +71,12 @@ def parallel_cp2_and_cp4_match_one_rank():
 def parallel_ring_over_shared_memory_and_over_mpi_train_the_same_losses():
     ref = parallel_fixture()
     p = mpi_run(4, "shm", "--cp", "4", "--batch-size", "2", "--cp-transport", "shm")
-    assert "ring transport (--cp-transport shm), rank 0: shm to rank 1, shm from rank 3" in p.stdout
+    assert "ring transport (--cp-transport shm), rank 0: shm to rank 1, shm from rank 3; 4 hops, all shm" in p.stdout
     m = re.search(r"ring traffic of rank 0 in this run: ([\d.]+) MiB through shared memory, 0\.00 MiB through MPI",
                   p.stdout)
     assert m and float(m.group(1)) > 0, p.stdout
     p = mpi_run(4, "mpi", "--cp", "4", "--batch-size", "2", "--cp-transport", "mpi")
-    assert "rank 0: mpi to rank 1, mpi from rank 3" in p.stdout
+    assert "rank 0: mpi to rank 1, mpi from rank 3; 4 hops, all mpi" in p.stdout
     assert_same_losses(ref, "shm", "cp=4 ring over shm")
     a, b = timing("shm")[0], timing("mpi")[0]
     assert np.array_equal(a["loss"], b["loss"]) and np.array_equal(a["grad_norm"], b["grad_norm"])
