@@ -416,6 +416,10 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
       ->check(count(1));
   r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)")
       ->check(count(0));
+  r.add(c, "--cp", o.cp, int64_t(1),
+        "context-parallel degree: every sequence split over this many ranks (the world size), "
+        "attention by the ring as in train, for lengths one rank cannot hold")
+      ->check(count(1));
   r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file")
       ->check(output_path("file"));
   r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")

@@ -77,6 +77,7 @@ struct TrainOptions {
 struct EvalOptions {
   std::string model, data, out, precision;
   int64_t seq_len, batch_size, max_sequences, block_q, block_k;
+  int64_t cp;             // ranks each sequence is split over (the world size)
   double progress_every;  // seconds between progress lines; 0 = none
   bool force;
 };

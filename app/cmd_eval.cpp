@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "app/context.hpp"
 #include "app/progress.hpp"
@@ -9,6 +10,8 @@
 #include "io/arrays.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
+#include "parallel/ring_attention.hpp"
+#include "parallel/world.hpp"
 #include "train/evaluate.hpp"
 
 namespace lct {
@@ -30,9 +33,14 @@ void check_finite_loss(const EvalResult& r, const std::string& model) {
 
 int cmd_eval(Context& ctx) {
   const EvalOptions& o = ctx.inv.eval;
-  if (ctx.world.size > 1) fail("eval runs on one rank; run it without mpirun, or with -n 1");
+  const World& world = ctx.world;
+  if (world.size != o.cp)
+    fail("eval splits every sequence over --cp ", o.cp, " ranks but runs on ", world.size,
+         "; start it with mpirun -n ", o.cp, " or pass --cp ", world.size);
   ctx.print_startup("eval", true);
   if (o.seq_len < 2 || o.batch_size < 1) fail("--seq-len must be at least 2 and --batch-size at least 1");
+  if (o.seq_len % (2 * o.cp) != 0)
+    fail("--seq-len ", o.seq_len, " is not divisible by 2 x --cp = ", 2 * o.cp, "; use a multiple of it");
   ModelData m = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
@@ -40,8 +48,31 @@ int cmd_eval(Context& ctx) {
   // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
-  LlamaModel model(m.config, {o.batch_size * o.seq_len, o.seq_len, Checkpointing::Full,
-                              {o.block_q, o.block_k}, ctx.attention_isa(precision), precision});
+  const ModelShape shape{o.batch_size * o.seq_len / o.cp, o.seq_len, Checkpointing::Full,
+                         {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
+  // With --cp, the ring as in train (the transport chosen per hop, the split by the window).
+  std::unique_ptr<RingAttention> ring;
+  EvalCp cp;
+  if (o.cp > 1) {
+    const ModelConfig& c = m.config;
+    ring = std::make_unique<RingAttention>(world.comm, shape.max_tokens, c.num_attention_heads,
+                                           c.num_key_value_heads, c.head_dim(), shape.blocks, shape.isa,
+                                           precision);
+    cp = {o.cp, world.rank, choose_cp_split("auto", c.sliding_window, o.seq_len, o.cp),
+          [&](double x) {
+            double total = 0;
+            for (double v : allgather({x}, world.comm, "eval's loss sum")) total += v;
+            return total;
+          },
+          [&](const std::vector<int32_t>& mine) {
+            std::vector<int32_t> all;
+            for (const auto& v : allgather_varying(mine, world.comm, "eval's argmax rows")) all.insert(all.end(), v.begin(), v.end());
+            return all;
+          }};
+    ctx.out() << "eval over " << o.cp << " ranks (" << cp_split_name(cp.split) << " split, ring: "
+              << ring->hops() << ")\n";
+  }
+  LlamaModel model(m.config, shape, ring.get());
   std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
   std::ostream& out = ctx.out();
   PhaseClock clock;
@@ -49,13 +80,17 @@ int cmd_eval(Context& ctx) {
   const EvalResult r = evaluate(model, ds, o.seq_len, o.batch_size, o.max_sequences, clock,
                                 [&](int64_t done, int64_t total) {
                                   progress.update(double(done), double(total), "sequences");
-                                });
+                                },
+                                cp);
   const double secs = progress.seconds();
   check_finite_loss(r, o.model);
 
   char line[200];
-  std::snprintf(line, sizeof line, "eval: %lld sequences of %lld tokens, mean loss %.4f nats over %lld targets (%.1f s)\n",
-                (long long)r.sequences, (long long)o.seq_len, r.mean_loss(), (long long)r.valid_targets, secs);
+  std::snprintf(line, sizeof line,
+                "eval: %lld sequences of %lld tokens, mean loss %.4f nats over %lld targets, next token "
+                "right %.2f%% (%.1f s)\n",
+                (long long)r.sequences, (long long)o.seq_len, r.mean_loss(), (long long)r.valid_targets,
+                r.valid_targets ? 100.0 * double(r.correct) / double(r.valid_targets) : 0.0, secs);
   out << line;
   int64_t asked = 0, got = 0;
   std::vector<double> rate;
@@ -89,6 +124,7 @@ int cmd_eval(Context& ctx) {
     write_array_file(o.out, arrays,
                      {{"lctrain_file", std::string("eval")}, {"format_version", int64_t(1)},
                       {"mean_loss", r.mean_loss()}, {"valid_targets", r.valid_targets},
+                      {"next_token_correct", r.correct}, {"cp", o.cp},
                       {"sequences", r.sequences}, {"seq_len", o.seq_len},
                       {"passkey_retrieved", got}, {"passkey_asked", asked}},
                      o.force, &prov);

@@ -4,8 +4,35 @@
 
 namespace lct {
 
+namespace {
+// The model's forward pass over `b`, on this rank's shard when cp: the loss sum over every
+// rank's tokens, and the argmax of every token of the whole batch in `argmax`.
+double forward(LlamaModel& model, Batch b, int64_t B, const EvalCp& cp, PhaseClock& clock, int32_t* argmax) {
+  if (cp.ranks == 1) return model.forward(b, clock, argmax);
+  // The ring's blocks are B sequences' shards: a last, shorter batch is padded to B.
+  for (int64_t t = b.B * b.S; t < B * b.S; ++t) {
+    b.tokens.push_back(0);
+    b.targets.push_back(-1);
+    b.doc.push_back(-1);
+    b.idx.push_back(int32_t(t));
+    b.pos.push_back(0);
+  }
+  b.B = B;
+  const Batch mine = shard_batch(b, cp.ranks, cp.rank, cp.split);
+  std::vector<int32_t> local(mine.tokens.size());
+  const double loss = cp.sum(model.forward(mine, clock, local.data()));
+  const std::vector<int32_t> all = cp.allgather(local);  // rank after rank, Tl each
+  for (int64_t r = 0; r < cp.ranks; ++r) {
+    const std::vector<int64_t> rows = shard_indices(b.B, b.S, cp.ranks, r, cp.split);
+    for (size_t i = 0; i < rows.size(); ++i) argmax[rows[i]] = all[size_t(r) * local.size() + i];
+  }
+  return loss;
+}
+}  // namespace
+
 EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
-                    int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress) {
+                    int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress,
+                    const EvalCp& cp) {
   const Packing packing = pack_documents(ds.doc_offsets, seq_len);
   int64_t n = int64_t(packing.sequences.size());
   if (max_sequences > 0) n = std::min(n, max_sequences);
@@ -15,8 +42,9 @@ EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, 
     std::vector<const PackedSequence*> seqs;
     for (int64_t s = s0; s < std::min(n, s0 + B); ++s) seqs.push_back(&packing.sequences[size_t(s)]);
     const Batch b = make_batch(ds, seqs, seq_len);
-    r.loss_sum += model.forward(b, clock, argmax.data());
+    r.loss_sum += forward(model, b, B, cp, clock, argmax.data());
     r.valid_targets += b.valid_targets();
+    for (size_t t = 0; t < b.targets.size(); ++t) r.correct += b.targets[t] >= 0 && argmax[t] == b.targets[t];
     r.sequences += b.B;
     if (progress) progress(r.sequences, n);
     if (ds.passkey.empty()) continue;

@@ -11,12 +11,14 @@
 
 #include "common/clock.hpp"
 #include "model/llama.hpp"
+#include "model/shard.hpp"
 
 namespace lct {
 
 struct EvalResult {
   double loss_sum = 0;
   int64_t valid_targets = 0;
+  int64_t correct = 0;  // valid targets whose argmax (greedy next token) is the target
   int64_t sequences = 0;
   static constexpr int kBuckets = 5;  // key depth 0-20%, ..., 80-100%
   int64_t asked[kBuckets] = {0}, retrieved[kBuckets] = {0};
@@ -27,8 +29,20 @@ struct EvalResult {
 // Sequences done so far and in all, after each forward pass (for progress lines).
 using EvalProgress = std::function<void(int64_t done, int64_t total)>;
 
-// Runs over the packed sequences [0, max_sequences) (all when 0), B at a time.
+// Context parallelism: every batch cut over `ranks` ranks (this one `rank`), the model's
+// attention spanning them; the sum over the ranks and the gather of every rank's argmax
+// rows (rank after rank) are the caller's (MPI).
+struct EvalCp {
+  int64_t ranks = 1, rank = 0;
+  CpSplit split = CpSplit::Zigzag;
+  std::function<double(double)> sum;
+  std::function<std::vector<int32_t>(const std::vector<int32_t>& mine)> allgather;
+};
+
+// Runs over the packed sequences [0, max_sequences) (all when 0), B at a time. With cp,
+// every rank returns the same result.
 EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
-                    int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress = {});
+                    int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress = {},
+                    const EvalCp& cp = {});
 
 }  // namespace lct

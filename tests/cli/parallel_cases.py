@@ -176,5 +176,39 @@ def parallel_zero1_shards_the_moments_and_gives_the_replicated_bits():
         print(f"{name}: --zero 1 equals --zero 0 bitwise (5 losses, gradient norms, {len(names)} tensors)")
 
 
+@case
+def eval_over_cp_ranks_equals_one_rank():
+    """eval --cp N splits every sequence over N ranks with the ring: the loss, the targets and
+    the greedy next tokens (gathered from the ranks) equal one rank's; a window model takes
+    the contiguous split; a partial last batch is padded. A world that is not --cp is refused."""
+    parallel_fixture()
+    ok("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "t", "--seq-len", "600", "--steps", "20",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32")
+    ok("init", "-o", "w.h5", "--preset", "tiny", "--sliding-window", "100")
+    trained = "t/checkpoints/step_00000020.h5"
+    def attrs(path):
+        with h5py.File(path, "r") as f:
+            return dict(f.attrs)
+    for model, name in [(trained, "trained"), ("w.h5", "window 100")]:
+        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--batch-size", "3", "--out", "e1.h5",
+           "--force")
+        one = attrs("e1.h5")
+        assert one["next_token_correct"] > 0, one
+        for cp in (2, 4):
+            p = ok("--oversubscribe", "eval", "--model", model, "--data", "d16.h5", "--seq-len", "600",
+                   "--batch-size", "3", "--cp", str(cp), "--out", f"e{cp}.h5", "--force", ranks=cp)
+            split = "contiguous" if model == "w.h5" else "zigzag"
+            assert f"eval over {cp} ranks ({split} split, ring: {cp} hops, all shm)" in p.stdout, p.stdout
+            got = attrs(f"e{cp}.h5")
+            rel = abs(got["mean_loss"] - one["mean_loss"]) / one["mean_loss"]
+            print(f"{name} cp={cp}: loss {got['mean_loss']:.9f} vs {one['mean_loss']:.9f} (rel {rel:.1e}), "
+                  f"next token right {got['next_token_correct']} vs {one['next_token_correct']} of {one['valid_targets']}")
+            assert rel < 1e-5 and got["valid_targets"] == one["valid_targets"], (got, one)
+            assert abs(int(got["next_token_correct"]) - int(one["next_token_correct"])) <= 2, (got, one)
+            assert got["passkey_retrieved"] == one["passkey_retrieved"], (got, one)
+    expect_error(["--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600"],
+                 "eval splits every sequence over --cp 1 ranks but runs on 2", ranks=2)
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())
