@@ -92,6 +92,20 @@ int cmd_eval(Context& ctx) {
                 (long long)r.sequences, (long long)o.seq_len, r.mean_loss(), (long long)r.valid_targets,
                 r.valid_targets ? 100.0 * double(r.correct) / double(r.valid_targets) : 0.0, secs);
   out << line;
+  // Loss by position in the document: a model that uses its context predicts later tokens better.
+  std::vector<int64_t> pos_start, pos_targets;
+  std::vector<double> pos_loss;
+  out << "loss by position in the document:\n";
+  for (size_t k = 0; k < r.position_loss.size(); ++k) {
+    if (r.position_targets[k] == 0) continue;
+    pos_start.push_back(EvalResult::bucket_start(int(k)));
+    pos_targets.push_back(r.position_targets[k]);
+    pos_loss.push_back(r.position_loss[k] / double(r.position_targets[k]));
+    std::snprintf(line, sizeof line, "  %7lld-%-7lld  %.4f nats over %lld targets\n", (long long)pos_start.back(),
+                  (long long)EvalResult::bucket_start(int(k) + 1) - 1, pos_loss.back(),
+                  (long long)pos_targets.back());
+    out << line;
+  }
   int64_t asked = 0, got = 0;
   std::vector<double> rate;
   std::vector<int32_t> asked_v, got_v;
@@ -116,6 +130,13 @@ int cmd_eval(Context& ctx) {
   if (!o.out.empty() && ctx.world.root()) {
     const Provenance prov = ctx.provenance();
     std::vector<NamedArray> arrays;
+    if (!pos_loss.empty()) {
+      const int64_t n = int64_t(pos_loss.size());
+      std::vector<int32_t> start(pos_start.begin(), pos_start.end()), targets(pos_targets.begin(), pos_targets.end());
+      arrays.push_back({"position/start", {n}, {}, start, {}});
+      arrays.push_back({"position/targets", {n}, {}, targets, {}});
+      arrays.push_back({"position/loss", {n}, {}, {}, pos_loss});
+    }
     if (!rate.empty()) {
       arrays.push_back({"passkey/asked", {int64_t(asked_v.size())}, {}, asked_v, {}});
       arrays.push_back({"passkey/retrieved", {int64_t(got_v.size())}, {}, got_v, {}});

@@ -31,7 +31,7 @@ size_t LmHeadXent::workspace_bytes_for(int64_t max_tokens, int64_t V, Precision 
 
 template <class X>
 double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T, int64_t C,
-                       float grad_scale, float* dx, float* dw, int32_t* argmax) {
+                       float grad_scale, float* dx, float* dw, int32_t* argmax, float* token_loss) {
   const int64_t RC = chunks_.rows, VC = chunks_.vocab, V = V_;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float* logits = logits_.data();
@@ -63,7 +63,9 @@ double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T
     }
     for (int64_t r = 0; r < R; ++r) {
       lse_[size_t(r0 + r)] = max_[size_t(r)] + std::log(sum_[size_t(r)]);
-      if (targets[r0 + r] >= 0) loss += double(lse_[size_t(r0 + r)]) - double(target_logit_[size_t(r)]);
+      const double l = targets[r0 + r] >= 0 ? double(lse_[size_t(r0 + r)]) - double(target_logit_[size_t(r)]) : 0.0;
+      loss += l;
+      if (token_loss) token_loss[r0 + r] = float(l);
     }
     if (!dx) continue;
     // Pass 2: dlogits = grad_scale * (softmax - onehot); logits recomputed unless one chunk
@@ -98,8 +100,8 @@ double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T
 }
 
 template double LmHeadXent::run(const float*, const float*, const int32_t*, int64_t, int64_t, float,
-                                float*, float*, int32_t*);
+                                float*, float*, int32_t*, float*);
 template double LmHeadXent::run(const bf16*, const bf16*, const int32_t*, int64_t, int64_t, float,
-                                float*, float*, int32_t*);
+                                float*, float*, int32_t*, float*);
 
 }  // namespace lct

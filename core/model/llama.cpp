@@ -168,7 +168,7 @@ class LlamaPasses {
  public:
   virtual ~LlamaPasses() = default;
   virtual double forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) = 0;
-  virtual double forward(const Batch& b, PhaseClock& clock, int32_t* argmax) = 0;
+  virtual double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) = 0;
 };
 
 template <class X>
@@ -188,10 +188,10 @@ class LlamaPassesOf final : public LlamaPasses {
     carve_scratch(Carver{scratch_buf_.data()}, m.config_, m.shape_.max_tokens, sp_);
   }
 
-  double forward(const Batch& b, PhaseClock& clock, int32_t* argmax) override {
+  double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
     embed_and_layers_forward(b, clock);
     const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), T(b),
-                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax);
+                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax, token_loss);
     clock.lap(Phase::Gemm);
     return loss;
   }
@@ -423,9 +423,9 @@ void LlamaModel::zero_grads() {
   for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
 }
 
-double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax) {
+double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) {
   attention_->new_tokens({b.idx.data(), b.doc.data()}, int64_t(b.idx.size()), config_.sliding_window);
-  return passes_->forward(b, clock, argmax);
+  return passes_->forward(b, clock, argmax, token_loss);
 }
 
 double LlamaModel::forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) {

@@ -77,8 +77,10 @@ class LlamaModel {
   // Loss sum over scored targets of the micro-batch; adds grad_scale * d(loss sum)/d(params)
   // to the gradients (grad_scale = 1 / valid targets of the whole step).
   double forward_backward(const Batch& b, float grad_scale, PhaseClock& clock);
-  // Loss sum only; argmax [T] (optional) receives the greedy prediction at every position.
-  double forward(const Batch& b, PhaseClock& clock, int32_t* argmax = nullptr);
+  // Loss sum only; argmax [T] (optional) receives the greedy prediction at every position,
+  // token_loss [T] (optional) every position's loss (0 where not scored).
+  double forward(const Batch& b, PhaseClock& clock, int32_t* argmax = nullptr,
+                 float* token_loss = nullptr);
 
  private:
   friend class LlamaPasses;

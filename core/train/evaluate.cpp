@@ -1,14 +1,29 @@
 #include "train/evaluate.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace lct {
 
 namespace {
+// Every rank's rows of a per-token array, put back in the whole batch's order (`full`).
+template <class T>
+void gather_rows(const Batch& b, const EvalCp& cp, const std::vector<T>& mine, T* full) {
+  static_assert(sizeof(T) == sizeof(int32_t));
+  std::vector<int32_t> bits(mine.size());
+  std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(T));
+  const std::vector<int32_t> all = cp.allgather(bits);  // rank after rank, Tl each
+  for (int64_t r = 0; r < cp.ranks; ++r) {
+    const std::vector<int64_t> rows = shard_indices(b.B, b.S, cp.ranks, r, cp.split);
+    for (size_t i = 0; i < rows.size(); ++i) std::memcpy(&full[rows[i]], &all[size_t(r) * mine.size() + i], sizeof(T));
+  }
+}
+
 // The model's forward pass over `b`, on this rank's shard when cp: the loss sum over every
-// rank's tokens, and the argmax of every token of the whole batch in `argmax`.
-double forward(LlamaModel& model, Batch b, int64_t B, const EvalCp& cp, PhaseClock& clock, int32_t* argmax) {
-  if (cp.ranks == 1) return model.forward(b, clock, argmax);
+// rank's tokens; the argmax and the loss of every token of the whole batch.
+double forward(LlamaModel& model, Batch b, int64_t B, const EvalCp& cp, PhaseClock& clock, int32_t* argmax,
+               float* token_loss) {
+  if (cp.ranks == 1) return model.forward(b, clock, argmax, token_loss);
   // The ring's blocks are B sequences' shards: a last, shorter batch is padded to B.
   for (int64_t t = b.B * b.S; t < B * b.S; ++t) {
     b.tokens.push_back(0);
@@ -20,15 +35,22 @@ double forward(LlamaModel& model, Batch b, int64_t B, const EvalCp& cp, PhaseClo
   b.B = B;
   const Batch mine = shard_batch(b, cp.ranks, cp.rank, cp.split);
   std::vector<int32_t> local(mine.tokens.size());
-  const double loss = cp.sum(model.forward(mine, clock, local.data()));
-  const std::vector<int32_t> all = cp.allgather(local);  // rank after rank, Tl each
-  for (int64_t r = 0; r < cp.ranks; ++r) {
-    const std::vector<int64_t> rows = shard_indices(b.B, b.S, cp.ranks, r, cp.split);
-    for (size_t i = 0; i < rows.size(); ++i) argmax[rows[i]] = all[size_t(r) * local.size() + i];
-  }
+  std::vector<float> local_loss(mine.tokens.size());
+  const double loss = cp.sum(model.forward(mine, clock, local.data(), local_loss.data()));
+  gather_rows(b, cp, local, argmax);
+  gather_rows(b, cp, local_loss, token_loss);
   return loss;
 }
+
+// Position buckets: [0, 64), then doubling ([64, 128), [128, 256), ...).
+int position_bucket(int32_t pos) {
+  int k = 0;
+  for (int64_t edge = 64; pos >= edge; edge *= 2) ++k;
+  return k;
+}
 }  // namespace
+
+int64_t EvalResult::bucket_start(int k) { return k == 0 ? 0 : int64_t(64) << (k - 1); }
 
 EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
                     int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress,
@@ -38,13 +60,24 @@ EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, 
   if (max_sequences > 0) n = std::min(n, max_sequences);
   EvalResult r;
   std::vector<int32_t> argmax(size_t(B * seq_len));
+  std::vector<float> token_loss(size_t(B * seq_len));
   for (int64_t s0 = 0; s0 < n; s0 += B) {
     std::vector<const PackedSequence*> seqs;
     for (int64_t s = s0; s < std::min(n, s0 + B); ++s) seqs.push_back(&packing.sequences[size_t(s)]);
     const Batch b = make_batch(ds, seqs, seq_len);
-    r.loss_sum += forward(model, b, B, cp, clock, argmax.data());
+    r.loss_sum += forward(model, b, B, cp, clock, argmax.data(), token_loss.data());
     r.valid_targets += b.valid_targets();
-    for (size_t t = 0; t < b.targets.size(); ++t) r.correct += b.targets[t] >= 0 && argmax[t] == b.targets[t];
+    for (size_t t = 0; t < b.targets.size(); ++t) {
+      if (b.targets[t] < 0) continue;
+      r.correct += argmax[t] == b.targets[t];
+      const size_t k = size_t(position_bucket(b.pos[t]));
+      if (r.position_loss.size() <= k) {
+        r.position_loss.resize(k + 1, 0.0);
+        r.position_targets.resize(k + 1, 0);
+      }
+      r.position_loss[k] += token_loss[t];
+      r.position_targets[k] += 1;
+    }
     r.sequences += b.B;
     if (progress) progress(r.sequences, n);
     if (ds.passkey.empty()) continue;

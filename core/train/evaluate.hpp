@@ -19,6 +19,11 @@ struct EvalResult {
   double loss_sum = 0;
   int64_t valid_targets = 0;
   int64_t correct = 0;  // valid targets whose argmax (greedy next token) is the target
+  // Loss sum and targets by the predicting token's position in its document, in buckets
+  // [0, 64), [64, 128), [128, 256), ... (does the loss fall as the context grows?).
+  std::vector<double> position_loss;
+  std::vector<int64_t> position_targets;
+  static int64_t bucket_start(int k);
   int64_t sequences = 0;
   static constexpr int kBuckets = 5;  // key depth 0-20%, ..., 80-100%
   int64_t asked[kBuckets] = {0}, retrieved[kBuckets] = {0};

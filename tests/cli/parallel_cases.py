@@ -188,7 +188,7 @@ def eval_over_cp_ranks_equals_one_rank():
     trained = "t/checkpoints/step_00000020.h5"
     def attrs(path):
         with h5py.File(path, "r") as f:
-            return dict(f.attrs)
+            return {**f.attrs, "position_loss": f["position/loss"][:], "position_start": f["position/start"][:]}
     for model, name in [(trained, "trained"), ("w.h5", "window 100")]:
         ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--batch-size", "3", "--out", "e1.h5",
            "--force")
@@ -206,6 +206,9 @@ def eval_over_cp_ranks_equals_one_rank():
             assert rel < 1e-5 and got["valid_targets"] == one["valid_targets"], (got, one)
             assert abs(int(got["next_token_correct"]) - int(one["next_token_correct"])) <= 2, (got, one)
             assert got["passkey_retrieved"] == one["passkey_retrieved"], (got, one)
+            # loss by position in the document: the same buckets, the same losses
+            assert list(got["position_start"]) == list(one["position_start"]) == [0, 64, 128, 256], one
+            assert np.max(np.abs(got["position_loss"] - one["position_loss"]) / one["position_loss"]) < 1e-5
     expect_error(["--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600"],
                  "eval splits every sequence over --cp 1 ranks but runs on 2", ranks=2)
 
