@@ -53,6 +53,10 @@ std::vector<std::string> model_preset_names() {
 
 std::string seq_len_warning(const ModelConfig& c, int64_t seq_len) {
   if (seq_len <= c.max_position_embeddings) return "";
+  if (c.rope_scaling.rope_type == "dynamic")  // what dynamic is for: say so, not warn
+    return cat("note: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
+               c.max_position_embeddings, ": rope_scaling dynamic (factor ", c.rope_scaling.factor,
+               ") raises the RoPE base for it");
   return cat("warning: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
              c.max_position_embeddings);
 }
