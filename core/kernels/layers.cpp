@@ -60,18 +60,6 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
     for (int64_t c = 0; c < C; ++c) dw[c] += partial[size_t(th) * size_t(C) + size_t(c)];
 }
 
-namespace {
-std::vector<double> plain_inv_freq(int64_t head_dim, double theta) {
-  std::vector<double> f(size_t(head_dim / 2));
-  for (int64_t i = 0; i < head_dim / 2; ++i)
-    f[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(head_dim));
-  return f;
-}
-}  // namespace
-
-RopeTable::RopeTable(int64_t max_pos, int64_t head_dim, double theta)
-    : RopeTable(max_pos, plain_inv_freq(head_dim, theta)) {}
-
 RopeTable::RopeTable(int64_t max_pos, const std::vector<double>& inv_freq, double attention_factor)
     : max_pos_(max_pos), half_(int64_t(inv_freq.size())) {
   cos_.resize(size_t(max_pos * half_));

@@ -26,8 +26,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
 class RopeTable {
  public:
   RopeTable() = default;
-  RopeTable(int64_t max_pos, int64_t head_dim, double theta);  // plain RoPE
-  // inv_freq [head_dim / 2] (model/rope.hpp computes it with rope_scaling).
+  // inv_freq [head_dim / 2] (model/rope.hpp computes it, plain or with rope_scaling).
   RopeTable(int64_t max_pos, const std::vector<double>& inv_freq, double attention_factor = 1.0);
   // x [T, heads * D], rotated (and scaled) in place by the positions pos [T]. backward = the
   // transpose (the inverse rotation, scaled alike).

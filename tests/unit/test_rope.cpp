@@ -119,6 +119,16 @@ TEST(RopeScaling, Identities) {
   c.rope_scaling = scaling("linear", 8);
   std::vector<double> f = rope_frequencies(c, 4096).inv_freq;
   for (size_t i = 0; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], plain[i] / 8);
+  // ... i.e. positions / factor: position 16 with factor 8 rotates as position 2 does plainly.
+  const RopeTable lin_table(17, f), plain_table(17, plain);
+  std::vector<float> x(16), a, b;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::cos(3.0 * double(i)));
+  a = x;
+  b = x;
+  const int32_t p16 = 16, p2 = 2;
+  lin_table.forward(a.data(), &p16, 1, 1);
+  plain_table.forward(b.data(), &p2, 1, 1);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6f) << i;
   // factor 1 changes nothing for linear, llama3 and yarn; "default" is none; dynamic changes
   // nothing up to max_position_embeddings (but does past it, even with factor 1).
   for (const char* t : {"linear", "default"}) {
