@@ -252,6 +252,41 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
         "sliding-window attention: each token sees itself and the W - 1 before it (0 = none, "
         "full causal; -1 = the preset's)")
       ->check(CLI::Range(int64_t(-1), int64_t(INT32_MAX)));
+  // Hugging Face's rope_scaling, attribute by attribute (rope_scaling.NAME in the file).
+  const RopeScaling rd;
+  r.add(c, "--rope-scaling", o.rope_scaling, std::string("none"),
+        "RoPE scaling (Hugging Face's rope_scaling.rope_type): none, linear, dynamic, yarn or "
+        "llama3")
+      ->check(CLI::IsMember({"none", "linear", "dynamic", "yarn", "llama3"}));
+  r.add(c, "--rope-factor", o.rope_factor, rd.factor,
+        "rope_scaling.factor: the context's extension (every type; >= 1)")
+      ->check(nonnegative());
+  r.add(c, "--rope-original-max-position-embeddings", o.rope_original_max_position_embeddings,
+        rd.original_max_position_embeddings,
+        "rope_scaling.original_max_position_embeddings: the pre-training context (llama3: "
+        "required; yarn: 0 = max_position_embeddings)")
+      ->check(count(0));
+  r.add(c, "--rope-low-freq-factor", o.rope_low_freq_factor, rd.low_freq_factor,
+        "rope_scaling.low_freq_factor (llama3, required; Llama 3.1: 1)")
+      ->check(nonnegative());
+  r.add(c, "--rope-high-freq-factor", o.rope_high_freq_factor, rd.high_freq_factor,
+        "rope_scaling.high_freq_factor (llama3, required; Llama 3.1: 4)")
+      ->check(nonnegative());
+  r.add(c, "--rope-beta-fast", o.rope_beta_fast, rd.beta_fast, "rope_scaling.beta_fast (yarn)")
+      ->check(positive());
+  r.add(c, "--rope-beta-slow", o.rope_beta_slow, rd.beta_slow, "rope_scaling.beta_slow (yarn)")
+      ->check(positive());
+  r.add(c, "--rope-attention-factor", o.rope_attention_factor, rd.attention_factor,
+        "rope_scaling.attention_factor (yarn): multiplies cos and sin; 0 = 0.1 ln(factor) + 1 "
+        "(or from the mscales)")
+      ->check(nonnegative());
+  r.add(c, "--rope-mscale", o.rope_mscale, rd.mscale, "rope_scaling.mscale (yarn; 0 = none)")
+      ->check(nonnegative());
+  r.add(c, "--rope-mscale-all-dim", o.rope_mscale_all_dim, rd.mscale_all_dim,
+        "rope_scaling.mscale_all_dim (yarn; 0 = none)")
+      ->check(nonnegative());
+  r.add(c, "--rope-truncate", o.rope_truncate, rd.truncate,
+        "rope_scaling.truncate (yarn): round the correction range to whole dimensions");
   r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation")
       ->check(count(0));
   r.add(c, "--force", o.force, false, "replace the output file if it exists");

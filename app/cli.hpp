@@ -28,6 +28,12 @@ struct InitOptions {
   double rope_theta, rms_norm_eps, initializer_range;
   std::string tie_word_embeddings;  // "preset", "true" or "false"
   int64_t sliding_window;           // -1 = the preset's, 0 = none
+  // Hugging Face's rope_scaling (ModelConfig::rope_scaling): type "none" or a rope_type.
+  std::string rope_scaling;
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_beta_fast, rope_beta_slow,
+      rope_attention_factor, rope_mscale, rope_mscale_all_dim;
+  int64_t rope_original_max_position_embeddings;
+  bool rope_truncate;
   int64_t seed;
   bool force;
 };

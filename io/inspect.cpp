@@ -46,9 +46,12 @@ void inspect_model(const InspectRequest& req, const std::string& kind, std::ostr
   const ModelData m = read_model_file(req.path);
   out << "lctrain " << kind << " file '" << req.path << "' (format_version " << kModelFormatVersion
       << ", all tensors present, shapes and checksums verified)\nconfig:\n";
+  size_t width = 18;  // "head_dim (derived)"
+  for (const auto& [name, v] : m.config.values()) width = std::max(width, name.size());
   for (const auto& [name, v] : m.config.values())
-    out << "  " << std::left << std::setw(26) << name << " " << to_string(v) << "\n";
-  out << "  head_dim (derived)         " << m.config.head_dim() << "\n";
+    out << "  " << std::left << std::setw(int(width)) << name << " " << to_string(v) << "\n";
+  out << "  " << std::left << std::setw(int(width)) << "head_dim (derived)" << " "
+      << m.config.head_dim() << "\n";
   out << "parameters: " << m.layout.num_parameters() << " in " << m.layout.tensors.size()
       << " tensors\n";
   if (req.tensors) {

@@ -24,6 +24,7 @@ ModelConfig read_model_config(const h5::File& f) {
     if constexpr (std::is_same_v<T, int64_t>) v = h5::read_int(f.h, name, w);
     if constexpr (std::is_same_v<T, double>) v = h5::read_double(f.h, name, w);
     if constexpr (std::is_same_v<T, bool>) v = h5::read_bool(f.h, name, w);
+    if constexpr (std::is_same_v<T, std::string>) v = h5::read_string(f.h, name, w);
   });
   c.validate(cat("model file ", w));
   if (c.tie_word_embeddings && h5::exists(f.h, "lm_head.weight"))

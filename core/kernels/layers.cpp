@@ -60,16 +60,15 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
     for (int64_t c = 0; c < C; ++c) dw[c] += partial[size_t(th) * size_t(C) + size_t(c)];
 }
 
-RopeTable::RopeTable(int64_t max_pos, int64_t head_dim, double theta)
-    : max_pos_(max_pos), half_(head_dim / 2) {
+RopeTable::RopeTable(int64_t max_pos, const std::vector<double>& inv_freq, double attention_factor)
+    : max_pos_(max_pos), half_(int64_t(inv_freq.size())) {
   cos_.resize(size_t(max_pos * half_));
   sin_.resize(size_t(max_pos * half_));
   for (int64_t i = 0; i < half_; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * double(i) / double(head_dim));
     for (int64_t p = 0; p < max_pos; ++p) {
-      const double a = double(p) * inv_freq;
-      cos_[size_t(p * half_ + i)] = float(std::cos(a));
-      sin_[size_t(p * half_ + i)] = float(std::sin(a));
+      const double a = double(p) * inv_freq[size_t(i)];
+      cos_[size_t(p * half_ + i)] = float(std::cos(a) * attention_factor);
+      sin_[size_t(p * half_ + i)] = float(std::sin(a) * attention_factor);
     }
   }
 }

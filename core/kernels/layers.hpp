@@ -20,12 +20,16 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
                       const float* w, int64_t T, int64_t C, bool accumulate_dx);
 
 // RoPE as Hugging Face Llama applies it ("rotate_half"): dimension i pairs with i + D/2,
-// angle = pos * theta^(-2i/D), computed in double so long positions stay exact.
+// angle = pos * inv_freq[i] (plain RoPE: theta^(-2i/D)), computed in double so long positions
+// stay exact; cos and sin are multiplied by `attention_factor` (Hugging Face's
+// attention_scaling, 1 but for yarn), which scales q and k alike.
 class RopeTable {
  public:
   RopeTable() = default;
-  RopeTable(int64_t max_pos, int64_t head_dim, double theta);
-  // x [T, heads * D], rotated in place by the positions pos [T]. backward = inverse rotation.
+  // inv_freq [head_dim / 2] (model/rope.hpp computes it, plain or with rope_scaling).
+  RopeTable(int64_t max_pos, const std::vector<double>& inv_freq, double attention_factor = 1.0);
+  // x [T, heads * D], rotated (and scaled) in place by the positions pos [T]. backward = the
+  // transpose (the inverse rotation, scaled alike).
   void forward(float* x, const int32_t* pos, int64_t T, int64_t heads) const;
   void backward(float* dx, const int32_t* pos, int64_t T, int64_t heads) const;
   // The same rotation read from x and written to `out` (of type X).

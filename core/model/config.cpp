@@ -53,6 +53,10 @@ std::vector<std::string> model_preset_names() {
 
 std::string seq_len_warning(const ModelConfig& c, int64_t seq_len) {
   if (seq_len <= c.max_position_embeddings) return "";
+  if (c.rope_scaling.rope_type == "dynamic")  // what dynamic is for: say so, not warn
+    return cat("note: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
+               c.max_position_embeddings, ": rope_scaling dynamic (factor ", c.rope_scaling.factor,
+               ") raises the RoPE base for it");
   return cat("warning: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
              c.max_position_embeddings);
 }
@@ -93,6 +97,87 @@ void ModelConfig::validate(const std::string& where) const {
          INT32_MAX, " tokens");
   if (!(initializer_range >= 0))
     fail(where, ": initializer_range is ", initializer_range, " but must be >= 0");
+  validate_rope_scaling(where);
+}
+
+namespace {
+bool known_rope_type(const std::string& t) {
+  return t.empty() || t == "default" || t == "linear" || t == "dynamic" || t == "yarn" || t == "llama3";
+}
+}  // namespace
+
+bool RopeScaling::none() const { return rope_type.empty() || rope_type == "default"; }
+
+// Hugging Face's rules (modeling_rope_utils' _validate_*_rope_parameters), where Hugging Face
+// only warns about a value its formulas cannot use (llama3's high_freq_factor <= low_freq_factor
+// divides by zero or flips the ramp; yarn's beta_fast < beta_slow reverses it), an error here.
+void ModelConfig::validate_rope_scaling(const std::string& where) const {
+  const RopeScaling& r = rope_scaling;
+  const std::string t = r.rope_type;
+  if (!known_rope_type(t))
+    fail(where, ": rope_scaling.rope_type is '", t, "' but must be one of linear, dynamic, yarn, ",
+         "llama3, or empty (none)");
+  if (r.none()) return;
+  const std::string of = cat(" (rope_scaling.rope_type ", t, ")");
+  if (!(r.factor >= 1.0))
+    fail(where, ": rope_scaling.factor is ", r.factor, " but must be >= 1", of,
+         "; it is the context's extension (new length / original length): set it, e.g. "
+         "lctrain init --rope-factor 4");
+  if (r.original_max_position_embeddings < 0)
+    fail(where, ": rope_scaling.original_max_position_embeddings is ",
+         r.original_max_position_embeddings, " but must be positive (0 = not given)", of);
+  if (t == "llama3") {
+    if (r.original_max_position_embeddings == 0)
+      fail(where, ": rope_scaling.original_max_position_embeddings is not given but llama3 needs it ",
+           "(the context the model was pre-trained with; 8192 for Llama 3.1): set it, e.g. "
+           "lctrain init --rope-original-max-position-embeddings 8192");
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > 0))
+      fail(where, ": rope_scaling.low_freq_factor is ", r.low_freq_factor,
+           " and rope_scaling.high_freq_factor is ", r.high_freq_factor,
+           " but llama3 needs both positive (Llama 3.1: 1 and 4): set them, e.g. lctrain init "
+           "--rope-low-freq-factor 1 --rope-high-freq-factor 4");
+    if (!(r.low_freq_factor < r.high_freq_factor))
+      fail(where, ": rope_scaling.low_freq_factor ", r.low_freq_factor,
+           " must be smaller than rope_scaling.high_freq_factor ", r.high_freq_factor,
+           " (llama3 interpolates between the wavelengths original / high and original / low; "
+           "Llama 3.1: 1 and 4)");
+  }
+  if (t == "yarn") {
+    if (!(r.beta_fast > 0) || !(r.beta_slow > 0))
+      fail(where, ": rope_scaling.beta_fast is ", r.beta_fast, " and rope_scaling.beta_slow is ",
+           r.beta_slow, " but yarn needs both positive (the paper's and Hugging Face's 32 and 1)");
+    if (r.beta_fast < r.beta_slow)
+      fail(where, ": rope_scaling.beta_fast ", r.beta_fast, " is smaller than rope_scaling.beta_slow ",
+           r.beta_slow, "; yarn needs beta_fast >= beta_slow (defaults 32 and 1)");
+    if (!(r.attention_factor >= 0))
+      fail(where, ": rope_scaling.attention_factor is ", r.attention_factor,
+           " but must be positive (0 = not given: computed from factor and mscale)");
+    if (!(r.mscale >= 0) || !(r.mscale_all_dim >= 0))
+      fail(where, ": rope_scaling.mscale is ", r.mscale, " and rope_scaling.mscale_all_dim is ",
+           r.mscale_all_dim, " but both must be >= 0 (0 = not given)");
+  }
+}
+
+std::vector<std::string> rope_scaling_unused(const RopeScaling& r) {
+  const RopeScaling d;
+  const std::string t = r.none() ? "" : r.rope_type;
+  std::vector<std::string> out;
+  auto check = [&](const char* name, bool differs, bool used) {
+    if (differs && !used) out.push_back(cat("rope_scaling.", name));
+  };
+  check("factor", r.factor != d.factor, !t.empty());
+  check("original_max_position_embeddings",
+        r.original_max_position_embeddings != d.original_max_position_embeddings,
+        t == "llama3" || t == "yarn");  // dynamic: Hugging Face reads max_position_embeddings
+  check("low_freq_factor", r.low_freq_factor != d.low_freq_factor, t == "llama3");
+  check("high_freq_factor", r.high_freq_factor != d.high_freq_factor, t == "llama3");
+  check("beta_fast", r.beta_fast != d.beta_fast, t == "yarn");
+  check("beta_slow", r.beta_slow != d.beta_slow, t == "yarn");
+  check("attention_factor", r.attention_factor != d.attention_factor, t == "yarn");
+  check("mscale", r.mscale != d.mscale, t == "yarn");
+  check("mscale_all_dim", r.mscale_all_dim != d.mscale_all_dim, t == "yarn");
+  check("truncate", r.truncate != d.truncate, t == "yarn");
+  return out;
 }
 
 }  // namespace lct

@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
+#include "model/rope.hpp"
 
 namespace lct {
 
@@ -371,13 +372,21 @@ class LlamaPassesOf final : public LlamaPasses {
   LmHeadXent xent_;
 };
 
+namespace {
+// RoPE with the model's rope_scaling, for positions below max_pos (the sequence length).
+RopeTable rope_table(const ModelConfig& config, int64_t max_pos) {
+  const RopeFrequencies f = rope_frequencies(config, max_pos);
+  return RopeTable(max_pos, f.inv_freq, f.attention_factor);
+}
+}  // namespace
+
 LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention)
     : config_(config),
       shape_(shape),
       layout_(ParamLayout::llama(config)),
       params_(layout_.total),
       grads_(layout_.total),
-      rope_(shape.max_pos, config.head_dim(), config.rope_theta),
+      rope_(rope_table(config, shape.max_pos)),
       own_attention_(attention ? nullptr
                                : std::make_unique<LocalAttention>(
                                      shape.max_tokens, config.num_attention_heads,

@@ -436,6 +436,36 @@ def model_files_without_sliding_window_are_full_causal():
     expect_error(["init", "-o", "bad.h5", "--sliding-window", "-5"], "--sliding-window", code=2)  # usage
 
 
+@case
+def rope_scaling_attributes_from_init_and_files_without_them():
+    """init --rope-scaling writes Hugging Face's rope_scaling as flat rope_scaling.* root
+    attributes that eval applies; files without them (written before they existed) are plain
+    RoPE; a broken value is named with its fix; a flag the chosen type does not read is refused."""
+    good_model()
+    good_dataset()
+    ok("init", "-o", "y.h5", "--rope-scaling", "yarn", "--rope-factor", "4",
+       "--rope-original-max-position-embeddings", "64", "--rope-beta-fast", "16")
+    with h5py.File("y.h5", "r") as f:
+        a = f.attrs
+        assert a["rope_scaling.rope_type"] == "yarn" and a["rope_scaling.factor"] == 4.0, dict(a)
+        assert a["rope_scaling.original_max_position_embeddings"] == 64, dict(a)
+        assert a["rope_scaling.beta_fast"] == 16.0 and a["rope_scaling.truncate"], dict(a)
+    ok("init", "-o", "old.h5", "--preset", "tiny")
+    edit("old.h5", lambda f: [f.attrs.__delitem__(k) for k in list(f.attrs) if k.startswith("rope_scaling.")])
+    loss = lambda m: re.search(r"loss ([\d.]+)", ok("eval", "--model", m, "--data", "d.h5",
+                                                      "--seq-len", "256").stdout).group(1)
+    plain, old, yarn = loss("m.h5"), loss("old.h5"), loss("y.h5")  # the same weights (seed 1)
+    assert plain == old and yarn != plain, (plain, old, yarn)
+    shutil.copy("old.h5", "bad.h5")
+    edit("bad.h5", lambda f: f.attrs.__setitem__("rope_scaling.rope_type", "llama3"))
+    expect_error(["inspect", "bad.h5"], "bad.h5", "rope_scaling.original_max_position_embeddings",
+                 "llama3 needs it", "--rope-original-max-position-embeddings")
+    expect_error(["init", "-o", "x.h5", "--rope-scaling", "linear", "--rope-factor", "2",
+                  "--rope-low-freq-factor", "1"],
+                 "--rope-low-freq-factor (rope_scaling.low_freq_factor)", "linear does not use it")
+    expect_error(["init", "-o", "x.h5", "--rope-scaling", "ntk"], "--rope-scaling", code=2)  # usage
+
+
 # --- bad input ---------------------------------------------------------------------------
 
 @case

@@ -30,7 +30,54 @@ def load(model_path, batch_path):
     return cfg, params, batch, opt
 
 
-def loss_sum(cfg, P, b):
+def rope_inv_freq(cfg, D, seq_len):
+    """Inverse frequencies [D/2] and the cos/sin factor of Hugging Face's rope_scaling
+    (modeling_rope_utils: default, linear, dynamic, yarn, llama3), written out in float64 from
+    the model file's flat rope_scaling.* attributes (absent = none)."""
+    theta = float(cfg["rope_theta"])
+    rs = lambda name, default: cfg.get("rope_scaling." + name, default)
+    kind = rs("rope_type", "")
+    kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+    i = torch.arange(0, D // 2, dtype=DT)
+    plain = lambda base: base ** (-2.0 * i / D)
+    inv = plain(theta)
+    if kind in ("", "default"):
+        return inv, 1.0
+    factor = float(rs("factor", 1.0))
+    max_pos = int(cfg["max_position_embeddings"])
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind == "dynamic":  # the run's sequence length stands for Hugging Face's longest position + 1
+        L = max(seq_len, max_pos)
+        return plain(theta * ((factor * L / max_pos) - (factor - 1)) ** (D / (D - 2))), 1.0
+    if kind == "llama3":
+        old = float(rs("original_max_position_embeddings", 0))
+        lo, hi = float(rs("low_freq_factor", 0)), float(rs("high_freq_factor", 0))
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        out = torch.where(wavelen > old / lo, inv / factor, mid)
+        return torch.where(wavelen < old / hi, inv, out), 1.0
+    if kind == "yarn":
+        orig = int(rs("original_max_position_embeddings", 0)) or max_pos
+        att = float(rs("attention_factor", 0.0))
+        mscale, mscale_all = float(rs("mscale", 0.0)), float(rs("mscale_all_dim", 0.0))
+        get_m = lambda s, m: 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+        if att <= 0:
+            att = get_m(factor, mscale) / get_m(factor, mscale_all) if (mscale and mscale_all) else get_m(factor, 1.0)
+        dim_of = lambda rot: D * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+        low, high = dim_of(float(rs("beta_fast", 32.0))), dim_of(float(rs("beta_slow", 1.0)))
+        if bool(rs("truncate", True)):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, D - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((i - low) / (high - low)).clamp(0, 1)  # 1 = interpolated (divided by factor)
+        return inv / factor * ramp + inv * (1 - ramp), att
+    raise ValueError(f"unknown rope_scaling.rope_type {kind!r}")
+
+
+def loss_sum(cfg, P, b, seq_len):
     C, H, KV = int(cfg["hidden_size"]), int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
     D, eps, L = C // H, float(cfg["rms_norm_eps"]), int(cfg["num_hidden_layers"])
     tok, doc, idx, pos = b["tokens"], b["doc"], b["idx"], b["pos"]
@@ -44,9 +91,10 @@ def loss_sum(cfg, P, b):
     if window > 0:
         mask = mask & (idx[None, :] > idx[:, None] - window)
     mask = mask | (torch.eye(T, dtype=torch.bool) & (doc[:, None] < 0))
-    inv_freq = 1.0 / (float(cfg["rope_theta"]) ** (torch.arange(0, D, 2, dtype=DT) / D))
+    inv_freq, att = rope_inv_freq(cfg, D, seq_len)
     ang = pos[:, None].to(DT) * inv_freq[None, :]
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :], torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    cos, sin = cos * att, sin * att  # Hugging Face multiplies both by attention_scaling
 
     def rope(x):  # [T, heads, D], Hugging Face rotate_half
         x1, x2 = x[..., : D // 2], x[..., D // 2:]
@@ -88,8 +136,9 @@ def main():
     a = ap.parse_args()
     cfg, P, b, o = load(a.model, a.batch)
     valid = int((b["targets"] >= 0).sum())
+    seq_len = int(o.get("seq_len", int(b["pos"].max()) + 1))  # what the run's RoPE table spans
 
-    loss = loss_sum(cfg, P, b) / valid
+    loss = loss_sum(cfg, P, b, seq_len) / valid
     loss.backward()
     out = {"loss": np.array([loss.item()]), "valid_targets": np.array([valid], dtype=np.float64)}
     for k, t in P.items():
@@ -103,7 +152,7 @@ def main():
     losses, norms = [], []
     for step in range(1, int(o["steps"]) + 1):
         opt.zero_grad()
-        l = loss_sum(cfg, P, b) / valid
+        l = loss_sum(cfg, P, b, seq_len) / valid
         l.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(list(P.values()), float(o["grad_clip"]))))
         for g in opt.param_groups:
@@ -111,7 +160,7 @@ def main():
         opt.step()
         losses.append(l.item())
     with torch.no_grad():
-        losses.append((loss_sum(cfg, P, b) / valid).item())  # after the last update
+        losses.append((loss_sum(cfg, P, b, seq_len) / valid).item())  # after the last update
     out["step_losses"] = np.array(losses)
     out["step_grad_norms"] = np.array(norms)
     with h5py.File(a.out, "w") as f:
