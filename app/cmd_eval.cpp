@@ -39,7 +39,7 @@ int cmd_eval(Context& ctx) {
          "; start it with mpirun -n ", o.cp, " or pass --cp ", world.size);
   ctx.print_startup("eval", true);
   if (o.seq_len < 2 || o.batch_size < 1) fail("--seq-len must be at least 2 and --batch-size at least 1");
-  if (o.seq_len % (2 * o.cp) != 0)
+  if (o.cp > 1 && o.seq_len % (2 * o.cp) != 0)
     fail("--seq-len ", o.seq_len, " is not divisible by 2 x --cp = ", 2 * o.cp, "; use a multiple of it");
   ModelData m = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);

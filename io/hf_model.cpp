@@ -47,8 +47,16 @@ const json& hf_defaults() {
 // Keys lctrain has no field for yet and so must be null or absent. A key leaves this list by
 // becoming a ModelConfig field (checked by name, so adding the field is enough).
 const std::vector<std::string>& not_supported_yet() {
-  static const std::vector<std::string> keys = {"rope_scaling"};
+  static const std::vector<std::string> keys = {};
   return keys;
+}
+
+// ModelConfig's dotted fields "rope_scaling.KEY" are the keys of LlamaConfig's rope_scaling
+// dict (null = none; its older name for rope_type is "type").
+constexpr const char* kRopePrefix = "rope_scaling.";
+const char* rope_key(const char* name) {
+  const size_t n = std::strlen(kRopePrefix);
+  return std::strncmp(name, kRopePrefix, n) == 0 ? name + n : nullptr;
 }
 
 std::set<std::string> field_names() {
@@ -73,6 +81,9 @@ void field_from_json(const json& x, T& v, const std::string& where, const char* 
   } else if constexpr (std::is_same_v<T, double>) {
     if (!x.is_number()) wrong("a number");
     v = x.get<double>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!x.is_string()) wrong("a string");
+    v = x.get<std::string>();
   } else {
     static_assert(kAlwaysFalse<T>, "convert: map this ModelConfig field type from JSON here");
   }
@@ -80,7 +91,8 @@ void field_from_json(const json& x, T& v, const std::string& where, const char* 
 
 template <class T>
 json field_to_json(const T& v) {
-  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
+                std::is_same_v<T, std::string>)
     return json(v);
   else
     static_assert(kAlwaysFalse<T>, "convert: map this ModelConfig field type to JSON here");
@@ -113,8 +125,17 @@ ModelConfig config_from_json(const json& j, const std::string& where) {
       fail(where, ": ", key, " is ", j[key].dump(), "; lctrain does not support ", key,
            " yet, so only checkpoints with \"", key, "\": null convert");
 
+  const json* rope = j.contains("rope_scaling") && !j["rope_scaling"].is_null() ? &j["rope_scaling"] : nullptr;
+  if (rope && !rope->is_object())
+    fail(where, ": rope_scaling is ", rope->dump(), " but must be an object or null; correct config.json");
   ModelConfig c;
   ModelConfig::for_each_field(c, [&](const char* name, auto& v) {
+    if (const char* key = rope_key(name)) {  // absent, or null inside: the default
+      const char* k = std::string(key) == "rope_type" && rope && !rope->contains(key) ? "type" : key;
+      if (rope && rope->contains(k) && !(*rope)[k].is_null())
+        field_from_json((*rope)[k], v, where, name);
+      return;
+    }
     const json* x = nullptr;
     if (j.contains(name)) {
       x = &j[name];
@@ -148,8 +169,22 @@ json config_to_json(const ModelConfig& c, bool bf16) {
   json j;
   j["architectures"] = {"LlamaForCausalLM"};
   j["model_type"] = "llama";
+  const ModelConfig plain;  // every default
+  j["rope_scaling"] = nullptr;
   ModelConfig::for_each_field(c, [&](const char* name, const auto& v) {
     using T = std::decay_t<decltype(v)>;
+    if (const char* key = rope_key(name)) {
+      // Only the type and what differs from the defaults: what the type reads (init
+      // refuses the rest), as Hugging Face writes it.
+      bool differs = false;
+      ModelConfig::for_each_field(plain, [&](const char* n, const auto& d) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(d)>, T>)
+          if (std::strcmp(n, name) == 0) differs = !(d == v);
+      });
+      if (!c.rope_scaling.none() && (differs || std::string(key) == "rope_type" || std::string(key) == "factor"))
+        j["rope_scaling"][key] = field_to_json(v);
+      return;
+    }
     if constexpr (std::is_arithmetic_v<T>)
       if (null_means_zero(name) && v == T{}) return void(j[name] = nullptr);
     j[name] = field_to_json(v);

@@ -292,7 +292,7 @@ def converted_model_loss_matches_pytorch_on_the_hugging_face_weights():
     b = {k: torch.tensor(v) for k, v in b.items()}
     assert valid == int((b["targets"] >= 0).sum()), valid
     with torch.no_grad():
-        torch_loss = float(ref.loss_sum(dict(cfg, sliding_window=0), P, b)) / valid
+        torch_loss = float(ref.loss_sum(dict(cfg, sliding_window=0), P, b, S)) / valid
         D = cfg["hidden_size"] // cfg["num_attention_heads"]
         perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # interleaved -> halves
         Q = dict(P)
@@ -300,7 +300,7 @@ def converted_model_loss_matches_pytorch_on_the_hugging_face_weights():
             if k.endswith(("q_proj.weight", "k_proj.weight")):
                 w = P[k].view(-1, D, P[k].shape[1])
                 Q[k] = w[:, torch.argsort(perm), :].reshape(P[k].shape)
-        permuted = float(ref.loss_sum(dict(cfg, sliding_window=0), Q, b)) / valid
+        permuted = float(ref.loss_sum(dict(cfg, sliding_window=0), Q, b, S)) / valid
     rel = abs(lct_loss - torch_loss) / abs(torch_loss)
     print(f"lctrain eval {lct_loss:.10f}, PyTorch {torch_loss:.10f} over {valid} targets: relative {rel:.2e}; "
           f"with q/k permuted to the interleaved layout {permuted:.6f}")
@@ -324,9 +324,33 @@ def bad_hf_another_model_type_or_architecture():
 
 
 @case
-def bad_hf_rope_scaling_is_not_supported_yet():
-    hf_dir("rs", edit_cfg=lambda c: c.update(rope_scaling={"rope_type": "llama3", "factor": 8.0}))
-    refused("rs", "rs/config.json", "rope_scaling", "not support rope_scaling yet", "\"rope_scaling\": null")
+def rope_scaling_converts_both_ways_and_unknown_types_are_refused():
+    """config.json's rope_scaling dict <-> the model file's rope_scaling.* attributes: Llama
+    3.1's llama3 scaling (and the older "type" key) in, a yarn model out and back bit-exact
+    with only the keys its type reads; a type lctrain lacks is refused, naming it."""
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 512}
+    hf_dir("l3", edit_cfg=lambda c: c.update(rope_scaling=llama3))
+    from_hf("l3", "l3.h5")
+    _, attrs = h5_tensors("l3.h5")
+    for k, v in llama3.items():
+        assert attrs[f"rope_scaling.{k}"] == v, (k, attrs[f"rope_scaling.{k}"], v)
+    hf_dir("old", edit_cfg=lambda c: c.update(rope_scaling={"type": "linear", "factor": 2.0}))
+    from_hf("old", "old.h5")
+    _, attrs = h5_tensors("old.h5")
+    assert attrs["rope_scaling.rope_type"] == "linear" and attrs["rope_scaling.factor"] == 2.0, attrs
+    ok("init", "-o", "y.h5", "--preset", "tiny", "--rope-scaling", "yarn", "--rope-factor", "4",
+       "--rope-original-max-position-embeddings", "1024")
+    ok("convert", "--to-hf", "y_hf", "--model", "y.h5")
+    with open("y_hf/config.json") as f:
+        rs = json.load(f)["rope_scaling"]
+    assert rs == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, rs
+    from_hf("y_hf", "y_back.h5")
+    (a, aa), (b, ba) = h5_tensors("y.h5"), h5_tensors("y_back.h5")
+    assert aa == ba, (aa, ba)
+    assert_bitwise(b, a, "yarn round trip")
+    hf_dir("lr", edit_cfg=lambda c: c.update(rope_scaling={"rope_type": "longrope", "factor": 4.0}))
+    refused("lr", "lr/config.json", "rope_scaling.rope_type is 'longrope'")
 
 
 @case

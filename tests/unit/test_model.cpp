@@ -100,7 +100,9 @@ TEST(AdamW, ShardsUpdateBitwiseLikeTheWholeArray) {
     EXPECT_EQ(b.back(), 1000u);
     for (int r = 0; r < n; ++r) {
       EXPECT_LE(b[size_t(r)], b[size_t(r) + 1]);
-      if (r > 0 && b[size_t(r)] < 1000) EXPECT_EQ(b[size_t(r)] % 64, 0u);
+      if (r > 0 && b[size_t(r)] < 1000) {
+        EXPECT_EQ(b[size_t(r)] % 64, 0u);
+      }
     }
   }
   const ModelConfig c = model_preset("tiny");
