@@ -21,36 +21,30 @@ def mpi_run(ranks, run_dir, *extra, steps=5, model="m.h5"):
               "--block-q", "32", "--block-k", "32", "--peak-gflops", "100", *extra, ranks=ranks)
 
 
-def parallel_fixture(model="m.h5", one="one"):
+def parallel_fixture(model="m.h5", one="one", *extra):
+    """m.h5 and d16.h5 (once), and the single-rank run `one` of `model`: its losses."""
     if not os.path.exists("m.h5"):
         good_model()
         ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "-o", "d16.h5")
     ok("train", "--model", model, "--data", "d16.h5", "--run-dir", one, "--seq-len", "600", "--steps", "5",
-       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2")
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2", *extra)
     return timing(one)[0]["loss"]
 
 
-def assert_same_losses(ref, run_dir, what):
+def assert_same_losses(ref, run_dir, what, bound=1e-5):
     got = timing(run_dir)[0]["loss"]
     rel = np.max(np.abs(got - ref) / ref)
     print(f"{what}: losses {got}, max rel diff to one rank {rel:.2e}")
-    assert rel < 1e-5, (what, got, ref)
+    assert rel < bound, (what, got, ref)
 
 
 @case
 def parallel_bf16_cp2_and_dp2_match_one_rank_bf16():
     """bf16 K/V on the ring and bf16 gradients on the wire: within bf16's precision of one rank."""
-    parallel_fixture()
-    ok("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "one16", "--seq-len", "600", "--steps", "5",
-       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2",
-       "--precision", "bf16")
-    ref = timing("one16")[0]["loss"]
+    ref = parallel_fixture("m.h5", "one16", "--precision", "bf16")
     for name, ranks, degrees in [("cp2", 2, ["--cp", "2"]), ("dp2", 2, ["--dp", "2", "--batch-size", "1"])]:
         mpi_run(ranks, name, *degrees, "--precision", "bf16", *([] if "--batch-size" in degrees else ["--batch-size", "2"]))
-        got = timing(name)[0]["loss"]
-        rel = np.max(np.abs(got - ref) / ref)
-        print(f"bf16 {name}: losses {got}, one rank {ref}, max rel diff {rel:.2e}")
-        assert rel < 1e-2, (name, got, ref)
+        assert_same_losses(ref, name, f"bf16 {name}", bound=1e-2)
 
 
 @case
