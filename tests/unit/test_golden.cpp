@@ -12,6 +12,7 @@
 #include "io/model_file.hpp"
 #include "model/init.hpp"
 #include "test_isa.hpp"
+#include "test_rope_scaling.hpp"
 #include "train/trainer.hpp"
 
 #ifndef LCT_PYTHON
@@ -37,23 +38,9 @@ struct GoldenCase {
   int64_t max_pos = 0;    // max_position_embeddings; 0 = the preset's (4096)
 };
 
-// rope_scaling of the given type; the other parameters at their defaults.
-RopeScaling rope(const char* type, double factor, int64_t original = 0) {
-  RopeScaling r;
-  r.rope_type = type;
-  r.factor = factor;
-  r.original_max_position_embeddings = original;
-  return r;
-}
-RopeScaling llama3(double factor, int64_t original, double low, double high) {
-  RopeScaling r = rope("llama3", factor, original);
-  r.low_freq_factor = low;
-  r.high_freq_factor = high;
-  return r;
-}
 RopeScaling yarn_mscale(double factor, int64_t original, double mscale, double mscale_all_dim,
                         double beta_fast, double beta_slow) {
-  RopeScaling r = rope("yarn", factor, original);
+  RopeScaling r = rope_scaling("yarn", factor, original);
   r.mscale = mscale;
   r.mscale_all_dim = mscale_all_dim;
   r.beta_fast = beta_fast;
@@ -184,14 +171,14 @@ INSTANTIATE_TEST_SUITE_P(
                       GoldenCase{"gqa2_window5_bf16", 4, 2, false, Checkpointing::None, Precision::Bf16, 5},
                       // Hugging Face's rope_scaling on sequences of 48 (rope_theta 500, D 16).
                       GoldenCase{"gqa2_rope_linear", 4, 2, false, Checkpointing::None,
-                                 Precision::Fp32, 0, rope("linear", 4)},
+                                 Precision::Fp32, 0, rope_scaling("linear", 4)},
                       // max_position_embeddings 16 < 48: the NTK base grows (x 9^(8/7)).
                       GoldenCase{"gqa2_rope_dynamic", 4, 2, false, Checkpointing::None,
-                                 Precision::Fp32, 0, rope("dynamic", 4), 16},
+                                 Precision::Fp32, 0, rope_scaling("dynamic", 4), 16},
                       // original 16: dimension 0 kept, 1 half-interpolated, 2-7 divided by 3;
                       // cos and sin x (0.1 ln 3 + 1).
                       GoldenCase{"gqa4_rope_yarn_attnckpt", 4, 1, false, Checkpointing::Attention,
-                                 Precision::Fp32, 0, rope("yarn", 3, 16), 48},
+                                 Precision::Fp32, 0, rope_scaling("yarn", 3, 16), 48},
                       // mscale 2 / mscale_all_dim 1, betas 16 / 2 and an untruncated ramp
                       // (0 to 1.72: dimension 1 is 58% interpolated).
                       GoldenCase{"mha_rope_yarn_mscale_fullckpt", 4, 4, false, Checkpointing::Full,
@@ -199,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // original 32, factors 1 / 4: wavelength 6.3 kept (< 8), 14 and 30
                       // smoothed, 65 and longer divided by 4.
                       GoldenCase{"gqa2_rope_llama3", 4, 2, false, Checkpointing::None,
-                                 Precision::Fp32, 0, llama3(4, 32, 1, 4), 128}),
+                                 Precision::Fp32, 0, llama3_scaling(4, 32, 1, 4), 128}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

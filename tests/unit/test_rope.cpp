@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "kernels/layers.hpp"
 #include "model/rope.hpp"
+#include "test_rope_scaling.hpp"
 
 namespace lct {
 namespace {
@@ -21,14 +22,6 @@ ModelConfig base_config(int64_t max_pos = 4096) {
   c.rope_theta = 500.0;
   c.max_position_embeddings = max_pos;
   return c;
-}
-
-RopeScaling scaling(const char* type, double factor, int64_t original = 0) {
-  RopeScaling r;
-  r.rope_type = type;
-  r.factor = factor;
-  r.original_max_position_embeddings = original;
-  return r;
 }
 
 void expect_near_rel(const std::vector<double>& got, const std::vector<double>& want, const char* what) {
@@ -48,7 +41,7 @@ void expect_near_rel(const std::vector<double>& got, const std::vector<double>& 
 //     low)/(high - low), (1-s)*f/factor + s*f
 TEST(RopeScaling, DynamicMatchesHuggingFacesFormula) {
   ModelConfig c = base_config(16);
-  c.rope_scaling = scaling("dynamic", 4);
+  c.rope_scaling = rope_scaling("dynamic", 4);
   const RopeFrequencies f = rope_frequencies(c, 48);
   expect_near_rel(f.inv_freq,
                   {1, 0.33597610499419078, 0.11287994312706753, 0.037924963623797929,
@@ -63,7 +56,7 @@ TEST(RopeScaling, DynamicMatchesHuggingFacesFormula) {
 
 TEST(RopeScaling, YarnMatchesHuggingFacesFormula) {
   ModelConfig c = base_config(48);
-  c.rope_scaling = scaling("yarn", 3, 16);  // correction range [0, 2]
+  c.rope_scaling = rope_scaling("yarn", 3, 16);  // correction range [0, 2]
   RopeFrequencies f = rope_frequencies(c, 48);
   expect_near_rel(f.inv_freq,
                   {1, 0.30657553188451353, 0.070491417562704273, 0.032416415748869103,
@@ -72,7 +65,7 @@ TEST(RopeScaling, YarnMatchesHuggingFacesFormula) {
                   "yarn");
   EXPECT_NEAR(f.attention_factor, 1.109861228866811, 1e-15);  // 0.1 ln 3 + 1
 
-  c.rope_scaling = scaling("yarn", 4, 48);
+  c.rope_scaling = rope_scaling("yarn", 4, 48);
   c.rope_scaling.beta_fast = 16;
   c.rope_scaling.beta_slow = 2;
   c.rope_scaling.truncate = false;  // range [0, 1.7252]
@@ -89,16 +82,14 @@ TEST(RopeScaling, YarnMatchesHuggingFacesFormula) {
   EXPECT_EQ(rope_frequencies(c, 48).attention_factor, 0.75);
   // original_max_position_embeddings 0 = max_position_embeddings.
   ModelConfig a = base_config(16), b = base_config(16);
-  a.rope_scaling = scaling("yarn", 3, 0);
-  b.rope_scaling = scaling("yarn", 3, 16);
+  a.rope_scaling = rope_scaling("yarn", 3, 0);
+  b.rope_scaling = rope_scaling("yarn", 3, 16);
   EXPECT_EQ(rope_frequencies(a, 48).inv_freq, rope_frequencies(b, 48).inv_freq);
 }
 
 TEST(RopeScaling, Llama3MatchesHuggingFacesFormula) {
   ModelConfig c = base_config(128);
-  c.rope_scaling = scaling("llama3", 4, 32);
-  c.rope_scaling.low_freq_factor = 1;
-  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling = llama3_scaling(4, 32, 1, 4);
   const RopeFrequencies f = rope_frequencies(c, 48);
   // Wavelengths 6.3 (kept), 13.7 and 29.7 (smoothed), 64.6 and longer (divided by 4).
   expect_near_rel(f.inv_freq,
@@ -116,7 +107,7 @@ TEST(RopeScaling, Identities) {
     EXPECT_NEAR(plain[i], std::pow(500.0, -double(2 * i) / 16.0), 1e-16);
   // linear: positions / factor, i.e. every frequency / factor.
   ModelConfig c = base_config();
-  c.rope_scaling = scaling("linear", 8);
+  c.rope_scaling = rope_scaling("linear", 8);
   std::vector<double> f = rope_frequencies(c, 4096).inv_freq;
   for (size_t i = 0; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], plain[i] / 8);
   // ... i.e. positions / factor: position 16 with factor 8 rotates as position 2 does plainly.
@@ -132,23 +123,23 @@ TEST(RopeScaling, Identities) {
   // factor 1 changes nothing for linear, llama3 and yarn; "default" is none; dynamic changes
   // nothing up to max_position_embeddings (but does past it, even with factor 1).
   for (const char* t : {"linear", "default"}) {
-    c.rope_scaling = scaling(t, 1);
+    c.rope_scaling = rope_scaling(t, 1);
     EXPECT_EQ(rope_frequencies(c, 8192).inv_freq, plain) << t;
   }
-  c.rope_scaling = scaling("dynamic", 8);
+  c.rope_scaling = rope_scaling("dynamic", 8);
   EXPECT_EQ(rope_frequencies(c, 4096).inv_freq, plain);
   EXPECT_LT(rope_frequencies(c, 4097).inv_freq[1], plain[1]);
-  c.rope_scaling = scaling("llama3", 1, 1024);
+  c.rope_scaling = rope_scaling("llama3", 1, 1024);
   c.rope_scaling.low_freq_factor = 1;
   c.rope_scaling.high_freq_factor = 4;
   f = rope_frequencies(c, 8192).inv_freq;
   for (size_t i = 0; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], plain[i]);
-  c.rope_scaling = scaling("yarn", 1, 1024);
+  c.rope_scaling = rope_scaling("yarn", 1, 1024);
   const RopeFrequencies y = rope_frequencies(c, 8192);
   for (size_t i = 0; i < f.size(); ++i) EXPECT_DOUBLE_EQ(y.inv_freq[i], plain[i]);
   EXPECT_EQ(y.attention_factor, 1.0);
   // llama3 with a huge original context: every wavelength is "high frequency", kept.
-  c.rope_scaling = scaling("llama3", 8, 1 << 30);
+  c.rope_scaling = rope_scaling("llama3", 8, 1 << 30);
   c.rope_scaling.low_freq_factor = 1;
   c.rope_scaling.high_freq_factor = 4;
   EXPECT_EQ(rope_frequencies(c, 8192).inv_freq, plain);
@@ -189,13 +180,13 @@ TEST(RopeScaling, ValidationNamesTheAttributeAndTheFix) {
     }
     return "";
   };
-  EXPECT_EQ(message(scaling("", 1)), "");
-  EXPECT_EQ(message(scaling("linear", 2)), "");
-  EXPECT_NE(message(scaling("ntk", 2)).find("rope_scaling.rope_type is 'ntk'"), std::string::npos);
-  const std::string low = message(scaling("linear", 0.5));
+  EXPECT_EQ(message(rope_scaling("", 1)), "");
+  EXPECT_EQ(message(rope_scaling("linear", 2)), "");
+  EXPECT_NE(message(rope_scaling("ntk", 2)).find("rope_scaling.rope_type is 'ntk'"), std::string::npos);
+  const std::string low = message(rope_scaling("linear", 0.5));
   EXPECT_NE(low.find("rope_scaling.factor is 0.5 but must be >= 1"), std::string::npos) << low;
   EXPECT_NE(low.find("--rope-factor"), std::string::npos) << low;
-  RopeScaling l3 = scaling("llama3", 8);
+  RopeScaling l3 = rope_scaling("llama3", 8);
   EXPECT_NE(message(l3).find("original_max_position_embeddings is not given but llama3 needs it"),
             std::string::npos);
   l3.original_max_position_embeddings = 8192;
@@ -208,14 +199,14 @@ TEST(RopeScaling, ValidationNamesTheAttributeAndTheFix) {
   l3.low_freq_factor = 1;
   l3.high_freq_factor = 4;
   EXPECT_EQ(message(l3), "");
-  RopeScaling y = scaling("yarn", 4);
+  RopeScaling y = rope_scaling("yarn", 4);
   y.beta_fast = 1;
   y.beta_slow = 32;
   EXPECT_NE(message(y).find("yarn needs beta_fast >= beta_slow"), std::string::npos);
   // What init refuses: a parameter the type does not read.
-  RopeScaling u = scaling("linear", 2, 4096);
+  RopeScaling u = rope_scaling("linear", 2, 4096);
   EXPECT_EQ(rope_scaling_unused(u), std::vector<std::string>{"rope_scaling.original_max_position_embeddings"});
-  EXPECT_EQ(rope_scaling_unused(scaling("", 2)), std::vector<std::string>{"rope_scaling.factor"});
+  EXPECT_EQ(rope_scaling_unused(rope_scaling("", 2)), std::vector<std::string>{"rope_scaling.factor"});
   EXPECT_TRUE(rope_scaling_unused(l3).empty());
 }
 
