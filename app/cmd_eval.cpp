@@ -10,6 +10,7 @@
 #include "io/arrays.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
+#include "parallel/reducer.hpp"
 #include "parallel/ring_attention.hpp"
 #include "parallel/world.hpp"
 #include "train/evaluate.hpp"
@@ -52,6 +53,7 @@ int cmd_eval(Context& ctx) {
                          {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
   // With --cp, the ring as in train (the transport chosen per hop, the split by the window).
   std::unique_ptr<RingAttention> ring;
+  MpiStepReducer sums(world.comm);  // the loss sums over the ranks, as in training
   EvalCp cp;
   if (o.cp > 1) {
     const ModelConfig& c = m.config;
@@ -59,11 +61,7 @@ int cmd_eval(Context& ctx) {
                                            c.num_key_value_heads, c.head_dim(), shape.blocks, shape.isa,
                                            precision);
     cp = {o.cp, world.rank, choose_cp_split("auto", c.sliding_window, o.seq_len, o.cp),
-          [&](double x) {
-            double total = 0;
-            for (double v : allgather({x}, world.comm, "eval's loss sum")) total += v;
-            return total;
-          },
+          [&](double x) { return sums.sum(x); },
           [&](const std::vector<int32_t>& mine) {
             std::vector<int32_t> all;
             for (const auto& v : allgather_varying(mine, world.comm, "eval's argmax rows")) all.insert(all.end(), v.begin(), v.end());
