@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 #include <type_traits>
 
@@ -28,8 +27,9 @@ template <class>
 inline constexpr bool kAlwaysFalse = false;
 
 // --- The config mapping -------------------------------------------------------------------
-// Every ModelConfig field is a LlamaConfig key of the same name. Three tables say where the
-// two differ; a field added to ModelConfig::for_each_field flows through both directions
+// Every ModelConfig field is a LlamaConfig key of the same name, except the dotted
+// rope_scaling.KEY fields (the keys of LlamaConfig's rope_scaling dict). Two tables say where
+// the two differ; a field added to ModelConfig::for_each_field flows through both directions
 // with nothing else to do unless it needs an entry here (or, for a new C++ type such as a
 // dict-valued field, a branch in field_from_json / field_to_json: the static_asserts say so).
 
@@ -44,26 +44,12 @@ const json& hf_defaults() {
   return d;
 }
 
-// Keys lctrain has no field for yet and so must be null or absent. A key leaves this list by
-// becoming a ModelConfig field (checked by name, so adding the field is enough).
-const std::vector<std::string>& not_supported_yet() {
-  static const std::vector<std::string> keys = {};
-  return keys;
-}
-
 // ModelConfig's dotted fields "rope_scaling.KEY" are the keys of LlamaConfig's rope_scaling
 // dict (null = none; its older name for rope_type is "type").
 constexpr const char* kRopePrefix = "rope_scaling.";
 const char* rope_key(const char* name) {
   const size_t n = std::strlen(kRopePrefix);
   return std::strncmp(name, kRopePrefix, n) == 0 ? name + n : nullptr;
-}
-
-std::set<std::string> field_names() {
-  std::set<std::string> names;
-  ModelConfig c;
-  ModelConfig::for_each_field(c, [&](const char* name, const auto&) { names.insert(name); });
-  return names;
 }
 
 template <class T>
@@ -119,11 +105,6 @@ ModelConfig config_from_json(const json& j, const std::string& where) {
   if (j.contains("attention_dropout") && j["attention_dropout"] != 0 && j["attention_dropout"] != 0.0)
     fail(where, ": attention_dropout is ", j["attention_dropout"].dump(),
          "; lctrain has no dropout: set it to 0.0 to convert");
-  const std::set<std::string> fields = field_names();
-  for (const std::string& key : not_supported_yet())
-    if (!fields.count(key) && j.contains(key) && !j[key].is_null())
-      fail(where, ": ", key, " is ", j[key].dump(), "; lctrain does not support ", key,
-           " yet, so only checkpoints with \"", key, "\": null convert");
 
   const json* rope = j.contains("rope_scaling") && !j["rope_scaling"].is_null() ? &j["rope_scaling"] : nullptr;
   if (rope && !rope->is_object())
@@ -169,20 +150,19 @@ json config_to_json(const ModelConfig& c, bool bf16) {
   json j;
   j["architectures"] = {"LlamaForCausalLM"};
   j["model_type"] = "llama";
-  const ModelConfig plain;  // every default
+  json defaults;  // every field's default, as JSON
+  const ModelConfig plain;
+  ModelConfig::for_each_field(plain, [&](const char* name, const auto& d) { defaults[name] = field_to_json(d); });
   j["rope_scaling"] = nullptr;
   ModelConfig::for_each_field(c, [&](const char* name, const auto& v) {
     using T = std::decay_t<decltype(v)>;
     if (const char* key = rope_key(name)) {
-      // Only the type and what differs from the defaults: what the type reads (init
-      // refuses the rest), as Hugging Face writes it.
-      bool differs = false;
-      ModelConfig::for_each_field(plain, [&](const char* n, const auto& d) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(d)>, T>)
-          if (std::strcmp(n, name) == 0) differs = !(d == v);
-      });
-      if (!c.rope_scaling.none() && (differs || std::string(key) == "rope_type" || std::string(key) == "factor"))
-        j["rope_scaling"][key] = field_to_json(v);
+      // Only the type, the factor and what differs from the defaults (what the type reads:
+      // init refuses the rest), as Hugging Face writes it.
+      const json x = field_to_json(v);
+      const std::string k = key;
+      if (!c.rope_scaling.none() && (k == "rope_type" || k == "factor" || x != defaults[name]))
+        j["rope_scaling"][key] = x;
       return;
     }
     if constexpr (std::is_arithmetic_v<T>)
@@ -195,9 +175,6 @@ json config_to_json(const ModelConfig& c, bool bf16) {
   j["mlp_bias"] = false;
   j["attention_dropout"] = 0.0;
   j["pretraining_tp"] = 1;
-  const std::set<std::string> fields = field_names();
-  for (const std::string& key : not_supported_yet())
-    if (!fields.count(key)) j[key] = nullptr;
   j["torch_dtype"] = bf16 ? "bfloat16" : "float32";
   return j;
 }
