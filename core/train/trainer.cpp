@@ -17,12 +17,7 @@ Trainer::Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* redu
 }
 
 void Trainer::gather_moments(float* m, float* v) {
-  const Shard& s = opt_.shard();
-  if (!sharded()) {
-    std::copy(opt_.m(), opt_.m() + s.size(), m);
-    std::copy(opt_.v(), opt_.v() + s.size(), v);
-    return;
-  }
+  if (!sharded()) fail("gather_moments: the moments are whole already (optimizer().m(), v())");
   reducer_->gather_shards(opt_.m(), m, bounds_);
   reducer_->gather_shards(opt_.v(), v, bounds_);
 }

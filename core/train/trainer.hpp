@@ -45,7 +45,7 @@ class Trainer {
   StepStats train_step(const std::vector<Batch>& micro_batches, int64_t step, PhaseClock& clock);
   AdamW& optimizer() { return opt_; }
   bool sharded() const { return bounds_.size() > 2; }
-  // The whole moments (for a checkpoint; collective when sharded) and back (from one).
+  // Sharded only: the whole moments (for a checkpoint; collective) and back (from one).
   void gather_moments(float* m, float* v);
   void load_moments(const float* m, const float* v);
 
