@@ -43,6 +43,15 @@ const TensorSpec* ParamLayout::find(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<size_t> unit_bounds(const ParamLayout& layout, const ModelConfig& c) {
+  // The layout's order (llama()): embedding, 9 tensors per layer, final norm, LM head.
+  std::vector<size_t> b{0};
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) b.push_back(layout.tensors.at(1 + 9 * size_t(l)).offset);
+  b.push_back(layout.tensors.at(1 + 9 * size_t(c.num_hidden_layers)).offset);
+  b.push_back(layout.total);
+  return b;
+}
+
 size_t ParamLayout::num_parameters() const {
   size_t n = 0;
   for (const auto& t : tensors) n += t.numel;

@@ -21,6 +21,13 @@ struct TensorSpec {
   size_t numel;
 };
 
+// A contiguous range [begin, end) of the flat parameter array: a rank's share of the
+// optimizer state (ZeRO-1/2: one per rank) or its piece of one unit (ZeRO-3).
+struct Shard {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
 struct ParamLayout {
   std::vector<TensorSpec> tensors;
   size_t total = 0;  // floats, including alignment padding
@@ -78,6 +85,20 @@ ModelTensorsOf<T> carve(const ParamLayout& layout, const ModelConfig& c, T* base
   m.final_norm = next();
   m.lm_head = c.tie_word_embeddings ? m.embed : next();
   return m;
+}
+
+// ZeRO-3 gathers the parameters a unit at a time, each unit a contiguous range of the flat
+// array: unit 0 the embedding, unit 1 + l layer l, unit L + 1 the head (final norm, and the
+// LM head when untied). Returns the L + 3 boundaries.
+std::vector<size_t> unit_bounds(const ParamLayout& layout, const ModelConfig& c);
+
+// Layer l's views over `unit`, an array holding just that layer's range of the flat layout
+// (unit_bounds()[1 + l] onwards), as a ZeRO-3 gather delivers it.
+template <class T>
+LayerTensorsOf<T> carve_layer(const ParamLayout& layout, int64_t l, T* unit) {
+  const size_t first = 1 + 9 * size_t(l), base = layout.tensors.at(first).offset;
+  auto at = [&](size_t k) { return unit + (layout.tensors.at(first + k).offset - base); };
+  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8)};
 }
 
 }  // namespace lct

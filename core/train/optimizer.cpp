@@ -15,7 +15,9 @@ double learning_rate(const AdamWConfig& c, int64_t step) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double global_norm(const float* g, size_t n) {
+double global_norm(const float* g, size_t n) { return std::sqrt(sum_squares(g, n)); }
+
+double sum_squares(const float* g, size_t n) {
   const int threads = omp_get_max_threads();
   std::vector<double> partial(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
@@ -27,7 +29,7 @@ double global_norm(const float* g, size_t n) {
   }
   double total = 0;
   for (double p : partial) total += p;  // fixed order: deterministic
-  return std::sqrt(total);
+  return total;
 }
 
 std::vector<size_t> shard_bounds(size_t total, int n) {
@@ -41,31 +43,51 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard)
     : layout_(layout), config_(config),
       shard_(shard.end == 0 ? Shard{0, layout.total} : shard), m_(shard_.size()), v_(shard_.size()) {}
 
+namespace {
+size_t total_size(const std::vector<Shard>& pieces) {
+  size_t n = 0;
+  for (const Shard& p : pieces) n += p.size();
+  return n;
+}
+}  // namespace
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<Shard> pieces)
+    : layout_(layout), config_(config), pieces_(std::move(pieces)), m_(total_size(pieces_)),
+      v_(total_size(pieces_)) {}
+
 void AdamW::step(float* params, const float* grads, int64_t step, double lr, double grad_mult) {
   const double bc1 = 1.0 - std::pow(config_.beta1, double(step));
   const double bc2 = 1.0 - std::pow(config_.beta2, double(step));
   const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
   const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   const float gm = float(grad_mult);
-  for (const TensorSpec& t : layout_.tensors) {
-    // The part of this tensor in the shard: [lo, hi) of the flat array.
-    const size_t lo = std::max(t.offset, shard_.begin), hi = std::min(t.offset + t.numel, shard_.end);
-    if (lo >= hi) continue;
-    const bool decay = t.kind == TensorKind::Linear || config_.decay_norms_and_embeddings;
-    const float keep = decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
-    float* p = params + lo;
-    const float* g = grads + lo;
-    float* m = m_.data() + (lo - shard_.begin);
-    float* v = v_.data() + (lo - shard_.begin);
-    const int64_t n = int64_t(hi - lo);
+  // Whole-layout arrays (one range, at its offsets) or the shard's pieces back to back.
+  const bool packed = !pieces_.empty();
+  const std::vector<Shard> ranges = packed ? pieces_ : std::vector<Shard>{shard_};
+  size_t local = 0;  // where range r starts in the moments (and in packed arrays)
+  for (const Shard& r : ranges) {
+    for (const TensorSpec& t : layout_.tensors) {
+      // The part of this tensor in the range: [lo, hi) of the flat array.
+      const size_t lo = std::max(t.offset, r.begin), hi = std::min(t.offset + t.numel, r.end);
+      if (lo >= hi) continue;
+      const bool decay = t.kind == TensorKind::Linear || config_.decay_norms_and_embeddings;
+      const float keep = decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
+      const size_t at = local + (lo - r.begin);
+      float* p = params + (packed ? at : lo);
+      const float* g = grads + (packed ? at : lo);
+      float* m = m_.data() + at;
+      float* v = v_.data() + at;
+      const int64_t n = int64_t(hi - lo);
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = g[i] * gm;
-      m[i] = b1 * m[i] + (1.0f - b1) * gi;
-      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-      const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-      p[i] = p[i] * keep - step_size * m[i] / denom;
+      for (int64_t i = 0; i < n; ++i) {
+        const float gi = g[i] * gm;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
+        p[i] = p[i] * keep - step_size * m[i] / denom;
+      }
     }
+    local += r.size();
   }
 }
 

@@ -22,15 +22,10 @@ struct AdamWConfig {
 // lr at `step` (1-based): linear warmup, then cosine from lr to min_lr at total_steps.
 double learning_rate(const AdamWConfig& c, int64_t step);
 
-// sqrt(sum g^2) over the whole array, in double, summed in a fixed order.
+// sum g^2 over the array, in double, summed in a fixed order (deterministic).
+double sum_squares(const float* g, size_t n);
+// sqrt(sum_squares(g, n)).
 double global_norm(const float* g, size_t n);
-
-// A contiguous range [begin, end) of the flat parameter array: what one rank updates and
-// keeps moments for under a sharded optimizer (ZeRO-1).
-struct Shard {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-};
 
 // n ranges covering [0, total) in order, as even as whole 64-float lines allow: bounds[r]
 // to bounds[r + 1] is rank r's (n + 1 entries).
@@ -38,8 +33,12 @@ std::vector<size_t> shard_bounds(size_t total, int n);
 
 class AdamW {
  public:
-  // Moments for `shard` only (default: the whole array).
+  // Moments for `shard` only (default: the whole array); step() reads and writes the
+  // whole-layout arrays at the shard's offsets.
   AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard = {});
+  // ZeRO-3: moments for `pieces` (ranges of the layout, in order), and step() reads and
+  // writes arrays that hold just those pieces back to back (the rank's shard).
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<Shard> pieces);
   // One update at `step` (1-based) with learning rate `lr`, gradients multiplied by
   // `grad_mult` first (the clipping factor), of the shard's parameters only. Same
   // arithmetic as torch.optim.AdamW.
@@ -52,7 +51,8 @@ class AdamW {
  private:
   const ParamLayout& layout_;
   AdamWConfig config_;
-  Shard shard_;
+  Shard shard_;                // the one range (ZeRO-0/1/2); {0, 0} with pieces
+  std::vector<Shard> pieces_;  // ZeRO-3: the ranges whose state is held back to back
   Buffer<float> m_, v_;
 };
 

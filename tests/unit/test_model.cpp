@@ -130,5 +130,69 @@ TEST(AdamW, ShardsUpdateBitwiseLikeTheWholeArray) {
     }
   EXPECT_NE(pw, p0);  // the steps did move the parameters
 }
+
+// ZeRO-3's units: the embedding, each layer, the head, contiguous and covering the layout;
+// carve_layer over a unit's own copy points at the same tensors as carve over the whole.
+TEST(ParamLayout, UnitsCoverTheLayoutAndCarveLayerMatchesCarve) {
+  for (bool tied : {false, true}) {
+    ModelConfig c = model_preset("tiny");
+    c.tie_word_embeddings = tied;
+    const ParamLayout layout = ParamLayout::llama(c);
+    const std::vector<size_t> u = unit_bounds(layout, c);
+    ASSERT_EQ(u.size(), size_t(c.num_hidden_layers) + 3);
+    EXPECT_EQ(u.front(), 0u);
+    EXPECT_EQ(u.back(), layout.total);
+    EXPECT_EQ(u[1], layout.find("model.layers.0.input_layernorm.weight")->offset);
+    EXPECT_EQ(u[size_t(c.num_hidden_layers) + 1], layout.find("model.norm.weight")->offset);
+    std::vector<float> whole(layout.total);
+    const ModelTensors w = carve(layout, c, whole.data());
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      float* unit = whole.data() + u[size_t(l) + 1];
+      const LayerTensors a = carve_layer(layout, l, unit), e = w.layers[size_t(l)];
+      EXPECT_EQ(a.input_norm, e.input_norm);
+      EXPECT_EQ(a.wq, e.wq);
+      EXPECT_EQ(a.wo, e.wo);
+      EXPECT_EQ(a.post_norm, e.post_norm);
+      EXPECT_EQ(a.w_down, e.w_down);
+      EXPECT_LT(a.w_down, whole.data() + u[size_t(l) + 2]);  // inside its unit
+    }
+  }
+}
+
+// ZeRO-3's optimizer: moments for a rank's pieces (one per unit), over arrays holding just
+// those pieces back to back, update exactly as the whole array (same bits).
+TEST(AdamW, PackedPiecesUpdateBitwiseLikeTheWholeArray) {
+  const ModelConfig c = model_preset("tiny");
+  const ParamLayout layout = ParamLayout::llama(c);
+  const std::vector<size_t> u = unit_bounds(layout, c);
+  std::vector<float> p0(layout.total), g(layout.total);
+  for (size_t i = 0; i < layout.total; ++i) {
+    p0[i] = float(std::sin(double(i)));
+    g[i] = float(std::cos(double(i) * 0.7));
+  }
+  const AdamWConfig cfg;
+  AdamW whole(layout, cfg);
+  std::vector<float> pw = p0;
+  const int ranks = 3;
+  std::vector<float> merged = p0;  // every rank's updated pieces, written back in place
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<Shard> pieces;
+    std::vector<float> ps, gs;
+    for (size_t k = 0; k + 1 < u.size(); ++k) {
+      const std::vector<size_t> b = shard_bounds(u[k + 1] - u[k], ranks);
+      pieces.push_back({u[k] + b[size_t(r)], u[k] + b[size_t(r) + 1]});
+      ps.insert(ps.end(), p0.begin() + long(pieces.back().begin), p0.begin() + long(pieces.back().end));
+      gs.insert(gs.end(), g.begin() + long(pieces.back().begin), g.begin() + long(pieces.back().end));
+    }
+    AdamW part(layout, cfg, pieces);
+    for (int64_t step = 1; step <= 3; ++step) part.step(ps.data(), gs.data(), step, 1e-3, 0.5);
+    size_t at = 0;
+    for (const Shard& s : pieces)
+      for (size_t i = s.begin; i < s.end; ++i, ++at) merged[i] = ps[at];
+  }
+  for (int64_t step = 1; step <= 3; ++step) whole.step(pw.data(), g.data(), step, 1e-3, 0.5);
+  EXPECT_EQ(pw, merged);
+  EXPECT_NE(pw, p0);
+}
 }  // namespace
 }  // namespace lct
