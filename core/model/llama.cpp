@@ -178,9 +178,10 @@ class LlamaPassesOf final : public LlamaPasses {
   explicit LlamaPassesOf(LlamaModel& m)
       : m_(m), xent_(m.shape_.max_tokens, m.config_.vocab_size, m.shape_.precision) {
     if constexpr (std::is_same_v<X, bf16>) {
+      if (m.shards_) fail("--zero 3 trains in fp32 only: use --precision fp32, or --zero 2 with bf16");
       wcopy_ = Buffer<bf16>(m.layout_.total);
       wx_ = carve(m.layout_, m.config_, wcopy_.data());
-    } else {
+    } else if (!m.shards_) {
       wx_ = carve(m.layout_, m.config_, m.params_.data());
     }
     acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, m.config_, m.shape_, acts_));
@@ -191,36 +192,125 @@ class LlamaPassesOf final : public LlamaPasses {
 
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
     embed_and_layers_forward(b, clock);
-    const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), T(b),
+    const HeadWeights h = head_weights(-1, false, clock);
+    final_norm_forward(h, b, clock);
+    const double loss = xent_.run(acts_.lnf, h.lm_head, b.targets.data(), T(b),
                                   m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax, token_loss);
     clock.lap(Phase::Gemm);
+    head_done(false, clock);
     return loss;
   }
 
   double forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) override {
-    const int64_t n = T(b), C = m_.config_.hidden_size;
-    const ModelTensors &w = m_.w_, &g = m_.g_;
+    const int64_t n = T(b), C = m_.config_.hidden_size, L = m_.config_.num_hidden_layers;
     embed_and_layers_forward(b, clock);
+    const HeadWeights h = head_weights(int(L), true, clock);  // ZeRO-3: fetch the last layer again
+    final_norm_forward(h, b, clock);
     // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
-    const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), n, C, grad_scale,
-                                  sp_.dln, g.lm_head);
+    const double loss = xent_.run(acts_.lnf, h.lm_head, b.targets.data(), n, C, grad_scale,
+                                  sp_.dln, h.g_lm_head);
     clock.lap(Phase::Gemm);
-    rmsnorm_backward(sp_.dx, g.final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, w.final_norm,
+    rmsnorm_backward(sp_.dx, h.g_final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, h.final_norm,
                      n, C, false);
     clock.lap(Phase::Other);
-    for (int64_t l = m_.config_.num_hidden_layers - 1; l >= 0; --l) {
+    head_done(true, clock);
+    for (int64_t l = L - 1; l >= 0; --l) {
       const LayerActs<X> a = layer_acts(l);
+      const LayerWeights lw = layer_weights(l, l > 0 ? int(l) : -1, true, clock);
       if (m_.shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
-        layer_forward(l, a, acts_.x_in[size_t(l)], sp_.tmp, b, clock);
-      layer_backward(l, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
+        layer_forward(lw, a, acts_.x_in[size_t(l)], sp_.tmp, b, clock);
+      layer_backward(lw, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
+      layer_done(l, true, clock);
     }
-    embedding_backward(g.embed, b.tokens.data(), sp_.dx, n, C);
+    embedding_backward(shards() ? shards()->grads(0) : m_.g_.embed, b.tokens.data(), sp_.dx, n, C);
     clock.lap(Phase::Other);
+    if (shards()) {
+      shards()->grads_done(0);
+      clock.lap(Phase::Allreduce);
+    }
     return loss;
   }
 
  private:
   int64_t T(const Batch& b) const { return b.tokens_total(); }
+  ParamShards* shards() const { return m_.shards_; }
+  int head_unit() const { return int(m_.config_.num_hidden_layers) + 1; }
+
+  // A layer's weights: fp32 (norms; every product in fp32), what products read, and where
+  // its parameter gradients go.
+  struct LayerWeights {
+    LayerTensors w;
+    LayerTensorsOf<X> wx;
+    LayerTensors g;
+  };
+
+  // Layer l's weights. ZeRO-3: its unit gathered (the gather of unit `next` starts behind
+  // it) and, `grads`, a zeroed buffer for its gradients; layer_done() gives both back.
+  LayerWeights layer_weights(int64_t l, int next, bool grads, PhaseClock& clock) {
+    if (!shards()) return {m_.w_.layers[size_t(l)], wx_.layers[size_t(l)], m_.g_.layers[size_t(l)]};
+    if constexpr (std::is_same_v<X, float>) {
+      const int u = int(l) + 1;
+      LayerWeights lw;
+      lw.w = carve_layer(m_.layout_, l, shards()->acquire(u, next));
+      lw.wx = lw.w;
+      lw.g = grads ? carve_layer(m_.layout_, l, shards()->grads(u)) : LayerTensors{};
+      clock.lap(Phase::Allreduce);
+      return lw;
+    } else {
+      fail("--zero 3 trains in fp32 only");
+    }
+  }
+
+  void layer_done(int64_t l, bool grads, PhaseClock& clock) {
+    if (!shards()) return;
+    shards()->release(int(l) + 1);
+    if (grads) shards()->grads_done(int(l) + 1);  // reduce-scattered as soon as the layer is done
+    clock.lap(Phase::Allreduce);
+  }
+
+  // The final norm and the LM head (and their gradients, `grads`), as layer_weights().
+  // Tied embeddings: the LM head is unit 0, gathered again (and its gradient buffer is kept
+  // until the embedding's backward has added to it).
+  struct HeadWeights {
+    float* final_norm;
+    const X* lm_head;
+    float *g_final_norm, *g_lm_head;
+  };
+
+  HeadWeights head_weights(int next, bool grads, PhaseClock& clock) {
+    if (!shards()) return {m_.w_.final_norm, wx_.lm_head, m_.g_.final_norm, m_.g_.lm_head};
+    if constexpr (std::is_same_v<X, float>) {
+      const ParamLayout& lay = m_.layout_;
+      const bool tied = m_.config_.tie_word_embeddings;
+      const size_t norm_at = lay.tensors.at(1 + 9 * size_t(m_.config_.num_hidden_layers)).offset;
+      const size_t head_off = tied ? 0 : lay.tensors.back().offset - norm_at;  // within its unit
+      float* p = shards()->acquire(head_unit(), next);
+      HeadWeights h{p, tied ? shards()->acquire(0, -1) : p + head_off, nullptr, nullptr};
+      if (grads) {
+        float* g = shards()->grads(head_unit());
+        h.g_final_norm = g;
+        h.g_lm_head = tied ? shards()->grads(0) : g + head_off;
+      }
+      clock.lap(Phase::Allreduce);
+      return h;
+    } else {
+      fail("--zero 3 trains in fp32 only");
+    }
+  }
+
+  void head_done(bool grads, PhaseClock& clock) {
+    if (!shards()) return;
+    shards()->release(head_unit());
+    if (m_.config_.tie_word_embeddings) shards()->release(0);
+    if (grads) shards()->grads_done(head_unit());  // tied: unit 0's after the embedding's backward
+    clock.lap(Phase::Allreduce);
+  }
+
+  void final_norm_forward(const HeadWeights& h, const Batch& b, PhaseClock& clock) {
+    rmsnorm_forward(acts_.lnf, acts_.rstdf, acts_.x_in.back(), h.final_norm, T(b),
+                    m_.config_.hidden_size, float(m_.config_.rms_norm_eps));
+    clock.lap(Phase::Other);
+  }
   LayerActs<X> layer_acts(int64_t l) {
     return m_.shape_.checkpointing == Checkpointing::Full ? acts_.stored[0] : acts_.stored[size_t(l)];
   }
@@ -238,13 +328,21 @@ class LlamaPassesOf final : public LlamaPasses {
     const int64_t n = T(b), C = m_.config_.hidden_size;
     if (n > m_.shape_.max_tokens) fail("micro-batch of ", n, " tokens exceeds the model's ", m_.shape_.max_tokens);
     refresh_weights();
-    embedding_forward(acts_.x_in[0], b.tokens.data(), m_.w_.embed, n, C);
+    const int64_t L = m_.config_.num_hidden_layers;
+    if (shards()) {  // ZeRO-3: the embedding's unit, then each layer's, then the head's
+      const float* embed = shards()->acquire(0, 1);
+      clock.lap(Phase::Allreduce);
+      embedding_forward(acts_.x_in[0], b.tokens.data(), embed, n, C);
+      shards()->release(0);
+    } else {
+      embedding_forward(acts_.x_in[0], b.tokens.data(), m_.w_.embed, n, C);
+    }
     clock.lap(Phase::Other);
-    for (int64_t l = 0; l < m_.config_.num_hidden_layers; ++l)
-      layer_forward(l, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
-    rmsnorm_forward(acts_.lnf, acts_.rstdf, acts_.x_in.back(), m_.w_.final_norm, n, C,
-                    float(m_.config_.rms_norm_eps));
-    clock.lap(Phase::Other);
+    for (int64_t l = 0; l < L; ++l) {
+      const LayerWeights lw = layer_weights(l, int(l) + 2, false, clock);  // unit l + 2: the next
+      layer_forward(lw, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
+      layer_done(l, false, clock);
+    }
   }
 
   void attention_forward(const LayerActs<X>& a, const Batch& b, PhaseClock& clock) {
@@ -261,11 +359,11 @@ class LlamaPassesOf final : public LlamaPasses {
     }
   }
 
-  void layer_forward(int64_t l, const LayerActs<X>& a, const float* x_in, float* x_out,
+  void layer_forward(const LayerWeights& lw, const LayerActs<X>& a, const float* x_in, float* x_out,
                      const Batch& b, PhaseClock& clock) {
     const ModelConfig& c = m_.config_;
-    const LayerTensors& w = m_.w_.layers[size_t(l)];       // fp32: norms
-    const LayerTensorsOf<X>& wx = wx_.layers[size_t(l)];  // products
+    const LayerTensors& w = lw.w;         // fp32: norms
+    const LayerTensorsOf<X>& wx = lw.wx;  // products
     const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
     const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
     const float eps = float(c.rms_norm_eps);
@@ -305,13 +403,13 @@ class LlamaPassesOf final : public LlamaPasses {
     clock.lap(Phase::Other);
   }
 
-  void layer_backward(int64_t l, const LayerActs<X>& a, const float* x_in, float* dx,
+  void layer_backward(const LayerWeights& lw, const LayerActs<X>& a, const float* x_in, float* dx,
                       const Batch& b, PhaseClock& clock) {
     // dx [T, C] arrives as d(loss)/d(layer output) and leaves as d(loss)/d(layer input).
     const ModelConfig& c = m_.config_;
-    const LayerTensors& w = m_.w_.layers[size_t(l)];
-    const LayerTensorsOf<X>& wx = wx_.layers[size_t(l)];
-    LayerTensors& g = m_.g_.layers[size_t(l)];
+    const LayerTensors& w = lw.w;
+    const LayerTensorsOf<X>& wx = lw.wx;
+    const LayerTensors& g = lw.g;
     const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
     const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
 
@@ -380,21 +478,25 @@ RopeTable rope_table(const ModelConfig& config, int64_t max_pos) {
 }
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention)
+LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention,
+                       ParamShards* shards)
     : config_(config),
       shape_(shape),
       layout_(ParamLayout::llama(config)),
-      params_(layout_.total),
-      grads_(layout_.total),
+      params_(shards ? 0 : layout_.total),
+      grads_(shards ? 0 : layout_.total),
       rope_(rope_table(config, shape.max_pos)),
       own_attention_(attention ? nullptr
                                : std::make_unique<LocalAttention>(
                                      shape.max_tokens, config.num_attention_heads,
                                      config.num_key_value_heads, config.head_dim(), shape.blocks,
                                      shape.isa, shape.precision)),
-      attention_(attention ? attention : own_attention_.get()) {
-  w_ = carve(layout_, config_, params_.data());
-  g_ = carve(layout_, config_, grads_.data());
+      attention_(attention ? attention : own_attention_.get()),
+      shards_(shards) {
+  if (!shards_) {  // ZeRO-3: no whole arrays to view
+    w_ = carve(layout_, config_, params_.data());
+    g_ = carve(layout_, config_, grads_.data());
+  }
   if (shape.precision == Precision::Bf16) passes_ = std::make_unique<LlamaPassesOf<bf16>>(*this);
   else passes_ = std::make_unique<LlamaPassesOf<float>>(*this);
 }
@@ -426,8 +528,8 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
 }
 
 void LlamaModel::zero_grads() {
-  float* g = grads_.data();
-  const int64_t n = int64_t(grads_.size());
+  float* g = shards_ ? shards_->grad_shard() : grads_.data();
+  const int64_t n = int64_t(shards_ ? shards_->size() : grads_.size());
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
 }

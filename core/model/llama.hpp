@@ -21,6 +21,7 @@
 #include "kernels/xent.hpp"
 #include "model/attention_op.hpp"
 #include "model/batch.hpp"
+#include "model/param_shards.hpp"
 #include "model/params.hpp"
 #include "sys/memory.hpp"
 
@@ -58,8 +59,11 @@ class LlamaModel {
   static ModelMemory memory(const ModelConfig& config, const ModelShape& shape, int threads);
 
   // `attention` computes every layer's attention (a context-parallel ring, say); null means
-  // the flash kernel on this rank's tokens.
-  LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention = nullptr);
+  // the flash kernel on this rank's tokens. `shards` (ZeRO-3, fp32 only): the parameters
+  // and gradients live there, a shard per rank, and the model holds no whole array of
+  // either (params() and grads() are null; the passes gather a unit at a time).
+  LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention = nullptr,
+             ParamShards* shards = nullptr);
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
@@ -72,7 +76,8 @@ class LlamaModel {
     return params_.data();
   }
   float* grads() { return grads_.data(); }
-  void zero_grads();
+  ParamShards* param_shards() const { return shards_; }
+  void zero_grads();  // ZeRO-3: the shard's gradients
 
   // Loss sum over scored targets of the micro-batch; adds grad_scale * d(loss sum)/d(params)
   // to the gradients (grad_scale = 1 / valid targets of the whole step).
@@ -95,6 +100,7 @@ class LlamaModel {
   RopeTable rope_;
   std::unique_ptr<AttentionOp> own_attention_;
   AttentionOp* attention_;
+  ParamShards* shards_;
   std::unique_ptr<LlamaPasses> passes_;
 };
 

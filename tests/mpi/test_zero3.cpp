@@ -1,0 +1,68 @@
+// ZeRO-3's store on world-size ranks: a whole array split into shards and gathered back is
+// the same bits; acquire() delivers each unit whole in the passes' order (with the next
+// unit's gather in flight); grads_done() leaves on each rank the sum over the ranks of its
+// piece, added to what the shard held (micro-batches accumulate).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/config.hpp"
+#include "parallel/zero3.hpp"
+
+namespace lct {
+namespace {
+
+TEST(Zero3, ShardsGatherUnitsAndReduceScatterGradients) {
+  int rank, ranks;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  for (bool tied : {false, true}) {
+    ModelConfig c = model_preset("tiny");
+    c.tie_word_embeddings = tied;
+    const ParamLayout layout = ParamLayout::llama(c);
+    const std::vector<size_t> u = unit_bounds(layout, c);
+    std::vector<float> whole(layout.total);
+    for (size_t i = 0; i < whole.size(); ++i) whole[i] = float(std::sin(double(i)));
+    MpiParamShards s(MPI_COMM_WORLD, layout, c);
+    s.take_mine(whole.data(), s.params());
+    std::vector<float> back(layout.total, -1.0f);
+    s.gather_whole(s.params(), back.data());
+    EXPECT_EQ(back, whole);
+
+    // The forward order, each unit announcing the next, then the backward order.
+    const int units = int(u.size()) - 1;
+    for (int k = 0; k < units; ++k) {
+      const float* p = s.acquire(k, k + 1 < units ? k + 1 : -1);
+      for (size_t i = u[size_t(k)]; i < u[size_t(k) + 1]; ++i) ASSERT_EQ(p[i - u[size_t(k)]], whole[i]) << k;
+      s.release(k);
+    }
+    // Gradients: rank r contributes (r + 1) * (i % 7), twice (two micro-batches); every
+    // value a small integer, so the sums are exact in any order.
+    std::fill(s.grad_shard(), s.grad_shard() + s.size(), 0.0f);
+    for (int mb = 0; mb < 2; ++mb)
+      for (int k = units - 1; k >= 0; --k) {
+        float* g = s.grads(k);
+        for (size_t i = u[size_t(k)]; i < u[size_t(k) + 1]; ++i) {
+          ASSERT_EQ(g[i - u[size_t(k)]], 0.0f);  // zeroed for each use
+          g[i - u[size_t(k)]] = float((rank + 1) * int(i % 7));
+        }
+        s.grads_done(k);
+      }
+    const float rank_sum = float(ranks * (ranks + 1) / 2);
+    size_t at = 0;
+    for (const Shard& piece : s.pieces())
+      for (size_t i = piece.begin; i < piece.end; ++i, ++at)
+        ASSERT_EQ(s.grad_shard()[at], 2 * rank_sum * float(i % 7)) << i;
+    EXPECT_EQ(at, s.size());
+    // The pieces of all ranks cover the layout once.
+    unsigned long long mine = s.size(), all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(all, layout.total);
+    EXPECT_LE(double(s.size()) * sizeof(float) * 2, double(MpiParamShards::bytes_for(layout, c, ranks)));
+  }
+}
+
+}  // namespace
+}  // namespace lct
