@@ -103,4 +103,39 @@ void MpiStepReducer::gather_shards(const float* mine, float* full, const std::ve
   MPI_Allgatherv(mine, counts[size_t(r)], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, comm_);
 }
 
+void MpiStepReducer::scatter_gradients(float* g, const std::vector<size_t>& bounds) {
+  std::vector<int> counts, displs;
+  ranges(bounds, counts, displs);
+  const size_t r = size_t(comm_rank(comm_)), n = bounds.back(), mine = size_t(counts[r]);
+  // MPI_Reduce_scatter delivers the rank's block at the start of the receive buffer: a
+  // separate one, then copied to the range's place in g.
+  const bool b16 = wire_ == Precision::Bf16;
+  {
+    WaitScope w("the ZeRO-2 reduce-scatter of the gradients");
+    if (b16) {
+      wire_buf_.resize(n);
+      recv16_.resize(mine);
+      convert(g, wire_buf_.data(), int64_t(n));
+      MPI_Reduce_scatter(wire_buf_.data(), recv16_.data(), counts.data(), bf16_type_, bf16_sum_, comm_);
+    } else {
+      recv_.resize(mine);
+      MPI_Reduce_scatter(g, recv_.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+    }
+  }
+  if (b16) convert(recv16_.data(), g + bounds[r], int64_t(mine));
+  else std::copy(recv_.begin(), recv_.end(), g + bounds[r]);
+  bytes_sent += (n - mine) * (b16 ? sizeof(bf16) : sizeof(float));  // every other rank's range, once
+}
+
+double MpiStepReducer::sum_in_order(double local) {
+  std::vector<double> all(size_t(comm_size(comm_)));
+  {
+    WaitScope w("the allgather of the ranks' gradient sums of squares");
+    MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_);
+  }
+  double total = 0;
+  for (double x : all) total += x;  // rank order: every rank adds the same numbers alike
+  return total;
+}
+
 }  // namespace lct

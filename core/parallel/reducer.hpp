@@ -23,6 +23,8 @@ class MpiStepReducer : public StepReducer {
   void sum_gradients(float* grads, size_t n) override;
   void gather_shards(float* x, const std::vector<size_t>& bounds) override;
   void gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) override;
+  void scatter_gradients(float* g, const std::vector<size_t>& bounds) override;
+  double sum_in_order(double local) override;
   size_t bytes_sent = 0;
 
  private:
@@ -30,6 +32,8 @@ class MpiStepReducer : public StepReducer {
   Precision wire_;
   size_t bucket_;
   std::vector<bf16> wire_buf_;  // the gradients as bf16 while they travel
+  std::vector<float> recv_;     // ZeRO-2: this rank's range of the sum, before it is copied in place
+  std::vector<bf16> recv16_;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
 };

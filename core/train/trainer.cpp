@@ -7,22 +7,45 @@
 
 namespace lct {
 
-Trainer::Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer, int shards, int shard)
-    : model_(model), bounds_(shard_bounds(model.layout().total, shards)),
-      opt_(model.layout(), config,
-           shards > 1 ? Shard{bounds_[size_t(shard)], bounds_[size_t(shard) + 1]} : Shard{}),
-      reducer_(reducer) {
+namespace {
+AdamW make_optimizer(LlamaModel& model, const AdamWConfig& config, const std::vector<size_t>& bounds,
+                     int shard, int stage) {
+  if (stage == 3) {
+    if (!model.param_shards()) fail("ZeRO-3 needs a model built over ParamShards");
+    return AdamW(model.layout(), config, model.param_shards()->pieces());
+  }
+  return AdamW(model.layout(), config,
+               bounds.size() > 2 ? Shard{bounds[size_t(shard)], bounds[size_t(shard) + 1]} : Shard{});
+}
+}  // namespace
+
+Trainer::Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer, int shards,
+                 int shard, int stage)
+    : model_(model), bounds_(shard_bounds(model.layout().total, stage == 3 ? 1 : shards)),
+      stage_(shards > 1 ? stage : 0), shard_(shard),
+      opt_(make_optimizer(model, config, bounds_, shard, stage_)), reducer_(reducer) {
   if (shards > 1 && (!reducer || shard < 0 || shard >= shards))
     fail("a sharded optimizer needs the ranks' reducer and a shard index below ", shards);
+  if (stage < 0 || stage > 3) fail("ZeRO stage ", stage, ": use 0, 1, 2 or 3");
 }
 
 void Trainer::gather_moments(float* m, float* v) {
   if (!sharded()) fail("gather_moments: the moments are whole already (optimizer().m(), v())");
+  if (stage_ == 3) {
+    model_.param_shards()->gather_whole(opt_.m(), m);
+    model_.param_shards()->gather_whole(opt_.v(), v);
+    return;
+  }
   reducer_->gather_shards(opt_.m(), m, bounds_);
   reducer_->gather_shards(opt_.v(), v, bounds_);
 }
 
 void Trainer::load_moments(const float* m, const float* v) {
+  if (stage_ == 3) {
+    model_.param_shards()->take_mine(m, opt_.m());
+    model_.param_shards()->take_mine(v, opt_.v());
+    return;
+  }
   const Shard& s = opt_.shard();
   std::copy(m + s.begin, m + s.end, opt_.m());
   std::copy(v + s.begin, v + s.end, opt_.v());
@@ -46,22 +69,35 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
   model_.zero_grads();
   clock.lap(Phase::Other);
   double loss_sum = 0;
+  // ZeRO-3: each unit's gradients are reduce-scattered inside the passes.
   for (const Batch& b : micro_batches) loss_sum += model_.forward_backward(b, grad_scale, clock);
   if (reducer_) {  // gradients of replicated parameters: summed over every rank
-    reducer_->sum_gradients(model_.grads(), model_.layout().total);
+    if (stage_ == 2) reducer_->scatter_gradients(model_.grads(), bounds_);
+    else if (stage_ < 2) reducer_->sum_gradients(model_.grads(), model_.layout().total);
     loss_sum = reducer_->sum(loss_sum);
     clock.lap(Phase::Allreduce);
   }
   s.loss = s.valid_targets > 0 ? loss_sum / double(s.valid_targets) : 0.0;
 
-  s.grad_norm = global_norm(model_.grads(), model_.layout().total);
+  // This rank's (summed) gradients: whole, its range (2) or its shard (3).
+  ParamShards* ps = model_.param_shards();
+  float* params = stage_ == 3 ? ps->params() : model_.params();
+  const float* grads = stage_ == 3 ? ps->grad_shard() : model_.grads();
+  if (stage_ >= 2) {  // the norm from every rank's part: one double each, added in rank order
+    const size_t lo = stage_ == 2 ? bounds_[size_t(shard_)] : 0;
+    const size_t n = stage_ == 2 ? bounds_[size_t(shard_) + 1] - lo : ps->size();
+    s.grad_norm = std::sqrt(reducer_->sum_in_order(sum_squares(grads + lo, n)));
+    clock.lap(Phase::Allreduce);
+  } else {
+    s.grad_norm = global_norm(grads, model_.layout().total);
+  }
   s.lr = learning_rate(opt_.config(), step);
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   if (!s.skipped) {
     const double clip = opt_.config().grad_clip;
     const double mult = clip > 0 ? std::min(1.0, clip / (s.grad_norm + 1e-6)) : 1.0;
-    opt_.step(model_.params(), model_.grads(), step, s.lr, mult);
-    if (sharded()) {  // every rank's updated range to every rank
+    opt_.step(params, grads, step, s.lr, mult);
+    if (stage_ == 1 || stage_ == 2) {  // every rank's updated range to every rank
       clock.lap(Phase::Optimizer);
       reducer_->gather_shards(model_.params(), bounds_);
       clock.lap(Phase::Allreduce);

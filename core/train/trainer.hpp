@@ -32,19 +32,33 @@ class StepReducer {
   // place (x) or from this rank's range alone (`mine`, into `full`).
   virtual void gather_shards(float* x, const std::vector<size_t>& bounds) = 0;
   virtual void gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) = 0;
+  // ZeRO-2: the sum over the ranks of every rank's range [bounds[r], bounds[r + 1]) of g,
+  // into that rank's range of its g (a reduce-scatter); the rest of g is left as it was.
+  virtual void scatter_gradients(float* g, const std::vector<size_t>& bounds) = 0;
+  // The sum of one value per rank, added in rank order: the same bits on every rank.
+  virtual double sum_in_order(double local) = 0;
 };
 
-// `shards` > 1 (ZeRO-1): the AdamW moments are split over that many ranks of the reducer
-// (this rank's index `shard`): each rank updates its range of the parameters, then every
-// rank gathers the others' (the same arithmetic: the same bits as unsharded).
+// `shards` > 1: the ZeRO `stage`'s state is split over that many ranks of the reducer (this
+// rank's index `shard`).
+//   1: the AdamW moments. Gradients are all-reduced whole; each rank updates its range of
+//      the parameters, then every rank gathers the others' (the same bits as unsharded).
+//   2: as 1, but the gradients are reduce-scattered: each rank receives the sum of its
+//      range only, and the gradient norm is summed from the ranges. The whole-size
+//      gradient buffer still exists during backward (it is the model's): the memory saved
+//      is the optimizer state's, as in 1; what changes is the communication (no all-reduce).
+//   3: the model's ParamShards (model.param_shards()) hold the parameters and gradients,
+//      a piece of every unit per rank; the passes gather and reduce-scatter unit by unit,
+//      and AdamW updates the shard in place (nothing to gather after the step).
 class Trainer {
  public:
   Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* reducer = nullptr,
-          int shards = 1, int shard = 0);
+          int shards = 1, int shard = 0, int stage = 1);
   // `step` is the 1-based number of the step being taken.
   StepStats train_step(const std::vector<Batch>& micro_batches, int64_t step, PhaseClock& clock);
   AdamW& optimizer() { return opt_; }
-  bool sharded() const { return bounds_.size() > 2; }
+  bool sharded() const { return bounds_.size() > 2 || stage_ == 3; }
+  int stage() const { return stage_; }
   // Sharded only: the whole moments (for a checkpoint; collective) and back (from one).
   void gather_moments(float* m, float* v);
   void load_moments(const float* m, const float* v);
@@ -52,6 +66,7 @@ class Trainer {
  private:
   LlamaModel& model_;
   std::vector<size_t> bounds_;  // shard_bounds over the ranks; {0, total} unsharded
+  int stage_, shard_;
   AdamW opt_;
   StepReducer* reducer_;
 };
