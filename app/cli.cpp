@@ -409,10 +409,13 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")
       ->check(count(1));
   r.add(c, "--zero", o.zero, int64_t(0),
-        "sharded data parallelism (ZeRO stage): 0 = every rank holds the AdamW moments, 1 = each "
-        "rank keeps and updates 1/world of them, then the ranks all-gather the parameters (the "
-        "same bits as 0); stages 2 and 3 are not implemented yet")
-      ->check(CLI::Range(int64_t(0), int64_t(1)));
+        "sharded data parallelism over the dp x cp ranks (ZeRO stage): 0 = every rank holds "
+        "everything; 1 = each rank keeps and updates 1/world of the AdamW moments, then the ranks "
+        "all-gather the parameters (the same bits as 0); 2 = as 1, with the gradients "
+        "reduce-scattered instead of all-reduced; 3 (FSDP, fp32) = each rank keeps 1/world of the "
+        "parameters and gradients too, each layer all-gathered just before use and its gradients "
+        "reduce-scattered just after. One rank: nothing to shard, the same as 0")
+      ->check(CLI::Range(int64_t(0), int64_t(3)));
   r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
         "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3), ulysses "
         "(all-to-all to a head split; heads and KV heads divisible by cp) or hybrid (Ulysses "

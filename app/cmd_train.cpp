@@ -26,6 +26,7 @@
 #include "parallel/ring_attention.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
+#include "parallel/zero3.hpp"
 #include "sys/stop.hpp"
 #include "train/data_loader.hpp"
 #include "train/trainer.hpp"
@@ -151,7 +152,7 @@ int cmd_train(Context& ctx) {
   out << "model: " << init.layout.num_parameters() << " parameters, " << mc.num_hidden_layers
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
-  const int shards = o.zero >= 1 ? world.size : 1;  // ranks the AdamW moments are split over
+  const int shards = o.zero >= 1 ? world.size : 1;  // ranks the ZeRO state is split over
   check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, shards);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
@@ -181,13 +182,17 @@ int cmd_train(Context& ctx) {
           ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
       !note.empty())
     out << note << "\n";
-  LlamaModel model(mc, shape, cp_attention.get());
-  std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
+  // --zero 3: the parameters and gradients live in shards; each rank keeps its own piece.
+  std::unique_ptr<MpiParamShards> zero3 =
+      o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(world.comm, init.layout, mc) : nullptr;
+  LlamaModel model(mc, shape, cp_attention.get(), zero3.get());
+  if (zero3) zero3->take_mine(init.params.data(), zero3->params());
+  else std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
   init.params = Buffer<float>();
   MpiStepReducer reducer(world.comm, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
-  Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr, shards, world.rank);
+  Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr, shards, world.rank, int(o.zero));
   DataLoader loader(ds, o.seq_len, uint64_t(o.seed));
 
   // 4. Where to start: weights, AdamW moments, step, data position and counters.
@@ -195,19 +200,24 @@ int cmd_train(Context& ctx) {
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size);
   // Sharded moments are read whole (checkpoints hold them whole), then each rank keeps its range.
-  const size_t whole = trainer.sharded() ? model.layout().total : 0;
-  Buffer<float> m_whole(whole), v_whole(whole);
+  // --zero 3 reads the parameters whole too. Only when resuming: a fresh run never holds
+  // whole copies (they would set the run's peak memory).
+  const size_t whole = trainer.sharded() && o.resume != "none" ? model.layout().total : 0;
+  Buffer<float> m_whole(whole), v_whole(whole), p_whole(zero3 ? whole : 0);
+  if (zero3 && whole) zero3->gather_whole(zero3->params(), p_whole.data());  // unless a checkpoint replaces them
   TrainState state = start_state(
       world, out, o, run.get(),
       {o.resume, o.run_dir, &mc, &model.layout(),
-       {model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
+       {zero3 ? p_whole.data() : model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
       identify(ds), record);
   if (whole) {
+    if (zero3) zero3->take_mine(p_whole.data(), zero3->params());
     trainer.load_moments(m_whole.data(), v_whole.data());
     m_whole = Buffer<float>();
     v_whole = Buffer<float>();
+    p_whole = Buffer<float>();
   }
   loader.seek(state.data_epoch, state.data_cursor);
   if (state.step >= o.steps) {

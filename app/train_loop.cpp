@@ -85,12 +85,15 @@ void TrainLoop::checkpoint() {
   state.data_epoch = loader.epoch();
   state.data_cursor = loader.cursor();
   const double t0 = omp_get_wtime();
-  // A checkpoint holds the moments whole: a sharded optimizer gathers them for the write.
+  // A checkpoint holds the moments whole: a sharded optimizer gathers them for the write
+  // (--zero 3 the parameters too: a checkpoint is a model file).
   const size_t whole = trainer.sharded() ? model.layout().total : 0;
-  Buffer<float> m(whole), v(whole);
+  ParamShards* zero3 = model.param_shards();
+  Buffer<float> m(whole), v(whole), p(zero3 ? whole : 0);
   if (whole) trainer.gather_moments(m.data(), v.data());
+  if (zero3) zero3->gather_whole(zero3->params(), p.data());
   save_checkpoint(ctx.world, run_dir, o.run_dir,
-                  {&mc, &model.layout(), model.params(), whole ? m.data() : trainer.optimizer().m(),
+                  {&mc, &model.layout(), zero3 ? p.data() : model.params(), whole ? m.data() : trainer.optimizer().m(),
                    whole ? v.data() : trainer.optimizer().v(), state, layout,
                    {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}},
                   prov, {o.keep_checkpoints, o.keep_every});

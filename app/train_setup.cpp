@@ -18,6 +18,7 @@
 #include "parallel/ring_attention.hpp"
 #include "parallel/hybrid_attention.hpp"
 #include "parallel/ulysses_attention.hpp"
+#include "parallel/zero3.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -40,6 +41,9 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
          "newest checkpoint always leaves a complete one to resume from");
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
+  if (o.zero == 3 && o.precision != "fp32")
+    fail("--zero 3 trains in fp32 only (each gathered unit is used as fp32 master weights); use ",
+         "--precision fp32, or --zero 2 to keep --precision ", o.precision);
   if (o.cp_algo == "ulysses") UlyssesAttention::check_degree(cp, mc.num_attention_heads, mc.num_key_value_heads);
   if (o.cp_algo != "hybrid" && o.ulysses_degree != 0)
     fail("--ulysses-degree ", o.ulysses_degree, " is only for --cp-algo hybrid (this run has --cp-algo ",
@@ -86,7 +90,11 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
                   const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards) {
   ModelMemory mem = LlamaModel::memory(mc, shape, threads);
-  mem.optimizer /= size_t(shards);
+  mem.optimizer /= size_t(shards);  // --zero 1, 2, 3: each rank's range of the moments
+  // --zero 2 keeps the whole gradient buffer (backward writes it); --zero 3 holds a shard of
+  // the parameters and gradients and the units gathered for the pass.
+  const bool zero3 = o.zero == 3 && shards > 1;
+  if (zero3) mem.params_grads = MpiParamShards::bytes_for(ParamLayout::llama(mc), mc, int(shards));
   const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
                 D = mc.head_dim();
   const double cp_buffers =
@@ -104,7 +112,8 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(double(mem.params_grads))
-      << ", AdamW " << gib(double(mem.optimizer)) << (shards > 1 ? cat(" (1/", shards, " of it: --zero 1)") : "")
+      << (zero3 ? cat(" (1/", shards, " of them + gathered units: --zero 3)") : "")
+      << ", AdamW " << gib(double(mem.optimizer)) << (shards > 1 ? cat(" (1/", shards, " of it: --zero ", o.zero, ")") : "")
       << ", activations " << gib(double(mem.activations))
       << " (checkpointing " << o.checkpointing << ", " << Tl << " tokens per rank), micro-batches "
       << gib(batches) << ", scratch " << gib(double(mem.scratch) + cp_buffers) << "; " << gib(avail)
