@@ -118,6 +118,18 @@ def resume_is_bit_exact_with_zero1_dp2():
 
 
 @case
+def resume_is_bit_exact_under_zero3():
+    """--zero 3: the checkpoint holds whole parameters and moments (gathered from the
+    shards); a resumed run takes its shard back and continues with the same bits."""
+    assert_bit_exact_resume(2, "--dp", "2", "--zero", "3")
+
+
+@case
+def resume_is_bit_exact_under_zero2():
+    assert_bit_exact_resume(2, "--dp", "2", "--zero", "2")
+
+
+@case
 def resume_is_bit_exact_with_allgather_cp2():
     assert_bit_exact_resume(2, "--cp", "2", "--cp-algo", "allgather")
 

@@ -170,6 +170,95 @@ def parallel_zero1_shards_the_moments_and_gives_the_replicated_bits():
         print(f"{name}: --zero 1 equals --zero 0 bitwise (5 losses, gradient norms, {len(names)} tensors)")
 
 
+def moments(path):
+    """{name: array} of a checkpoint's AdamW moments (whole tensors, however they were sharded)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) and
+                     n.startswith("optimizer/exp_avg") else None)
+    return out
+
+
+def assert_same_moments(ref_dir, run_dir, what, step=1):
+    """The AdamW moments after `step` equal the one-rank run's: rtol 1e-5, with an absolute
+    floor of 1e-5 of each tensor's largest entry (an entry that is a sum of cancelling terms
+    keeps only the summation order's rounding, not 1e-5 of itself)."""
+    name = f"checkpoints/step_{step:08d}.h5"
+    a, b = moments(f"{ref_dir}/{name}"), moments(f"{run_dir}/{name}")
+    assert a.keys() == b.keys() and len(a) > 30, (what, sorted(a)[:4], sorted(b)[:4])
+    worst = 0.0
+    for n in a:
+        floor = 1e-5 * float(np.max(np.abs(a[n])))
+        np.testing.assert_allclose(b[n], a[n], rtol=1e-5, atol=floor, err_msg=f"{what}: {n}")
+        worst = max(worst, float(np.max(np.abs(b[n] - a[n]))) / max(floor * 1e5, 1e-30))
+    print(f"{what}: {len(a)} moment tensors after step {step} match one rank "
+          f"(largest difference {worst:.1e} of the tensor's largest entry)")
+
+
+@case
+def parallel_zero2_and_zero3_match_one_rank_losses_and_moments():
+    """--zero 2 (gradients reduce-scattered) and --zero 3 (parameters sharded too, gathered
+    layer by layer) over dp = 2, cp = 2 (2 ranks) and dp = 2 x cp = 2 (4 ranks): 5 losses
+    within 1e-5 of one rank, the AdamW moments after the first step and after the fifth
+    (gathered whole into the checkpoints) equal to one rank's, and the memory table names
+    the stage. Also --grad-accum 2 with --checkpointing full (every micro-batch gathers and
+    reduce-scatters each layer; backward gathers once for the recomputation and the
+    gradients), and tied embeddings (the LM head is the embedding's unit)."""
+    ref = parallel_fixture("m.h5", "onec", "--checkpoint-every", "1", "--keep-checkpoints", "5")
+    keep = ["--checkpoint-every", "1", "--keep-checkpoints", "5"]
+    for name, ranks, degrees in [("dp2_z2", 2, ["--dp", "2", "--batch-size", "1", "--zero", "2"]),
+                                 ("dp2_z3", 2, ["--dp", "2", "--batch-size", "1", "--zero", "3"]),
+                                 ("cp2_z3", 2, ["--cp", "2", "--batch-size", "2", "--zero", "3"]),
+                                 ("dp2cp2_z3", 4, ["--dp", "2", "--cp", "2", "--batch-size", "1", "--zero", "3"])]:
+        p = mpi_run(ranks, name, *degrees, *keep)
+        stage = degrees[-1]
+        assert f"(1/{ranks} of it: --zero {stage})" in p.stdout, p.stdout
+        if stage == "3":
+            assert f"(1/{ranks} of them + gathered units: --zero 3)" in p.stdout, p.stdout
+        assert_same_losses(ref, name, f"--zero {stage} {name}")
+        for step in (1, 5):
+            assert_same_moments("onec", name, f"--zero {stage} {name}", step)
+    # Several micro-batches and the whole layer recomputed.
+    extra = ["--grad-accum", "2", "--checkpointing", "full"]
+    ok("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "onega", "--seq-len", "600", "--steps", "5",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2",
+       *extra, *keep)
+    mpi_run(2, "ga_z3", "--dp", "2", "--batch-size", "1", "--zero", "3", *extra, *keep)
+    assert_same_losses(timing("onega")[0]["loss"], "ga_z3", "--zero 3 --grad-accum 2 --checkpointing full")
+    assert_same_moments("onega", "ga_z3", "--zero 3 --grad-accum 2", 1)
+    # Tied embeddings.
+    ok("init", "-o", "mt.h5", "--preset", "tiny", "--tie-word-embeddings", "true")
+    tied = parallel_fixture("mt.h5", "onet", *keep)
+    mpi_run(2, "tied_z3", "--dp", "2", "--batch-size", "1", "--zero", "3", *keep, model="mt.h5")
+    assert_same_losses(tied, "tied_z3", "--zero 3 tied embeddings")
+    assert_same_moments("onet", "tied_z3", "--zero 3 tied embeddings", 1)
+
+
+@case
+def parallel_zero3_checkpoint_is_a_model_file_and_bad_zero_is_refused():
+    """A --zero 3 checkpoint holds whole tensors: eval reads it as a model file (the same
+    loss as the one-rank run's checkpoint to 1e-5) and inspect shows it. --zero 4, and
+    --zero 3 with bf16 (fp32 only), are refused with one message on every rank, before
+    anything is written."""
+    parallel_fixture()
+    mpi_run(2, "z3", "--dp", "2", "--batch-size", "1", "--zero", "3")
+    def loss(model, out):
+        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
+        with h5py.File(out, "r") as f:
+            return float(f.attrs["mean_loss"])
+    a, b = loss("one/checkpoints/step_00000005.h5", "e1.h5"), loss("z3/checkpoints/step_00000005.h5", "e3.h5")
+    print(f"eval of the 5th checkpoint: one rank {a}, --zero 3 {b}")
+    assert abs(a - b) <= 1e-5 * a, (a, b)
+    p = ok("inspect", "z3/checkpoints/step_00000005.h5")
+    assert "train_state" in p.stdout, p.stdout
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "bad",
+                  "--seq-len", "600", "--dp", "2", "--zero", "4"], "--zero", "4", code=2, ranks=2)
+    expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "bad",
+                  "--seq-len", "600", "--dp", "2", "--zero", "3", "--precision", "bf16"],
+                 "--zero 3 trains in fp32 only", "--precision fp32", ranks=2)
+    assert not os.path.exists("bad"), "a refused run wrote its run directory"
+
+
 @case
 def eval_over_cp_ranks_equals_one_rank():
     """eval --cp N splits every sequence over N ranks with the ring: the loss, the targets and
