@@ -153,7 +153,7 @@ int cmd_train(Context& ctx) {
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
   const int shards = o.zero >= 1 ? world.size : 1;  // ranks the ZeRO state is split over
-  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, shards);
+  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
     return kExitOk;
@@ -182,12 +182,16 @@ int cmd_train(Context& ctx) {
           ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
       !note.empty())
     out << note << "\n";
-  // --zero 3: the parameters and gradients live in shards; each rank keeps its own piece.
+  // --zero 3: the parameters and gradients live in shards; each rank keeps its own piece,
+  // and lets go of the whole model file's before anything else is allocated.
   std::unique_ptr<MpiParamShards> zero3 =
       o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(world.comm, init.layout, mc) : nullptr;
+  if (zero3) {
+    zero3->take_mine(init.params.data(), zero3->params());
+    init.params = Buffer<float>();
+  }
   LlamaModel model(mc, shape, cp_attention.get(), zero3.get());
-  if (zero3) zero3->take_mine(init.params.data(), zero3->params());
-  else std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
+  if (!zero3) std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
   init.params = Buffer<float>();
   MpiStepReducer reducer(world.comm, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,

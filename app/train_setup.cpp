@@ -17,6 +17,7 @@
 #include "io/atomic.hpp"
 #include "parallel/ring_attention.hpp"
 #include "parallel/hybrid_attention.hpp"
+#include "parallel/reducer.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "parallel/zero3.hpp"
 #include "sys/memory.hpp"
@@ -88,8 +89,9 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards) {
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t ranks) {
   ModelMemory mem = LlamaModel::memory(mc, shape, threads);
+  const int64_t shards = o.zero >= 1 ? ranks : 1;
   mem.optimizer /= size_t(shards);  // --zero 1, 2, 3: each rank's range of the moments
   // --zero 2 keeps the whole gradient buffer (backward writes it); --zero 3 holds a shard of
   // the parameters and gradients and the units gathered for the pass.
@@ -97,7 +99,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   if (zero3) mem.params_grads = MpiParamShards::bytes_for(ParamLayout::llama(mc), mc, int(shards));
   const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
                 D = mc.head_dim();
-  const double cp_buffers =
+  double cp_buffers =
       cp == 1                 ? 0
       : o.cp_algo == "ring"    ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
       : o.cp_algo == "ulysses" ? UlyssesAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision)
@@ -107,6 +109,10 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   // normalised by the whole step's targets): 5 int32 per token each, plus the whole
   // sequences of the one being split over cp.
   const double batches = 20.0 * (double(o.grad_accum) * double(Tl) + double(o.batch_size) * double(o.seq_len));
+  // The gradient reduction's buffers (MPI's scratch included) count as scratch.
+  const double reduce = double(MpiStepReducer::scratch_bytes(ParamLayout::llama(mc).total, int(ranks),
+                                                             int(o.zero), shape.precision));
+  cp_buffers += reduce;
   const double need = double(mem.total()) + cp_buffers + batches;
   const MemoryBudget budget = available_memory();
   const double avail = budget.bytes / double(node_size);

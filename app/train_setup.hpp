@@ -29,9 +29,10 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
 // micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may
 // use: the node's available memory, or its cgroup's limit (Slurm --mem), shared by the
 // `node_size` ranks of the node.
-// `shards`: the ranks the AdamW moments are split over (1 = replicated).
+// `ranks`: the world size; --zero 1..3 split their state over all of them, and the
+// gradient reduction's buffers (MPI's scratch included) count by stage.
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards);
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t ranks);
 
 // Rank 0 locks the run directory for the whole run, removes what killed writers left, and
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its

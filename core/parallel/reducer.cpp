@@ -33,6 +33,14 @@ MpiStepReducer::~MpiStepReducer() {
   if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
 }
 
+size_t MpiStepReducer::scratch_bytes(size_t n, int ranks, int zero, Precision wire) {
+  if (ranks < 2 || zero >= 3) return 0;
+  const size_t elem = wire == Precision::Bf16 ? sizeof(bf16) : sizeof(float);
+  const size_t copy = wire == Precision::Bf16 ? n * elem : 0;
+  if (zero <= 1) return copy + n * elem;                               // every bucket in flight
+  return copy + 2 * std::min(n, kBucketFloats) * elem;                 // receive + MPI's, a bucket
+}
+
 int64_t MpiStepReducer::sum(int64_t local) {
   int64_t out = 0;
   WaitScope w("the allreduce of the step's token counts");
@@ -105,25 +113,35 @@ void MpiStepReducer::gather_shards(const float* mine, float* full, const std::ve
 
 void MpiStepReducer::scatter_gradients(float* g, const std::vector<size_t>& bounds) {
   std::vector<int> counts, displs;
-  ranges(bounds, counts, displs);
-  const size_t r = size_t(comm_rank(comm_)), n = bounds.back(), mine = size_t(counts[r]);
-  // MPI_Reduce_scatter delivers the rank's block at the start of the receive buffer: a
-  // separate one, then copied to the range's place in g.
+  ranges(bounds, counts, displs);  // checks the sizes fit MPI's ints
+  const size_t r = size_t(comm_rank(comm_)), n = bounds.back(), ranks = bounds.size() - 1;
   const bool b16 = wire_ == Precision::Bf16;
-  {
-    WaitScope w("the ZeRO-2 reduce-scatter of the gradients");
+  if (b16) {
+    wire_buf_.resize(n);
+    convert(g, wire_buf_.data(), int64_t(n));
+  }
+  // In buckets of the reducer's size: MPI_Reduce_scatter (Open MPI's, at least) allocates
+  // scratch of the whole count it is given; one bucket at a time keeps that to a bucket.
+  // Each bucket's block for rank q is q's range clipped to the bucket; MPI delivers this
+  // rank's block at the start of a separate receive buffer, copied then to its place in g.
+  std::vector<int> part(ranks);
+  WaitScope w("the ZeRO-2 reduce-scatter of the gradients");
+  for (size_t off = 0; off < n; off += bucket_) {
+    const size_t end = std::min(n, off + bucket_);
+    for (size_t q = 0; q < ranks; ++q)
+      part[q] = int(std::max(off, std::min(end, bounds[q + 1])) - std::max(off, std::min(end, bounds[q])));
+    const size_t mine = size_t(part[r]), at = std::max(off, std::min(end, bounds[r]));
     if (b16) {
-      wire_buf_.resize(n);
-      recv16_.resize(mine);
-      convert(g, wire_buf_.data(), int64_t(n));
-      MPI_Reduce_scatter(wire_buf_.data(), recv16_.data(), counts.data(), bf16_type_, bf16_sum_, comm_);
+      recv16_.resize(std::max<size_t>(mine, 1));
+      MPI_Reduce_scatter(wire_buf_.data() + off, recv16_.data(), part.data(), bf16_type_, bf16_sum_, comm_);
+      convert(recv16_.data(), g + at, int64_t(mine));
     } else {
-      recv_.resize(mine);
-      MPI_Reduce_scatter(g, recv_.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+      recv_.resize(std::max<size_t>(mine, 1));
+      MPI_Reduce_scatter(g + off, recv_.data(), part.data(), MPI_FLOAT, MPI_SUM, comm_);
+      std::copy(recv_.begin(), recv_.begin() + long(mine), g + at);
     }
   }
-  if (b16) convert(recv16_.data(), g + bounds[r], int64_t(mine));
-  else std::copy(recv_.begin(), recv_.end(), g + bounds[r]);
+  const size_t mine = size_t(counts[r]);
   bytes_sent += (n - mine) * (b16 ? sizeof(bf16) : sizeof(float));  // every other rank's range, once
 }
 

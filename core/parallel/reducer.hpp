@@ -15,8 +15,14 @@ namespace lct {
 // half the bytes; they are accumulated and applied in fp32 either way.
 class MpiStepReducer : public StepReducer {
  public:
+  static constexpr size_t kBucketFloats = size_t(1) << 22;
   explicit MpiStepReducer(MPI_Comm comm, Precision wire = Precision::Fp32,
-                          size_t bucket_floats = size_t(1) << 22);
+                          size_t bucket_floats = kBucketFloats);
+  // Bytes the reduction of n gradients over `ranks` holds besides them at ZeRO stage
+  // `zero` (0..2; 3 reduces in its store): the bf16 copy on the wire, the receive buffer,
+  // and the scratch MPI allocates for a reduction (with Open MPI, measured: the size of
+  // what is in flight - every bucket of the all-reduce, one of the reduce-scatter).
+  static size_t scratch_bytes(size_t n, int ranks, int zero, Precision wire);
   ~MpiStepReducer() override;
   int64_t sum(int64_t local) override;
   double sum(double local) override;

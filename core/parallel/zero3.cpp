@@ -64,7 +64,7 @@ size_t MpiParamShards::bytes_for(const ParamLayout& layout, const ModelConfig& c
     shard += b[1] - b[0];
     piece = std::max(piece, b[1] - b[0]);
   }
-  const size_t slots = config.tie_word_embeddings ? 5 : 3;
+  const size_t slots = (config.tie_word_embeddings ? 5 : 3) + 1;  // + MPI's scratch
   return (2 * shard + slots * largest_unit(units) + piece) * sizeof(float);
 }
 

@@ -28,7 +28,8 @@ class MpiParamShards final : public ParamShards {
 
   // Bytes one of `ranks` ranks holds: its shard of the parameters and gradients, and the
   // working buffers (two gathered units and one unit's gradients at a time, one more of
-  // each with tied embeddings, whose unit 0 is also the LM head), each the largest unit.
+  // each with tied embeddings, whose unit 0 is also the LM head), each the largest unit,
+  // with the scratch MPI allocates for a reduce-scatter (measured with Open MPI: a unit).
   static size_t bytes_for(const ParamLayout& layout, const ModelConfig& config, int ranks);
 
   float* acquire(int u, int next) override;
