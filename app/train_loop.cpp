@@ -45,7 +45,8 @@ std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
 RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   const auto& ph = clock.seconds;
   const double bytes =
-      (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent);
+      (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent) +
+      (model.param_shards() ? double(model.param_shards()->bytes_sent()) : 0);
   slowest_step_ = std::max(slowest_step_, clock.total());
   const bool near_limit =
       o.time_limit > 0 && process_seconds() + 1.5 * (slowest_step_ + last_io_) + 2 > o.time_limit;

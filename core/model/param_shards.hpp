@@ -35,6 +35,8 @@ class ParamShards {
   // out of a whole one: the parameters and the AdamW moments for checkpoints.
   virtual void gather_whole(const float* shard, float* whole) = 0;
   virtual void take_mine(const float* whole, float* shard) const = 0;
+  // Bytes this rank has sent gathering and reduce-scattering (its pieces to the others).
+  virtual size_t bytes_sent() const = 0;
 };
 
 }  // namespace lct

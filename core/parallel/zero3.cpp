@@ -1,7 +1,5 @@
 #include "parallel/zero3.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -90,7 +88,7 @@ void MpiParamShards::start_gather(int u) {
   const size_t su = size_t(u);
   MPI_Iallgatherv(params_.data() + local_[su], counts_[su][size_t(rank_)], MPI_FLOAT, s.buf.data(),
                   counts_[su].data(), displs_[su].data(), MPI_FLOAT, comm_, &s.req);
-  bytes_sent += size_t(counts_[su][size_t(rank_)]) * sizeof(float) * size_t(ranks_ - 1);
+  bytes_sent_ += size_t(counts_[su][size_t(rank_)]) * sizeof(float) * size_t(ranks_ - 1);
 }
 
 float* MpiParamShards::acquire(int u, int next) {
@@ -100,10 +98,8 @@ float* MpiParamShards::acquire(int u, int next) {
     s = find(gathered_, u);
   }
   if (s->req != MPI_REQUEST_NULL) {
-    const double t0 = omp_get_wtime();
     WaitScope w("the ZeRO-3 all-gather of a unit's parameters");
     MPI_Wait(&s->req, MPI_STATUS_IGNORE);
-    wait_seconds += omp_get_wtime() - t0;
   }
   // Posted now, it may move while u computes (see the header on how much it does).
   if (next >= 0 && !find(gathered_, next)) start_gather(next);
@@ -133,7 +129,7 @@ void MpiParamShards::grads_done(int u) {
     WaitScope w("the ZeRO-3 reduce-scatter of a unit's gradients");
     MPI_Reduce_scatter(s->buf.data(), recv_.data(), counts_[su].data(), MPI_FLOAT, MPI_SUM, comm_);
   }
-  bytes_sent += size_t(units_[su + 1] - units_[su] - size_t(n)) * sizeof(float);  // the others' pieces
+  bytes_sent_ += size_t(units_[su + 1] - units_[su] - size_t(n)) * sizeof(float);  // the others' pieces
   float* g = grads_.data() + local_[su];  // micro-batches add up here
   const float* r = recv_.data();
 #pragma omp parallel for simd schedule(static)

@@ -6,8 +6,8 @@
 //
 // Overlap: nothing calls MPI while the kernels run, so a posted gather progresses only as
 // far as the MPI library moves it on its own (on one node with shared memory, little: the
-// copies happen inside the wait). wait_seconds counts the time acquire() spent waiting,
-// which is the gather time that was not hidden.
+// copies happen inside the wait or the next blocking call: README, Context parallelism,
+// measured no real overlap). The passes count acquire() and grads_done() as Allreduce time.
 #pragma once
 #include <mpi.h>
 
@@ -43,8 +43,7 @@ class MpiParamShards final : public ParamShards {
   void gather_whole(const float* shard, float* whole) override;
   void take_mine(const float* whole, float* shard) const override;
 
-  double wait_seconds = 0;  // acquire() waiting for gathers: the part not overlapped
-  size_t bytes_sent = 0;    // by this rank: its pieces to every other rank, both ways
+  size_t bytes_sent() const override { return bytes_sent_; }
 
  private:
   struct Slot {  // a working buffer of the largest unit's size
@@ -63,6 +62,7 @@ class MpiParamShards final : public ParamShards {
   std::vector<size_t> local_;                    // per unit: where this rank's piece starts in the shard
   std::vector<Shard> pieces_;                    // this rank's pieces of the flat layout
   size_t max_unit_ = 0;
+  size_t bytes_sent_ = 0;
   Buffer<float> params_, grads_, recv_;  // shard [size], shard [size], largest piece
   std::vector<std::unique_ptr<Slot>> gathered_, grad_slots_;
 };
