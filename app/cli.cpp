@@ -501,6 +501,37 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 
+void declare_plan(Registry& r, CLI::App* c, PlanOptions& o) {
+  r.add(c, "--model", o.model, std::string(), "model file or checkpoint (its configuration; default: --preset)");
+  r.add(c, "--preset", o.preset, std::string("30m"), "model preset, when no --model is given");
+  r.add(c, "--seq-len", o.seq_len, int64_t(32768), "tokens per sequence")
+      ->check(count(2));
+  r.add(c, "--global-batch", o.global_batch, int64_t(1), "sequences per optimizer step (all ranks)")
+      ->check(count(1));
+  r.add(c, "--nodes", o.nodes, int64_t(1), "nodes of the job")
+      ->check(count(1));
+  r.add(c, "--cores-per-node", o.cores_per_node, int64_t(0),
+        "cores of a node the job uses (0 = this rank's threads: the machine plan runs on)")
+      ->check(count(0));
+  r.add(c, "--mem-per-node", o.mem_per_node_gib, 0.0,
+        "GiB of memory a node gives the job (0 = what is available here, cgroup limits included)")
+      ->check(nonnegative());
+  r.add(c, "--precision", o.precision, std::string("fp32,bf16"), "precisions to consider, comma-separated");
+  r.add(c, "--checkpointing", o.checkpointing, std::string("none,attention,full"),
+        "activation checkpointing policies to consider, comma-separated");
+  r.add(c, "--zero", o.zero, std::string("0,1"), "ZeRO stages to consider, comma-separated");
+  r.add(c, "--cp-algo", o.cp_algo, std::string("ring,ulysses"), "cp algorithms to consider, comma-separated");
+  r.add(c, "--intra-gbs", o.intra_gbs, 0.0,
+        "GB/s of a transfer between ranks of a node (0 = a memcpy measured here: the copy a hop makes)")
+      ->check(nonnegative());
+  r.add(c, "--inter-gbs", o.inter_gbs, 12.5, "GB/s of a node's network link (12.5 = 100 Gb/s)")
+      ->check(positive());
+  r.add(c, "--inter-latency-us", o.inter_latency_us, 2.0, "microseconds per message between nodes")
+      ->check(nonnegative());
+  r.add(c, "--top", o.top, int64_t(10), "layouts to show")
+      ->check(count(1));
+}
+
 void declare_convert(Registry& r, CLI::App* c, ConvertOptions& o) {
   r.add(c, "--from-hf", o.from_hf, std::string(),
         "read this Hugging Face Llama directory (config.json + model.safetensors, or a sharded "
@@ -573,6 +604,9 @@ Invocation parse_command_line(int argc, char** argv) {
   declare_eval(reg, eval, inv.eval);
   CLI::App* bench = app.add_subcommand("bench", "measure kernels against sgemm on the same cores");
   declare_bench(reg, bench, inv.bench);
+  CLI::App* plan = app.add_subcommand(
+      "plan", "rank the layouts of a training job on a machine by predicted step time and memory");
+  declare_plan(reg, plan, inv.plan);
   CLI::App* convert = app.add_subcommand(
       "convert", "convert between a Hugging Face Llama directory (safetensors) and a model file");
   declare_convert(reg, convert, inv.convert);

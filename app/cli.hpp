@@ -107,6 +107,15 @@ struct BenchOptions {
   bool force;
 };
 
+struct PlanOptions {
+  std::string model, preset;  // the model: a file, or a preset when no file is given
+  int64_t seq_len, global_batch, nodes, cores_per_node;
+  double mem_per_node_gib;
+  std::string precision, checkpointing, zero, cp_algo;  // comma-separated candidates
+  double intra_gbs, inter_gbs, inter_latency_us;
+  int64_t top;
+};
+
 struct Invocation {
   std::string command;  // the subcommand chosen
   GlobalOptions global;
@@ -116,6 +125,7 @@ struct Invocation {
   TrainOptions train;
   EvalOptions eval;
   BenchOptions bench;
+  PlanOptions plan;
   ConvertOptions convert;
   std::vector<Setting> settings;  // resolved global options, then the subcommand's
   std::string command_line;

@@ -152,7 +152,7 @@ int cmd_train(Context& ctx) {
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
   const int shards = o.zero >= 1 ? world.size : 1;  // ranks the AdamW moments are split over
-  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, shards);
+  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
     return kExitOk;

@@ -17,6 +17,7 @@
 #include "io/atomic.hpp"
 #include "parallel/ring_attention.hpp"
 #include "parallel/hybrid_attention.hpp"
+#include "parallel/layout_model.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "sys/memory.hpp"
 
@@ -84,32 +85,29 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards) {
-  ModelMemory mem = LlamaModel::memory(mc, shape, threads);
-  mem.optimizer /= size_t(shards);
-  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
-                D = mc.head_dim();
-  const double cp_buffers =
-      cp == 1                 ? 0
-      : o.cp_algo == "ring"    ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
-      : o.cp_algo == "ulysses" ? UlyssesAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision)
-      : o.cp_algo == "hybrid"  ? HybridAttention::buffer_bytes(int(o.ulysses_degree), Tl, H, KV, D, shape.precision)
-                               : AllGatherAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision);
-  // A step's micro-batches are all built before its first forward pass (the loss is
-  // normalised by the whole step's targets): 5 int32 per token each, plus the whole
-  // sequences of the one being split over cp.
-  const double batches = 20.0 * (double(o.grad_accum) * double(Tl) + double(o.batch_size) * double(o.seq_len));
-  const double need = double(mem.total()) + cp_buffers + batches;
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size) {
+  Layout l;  // the node split does not change memory: the world as one node
+  l.ranks_per_node = world_size;
+  l.threads = threads;
+  l.cp = cp;
+  l.dp = world_size / cp;
+  l.zero = o.zero;
+  l.cp_algo = o.cp_algo;
+  l.ulysses_degree = o.ulysses_degree;
+  l.seq_len = o.seq_len;
+  l.micro_batch = o.batch_size;
+  l.grad_accum = o.grad_accum;
+  const RankMemory mem = estimate_rank_memory(mc, shape, l);
+  const double need = mem.total();
   const MemoryBudget budget = available_memory();
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
-      << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(double(mem.params_grads))
-      << ", AdamW " << gib(double(mem.optimizer)) << (shards > 1 ? cat(" (1/", shards, " of it: --zero 1)") : "")
-      << ", activations " << gib(double(mem.activations))
-      << " (checkpointing " << o.checkpointing << ", " << Tl << " tokens per rank), micro-batches "
-      << gib(batches) << ", scratch " << gib(double(mem.scratch) + cp_buffers) << "; " << gib(avail)
-      << " available per rank (" << budget.source << (node_size > 1 ? cat(" / ", node_size, " ranks") : "")
-      << ")\n";
+      << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
+      << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
+      << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
+      << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
+      << gib(mem.scratch) << "; " << gib(avail) << " available per rank (" << budget.source
+      << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << ")\n";
   if (avail > 0 && need > 0.95 * avail)
     fail("this run needs about ", gib(need), " per rank but ", gib(avail), " are available (",
          budget.source, "); use --checkpointing full, a shorter --seq-len, a smaller --batch-size ",
