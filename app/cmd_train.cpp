@@ -70,6 +70,24 @@ void check_same_data(const TrainState& saved, const DataIdentity& now, const std
       << "from epoch " << saved.data_epoch << ", position " << saved.data_cursor << "\n";
 }
 
+// What a resume under other degrees or another batch shape changes (checkpoints hold every
+// tensor whole, so any layout can continue one).
+std::string layout_change(const RunLayout& was, const RunLayout& now, const TrainState& at) {
+  auto describe = [](const RunLayout& l) {
+    return cat(l.world_size, " rank(s) (dp ", l.dp, " x cp ", l.cp, "), ", l.sequences_per_step(),
+               " sequences per step (dp x batch ", l.batch_size, " x accumulation ", l.grad_accum, ")");
+  };
+  const std::string head = cat("resuming across a layout change: the checkpoint's run had ", describe(was),
+                               ", this one has ", describe(now), "; ");
+  if (was.sequences_per_step() == now.sequences_per_step())
+    return head + cat("every step takes the same sequences as before (the data goes on from epoch ",
+                      at.data_epoch, ", sequence ", at.data_cursor, "), summed in another order: the losses ",
+                      "equal an unchanged run's to rounding, not bit for bit");
+  return head + cat("the data goes on from epoch ", at.data_epoch, ", sequence ", at.data_cursor, ", but each step now ",
+                    "takes ", now.sequences_per_step(), " sequences instead of ", was.sequences_per_step(),
+                    " (more tokens per update: consider scaling --lr); the learning-rate schedule goes on by step");
+}
+
 // Where the run starts: a new lineage from the model file, or the state of the checkpoint
 // --resume finds (same seed, same data). The run directory is made to agree with it: a
 // rollback to one of its own checkpoints sets the later ones aside and points `latest` at
@@ -81,8 +99,9 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
   state.data_seed = o.seed;
   state.data = data;
   std::string used;
+  RunLayout saved;
   const std::optional<TrainState> loaded =
-      o.resume == "none" ? std::nullopt : resume_checkpoint(world, out, req, &used);
+      o.resume == "none" ? std::nullopt : resume_checkpoint(world, out, req, &used, &saved);
   if (!loaded) {
     state.run_id = broadcast_string(new_run_id(), world.comm);
     if (o.resume == "auto")
@@ -100,6 +119,7 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
     throw AgreedError(cat("checkpoint '", used, "' was trained with --seed ", loaded->data_seed,
                           " but this run has --seed ", o.seed, "; resume with the same seed"));
   check_same_data(*loaded, data, used, o, out);
+  if (!(saved == req.run)) out << layout_change(saved, req.run, *loaded) << "\n";
   state = *loaded;
   state.data = data;
   state.restarts += 1;

@@ -80,7 +80,7 @@ double RankFigures::imbalance() const {
   return busy_max / (busy_sum / ranks);
 }
 
-TrainRecord::TrainRecord(int ranks) : ranks_(ranks) {
+TrainRecord::TrainRecord(int ranks) : ranks_(ranks), width_(ranks) {
   for (const ColumnSpec& c : kColumns) table_.columns.push_back({c.name, c.unit, c.help, {}, 1});
   for (const ColumnSpec& c : kRankColumns)
     table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks), true});
@@ -88,14 +88,30 @@ TrainRecord::TrainRecord(int ranks) : ranks_(ranks) {
 
 bool TrainRecord::continue_from(TimingTable previous) {
   if (previous.columns.size() != table_.columns.size()) return false;
+  const size_t first_rank_column = std::size(kColumns);
   for (size_t c = 0; c < table_.columns.size(); ++c)
     if (previous.columns[c].name != table_.columns[c].name ||
-        previous.columns[c].width != table_.columns[c].width)
+        (c < first_rank_column ? previous.columns[c].width != 1
+                               : previous.columns[c].width != previous.columns[first_rank_column].width))
       return false;
+  // A resume on another rank count (the degrees changed) keeps one table: per-rank columns
+  // are as wide as the larger count, and the ranks a row did not have are NaN.
+  const int64_t had = previous.columns[first_rank_column].width;
+  width_ = std::max<int64_t>(had, ranks_);
   // Only the values are taken: the columns keep this run's layout, so a one-rank table of
   // an older lctrain (per-rank columns [rows], not [rows, 1]) continues in today's layout.
-  for (size_t c = 0; c < table_.columns.size(); ++c)
-    table_.columns[c].values = std::move(previous.columns[c].values);
+  for (size_t c = 0; c < table_.columns.size(); ++c) {
+    std::vector<double>& v = previous.columns[c].values;
+    if (c >= first_rank_column && had != width_) {
+      std::vector<double> wide;
+      for (size_t row = 0; row < v.size() / size_t(had); ++row)
+        for (int64_t r = 0; r < width_; ++r)
+          wide.push_back(r < had ? v[row * size_t(had) + size_t(r)] : std::nan(""));
+      v = std::move(wide);
+    }
+    table_.columns[c].values = std::move(v);
+    if (c >= first_rank_column) table_.columns[c].width = width_;
+  }
   first_row_ = table_.rows();
   return true;
 }
@@ -115,8 +131,9 @@ void TrainRecord::add(const StepFigures& f) {
   static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
   for (size_t c = 0; c < std::size(kRankColumns); ++c)
-    for (int r = 0; r < ranks_; ++r)
-      table_.columns[std::size(kColumns) + c].values.push_back(f.ranks->rank(r)[c]);
+    for (int64_t r = 0; r < width_; ++r)
+      table_.columns[std::size(kColumns) + c].values.push_back(r < ranks_ ? f.ranks->rank(int(r))[c]
+                                                                           : std::nan(""));
 }
 
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {

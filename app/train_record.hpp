@@ -41,8 +41,9 @@ struct StepFigures {
 class TrainRecord {
  public:
   explicit TrainRecord(int ranks);
-  // Appends to a table read back from a previous run of the same layout; false (and the
-  // table left as it was) when it does not match.
+  // Appends to a table read back from a previous run of this run's columns (its rank count
+  // may differ: per-rank columns then widen to the larger, NaN where a row had no such
+  // rank); false (and the table left as it was) when the columns do not match.
   bool continue_from(TimingTable previous);
   void add(const StepFigures& f);
   std::string step_line(const StepFigures& f, double eta_seconds) const;
@@ -55,6 +56,7 @@ class TrainRecord {
   TimingTable table_;
   size_t first_row_ = 0;  // this run's first row
   int ranks_;
+  int64_t width_;  // of the per-rank columns: ranks_, or more after a resume from more ranks
 };
 
 // "[2026-11-22 22:36:03] checkpoint RUN/checkpoints/step_00000200.h5: 35.7 MiB in 0.09 s

@@ -107,7 +107,8 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
 
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
                            const ParamLayout& layout, const CheckpointBuffers& out,
-                           const RunLayout& run, int world_rank, const RankState& rank) {
+                           const RunLayout& run, int world_rank, const RankState& rank,
+                           RunLayout* saved) {
   h5::File f = h5::File::open_read(path, "checkpoint");
   h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
   const ModelConfig c = read_model_config(f);
@@ -119,12 +120,11 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
            "; resume with the model the checkpoint was made from");
   h5::Handle g = h5::open_group(f, "train_state");
   const std::string w = h5::where(f, "train_state");
-  for_each_layout_field(run, [&](const char* name, int64_t want) {
-    const int64_t had = h5::read_int(g, name, w);
-    if (had != want)
-      fail("checkpoint '", path, "' was written with ", name, " = ", had, " but this run has ",
-           want, "; resume with the same parallel degrees and batch shape (or start a new run)");
-  });
+  for_each_layout_field(*saved, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
+  if (saved->seq_len != run.seq_len)
+    fail("checkpoint '", path, "' was written with seq_len = ", saved->seq_len, " but this run has ",
+         run.seq_len, "; a resume keeps the sequence length (its data position counts sequences of ",
+         "that length): resume with --seq-len ", saved->seq_len, ", or start a new run from it");
   TrainState s;
   for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
   // Checkpoints from before lineages and data identities have neither: "" (unknown).
@@ -134,14 +134,16 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
               h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
-  if (info.shape != std::vector<int64_t>{run.world_size, 4} || info.type_class != H5T_INTEGER)
+  if (info.shape != std::vector<int64_t>{saved->world_size, 4} || info.type_class != H5T_INTEGER)
     fail(h5::where(f, "ranks/state"), ": shape ", h5::shape_str(info.shape), ", expected [",
-         run.world_size, ", 4]; the file is damaged");
+         saved->world_size, ", 4]; the file is damaged");
   std::vector<int64_t> rows(size_t(info.numel()));
   h5::read_array(f, f.h, "ranks/state", rows.data());
+  // Under the same layout every rank must find its own row (a relaunch that reorders the
+  // ranks would otherwise go unnoticed); under another one the rows describe other ranks.
   const int64_t* row = &rows[size_t(4 * world_rank)];
-  if (row[0] != rank.dp_rank || row[1] != rank.cp_rank || row[2] != s.data_epoch ||
-      row[3] != s.data_cursor)
+  if (*saved == run && (row[0] != rank.dp_rank || row[1] != rank.cp_rank || row[2] != s.data_epoch ||
+                        row[3] != s.data_cursor))
     fail("checkpoint '", path, "': rank ", world_rank, " was at (dp ", row[0], ", cp ", row[1],
          ") with data at ", row[2], ":", row[3], " but is now at (dp ", rank.dp_rank, ", cp ",
          rank.cp_rank, ") with the run at ", s.data_epoch, ":", s.data_cursor,

@@ -74,24 +74,35 @@ TEST(CheckpointIo, ParallelWriteReadsBackOnEveryRank) {
   write_checkpoint(path, fx.view(5), {}, MPI_COMM_WORLD);
   std::vector<float> p(fx.layout.total), m(p.size()), v(p.size());
   const CheckpointView c = fx.view(5);
+  RunLayout saved;
   const TrainState s = read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()},
-                                       c.run, rank_of(), c.rank);
+                                       c.run, rank_of(), c.rank, &saved);
+  EXPECT_TRUE(saved == c.run);
   EXPECT_EQ(s.step, 5);
   EXPECT_EQ(s.data_cursor, 7);
   EXPECT_EQ(p, fx.p);
   EXPECT_EQ(m, fx.m);
   EXPECT_EQ(v, fx.v);
-  // Another rank's coordinates, or another layout, are refused.
+  // Another rank's coordinates under the same layout, or another sequence length, are refused.
   RankState other = c.rank;
   other.cp_rank += 1;
   EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, c.run,
-                               rank_of(), other),
+                               rank_of(), other, &saved),
                Error);
   RunLayout bigger = c.run;
   bigger.seq_len *= 2;
   EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, bigger,
-                               rank_of(), c.rank),
+                               rank_of(), c.rank, &saved),
                Error);
+  // Other degrees and batch shape: read whole, whatever the rank's coordinates.
+  RunLayout regrouped = c.run;
+  regrouped.dp = 2 * regrouped.world_size;
+  regrouped.batch_size = 3;
+  std::fill(p.begin(), p.end(), 0.0f);
+  EXPECT_EQ(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, regrouped,
+                            rank_of(), other, &saved).step, 5);
+  EXPECT_TRUE(saved == c.run);
+  EXPECT_EQ(p, fx.p);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank_of() == 0) fs::remove_all(dir);
 }
