@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "io/atomic.hpp"
+#include "io/file_kind.hpp"
 #include "io/model_schema.hpp"
 #include "parallel/world.hpp"
 
@@ -55,12 +56,39 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Provenance
   h5::write_attr(g, "data_tokens", c.state.data.tokens);
   h5::write_attr(g, "data_fingerprint", c.state.data.fingerprint);
   h5::write_attr(g, "data_source", c.state.data.source);
+  h5::write_attr(g, "seq_len_schedule", c.run.seq_len_schedule);
+  const InitOrigin& o = c.state.init_from;
+  h5::write_attr(g, "init_from", o.path);
+  h5::write_attr(g, "init_from_step", o.step);
+  h5::write_attr(g, "init_from_run_id", o.run_id);
+  h5::write_attr(g, "init_from_data_fingerprint", o.data.fingerprint);
+  h5::write_attr(g, "init_from_data_source", o.data.source);
   h5::Handle r = h5::create_group(f, f.h, "ranks");
   h5::write_rank_rows(f, r, "state",
                       {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
   h5::Handle d(H5Dopen2(r, "state", H5P_DEFAULT), H5Dclose);
   h5::write_attr(d, "columns", std::string(kRankColumns));
   h5::write_provenance(f, prov);
+}
+
+
+TrainState read_state(const h5::Handle& g, const std::string& w) {
+  TrainState s;
+  for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
+  // Checkpoints from before lineages, data identities and origins have none: "" (unknown).
+  if (h5::has_attr(g, "run_id")) s.run_id = h5::read_string(g, "run_id", w);
+  if (h5::has_attr(g, "data_fingerprint"))
+    s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
+              h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
+  if (h5::has_attr(g, "init_from")) {
+    InitOrigin& o = s.init_from;
+    o.path = h5::read_string(g, "init_from", w);
+    o.step = h5::read_int(g, "init_from_step", w);
+    o.run_id = h5::read_string(g, "init_from_run_id", w);
+    o.data.fingerprint = h5::read_string(g, "init_from_data_fingerprint", w);
+    o.data.source = h5::read_string(g, "init_from_data_source", w);
+  }
+  return s;
 }
 }  // namespace
 
@@ -125,13 +153,13 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
     fail("checkpoint '", path, "' was written with seq_len = ", saved->seq_len, " but this run has ",
          run.seq_len, "; a resume keeps the sequence length (its data position counts sequences of ",
          "that length): resume with --seq-len ", saved->seq_len, ", or start a new run from it");
-  TrainState s;
-  for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
-  // Checkpoints from before lineages and data identities have neither: "" (unknown).
-  if (h5::has_attr(g, "run_id")) s.run_id = h5::read_string(g, "run_id", w);
-  if (h5::has_attr(g, "data_fingerprint"))
-    s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
-              h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
+  // Checkpoints from before schedules have none: "" (one length).
+  saved->seq_len_schedule =
+      h5::has_attr(g, "seq_len_schedule") ? h5::read_string(g, "seq_len_schedule", w) : "";
+  if (saved->seq_len_schedule != run.seq_len_schedule)
+    fail("checkpoint '", path, "' was written with --seq-len-schedule '", saved->seq_len_schedule,
+         "' but this run has '", run.seq_len_schedule, "'; resume with the same schedule");
+  const TrainState s = read_state(g, w);
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
   if (info.shape != std::vector<int64_t>{saved->world_size, 4} || info.type_class != H5T_INTEGER)
@@ -156,6 +184,25 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   check_finite_tensors(f, kAvg, layout, out.exp_avg);
   check_finite_tensors(f, kAvgSq, layout, out.exp_avg_sq);
   return s;
+}
+
+std::optional<TrainState> read_checkpoint_state(const std::string& path) {
+  h5::File f = h5::File::open_read(path, "model file or checkpoint");
+  if (!h5::has_attr(f.h, kFileKindAttr) || h5::read_string(f.h, kFileKindAttr, path) != "checkpoint")
+    return std::nullopt;
+  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+  return read_state(h5::open_group(f, "train_state"), h5::where(f, "train_state"));
+}
+
+void read_checkpoint_moments(const std::string& path, const ParamLayout& layout, float* exp_avg,
+                             float* exp_avg_sq) {
+  h5::File f = h5::File::open_read(path, "checkpoint");
+  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+  const ModelConfig c = read_model_config(f);
+  read_tensors(f, kAvg, c, layout, exp_avg);
+  read_tensors(f, kAvgSq, c, layout, exp_avg_sq);
+  check_finite_tensors(f, kAvg, layout, exp_avg);
+  check_finite_tensors(f, kAvgSq, layout, exp_avg_sq);
 }
 
 }  // namespace lct

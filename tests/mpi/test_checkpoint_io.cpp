@@ -62,7 +62,7 @@ struct Fixture {
     s.step = step;
     s.data_epoch = 1;
     s.data_cursor = 7;
-    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, 1, n, 64, 1, 1},
+    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, 1, n, 64, 1, 1, ""},
             {0, r, 1, 7}};
   }
 };
@@ -92,6 +92,11 @@ TEST(CheckpointIo, ParallelWriteReadsBackOnEveryRank) {
   RunLayout bigger = c.run;
   bigger.seq_len *= 2;
   EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, bigger,
+                               rank_of(), c.rank, &saved),
+               Error);
+  RunLayout staged = c.run;  // and another sequence-length schedule
+  staged.seq_len_schedule = "32:1";
+  EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, staged,
                                rank_of(), c.rank, &saved),
                Error);
   // Other degrees and batch shape: read whole, whatever the rank's coordinates.
