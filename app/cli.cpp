@@ -212,6 +212,53 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
       ->check(CLI::IsMember({"onednn", "openblas"}));
 }
 
+// The RoPE options of init and train (context extension): one declaration for both. In
+// train every default leaves the model's RoPE as it is (0 and "keep").
+void declare_rope(Registry& r, CLI::App* c, RopeOptions& o, bool train) {
+  r.add(c, "--rope-theta", o.theta, 0.0,
+        std::string("RoPE base (rope_theta)") + (train ? " (0 = the model's)" : " (0 = the preset's)"))
+      ->check(nonnegative());
+  // Hugging Face's rope_scaling, attribute by attribute (rope_scaling.NAME in the file).
+  const RopeScaling rd;
+  r.add(c, "--rope-scaling", o.scaling, std::string(train ? "keep" : "none"),
+        std::string("RoPE scaling (Hugging Face's rope_scaling.rope_type): none, linear, dynamic, "
+                    "yarn or llama3") +
+            (train ? "; keep = the model's own. A type replaces the model's whole rope_scaling "
+                     "with the --rope-* values given (defaults for the others)"
+                   : ""))
+      ->check(train ? CLI::IsMember({"keep", "none", "linear", "dynamic", "yarn", "llama3"})
+                    : CLI::IsMember({"none", "linear", "dynamic", "yarn", "llama3"}));
+  r.add(c, "--rope-factor", o.factor, rd.factor,
+        "rope_scaling.factor: the context's extension (every type; >= 1)")
+      ->check(nonnegative());
+  r.add(c, "--rope-original-max-position-embeddings", o.original_max_position_embeddings,
+        rd.original_max_position_embeddings,
+        "rope_scaling.original_max_position_embeddings: the pre-training context (llama3: "
+        "required; yarn: 0 = max_position_embeddings)")
+      ->check(count(0));
+  r.add(c, "--rope-low-freq-factor", o.low_freq_factor, rd.low_freq_factor,
+        "rope_scaling.low_freq_factor (llama3, required; Llama 3.1: 1)")
+      ->check(nonnegative());
+  r.add(c, "--rope-high-freq-factor", o.high_freq_factor, rd.high_freq_factor,
+        "rope_scaling.high_freq_factor (llama3, required; Llama 3.1: 4)")
+      ->check(nonnegative());
+  r.add(c, "--rope-beta-fast", o.beta_fast, rd.beta_fast, "rope_scaling.beta_fast (yarn)")
+      ->check(positive());
+  r.add(c, "--rope-beta-slow", o.beta_slow, rd.beta_slow, "rope_scaling.beta_slow (yarn)")
+      ->check(positive());
+  r.add(c, "--rope-attention-factor", o.attention_factor, rd.attention_factor,
+        "rope_scaling.attention_factor (yarn): multiplies cos and sin; 0 = 0.1 ln(factor) + 1 "
+        "(or from the mscales)")
+      ->check(nonnegative());
+  r.add(c, "--rope-mscale", o.mscale, rd.mscale, "rope_scaling.mscale (yarn; 0 = none)")
+      ->check(nonnegative());
+  r.add(c, "--rope-mscale-all-dim", o.mscale_all_dim, rd.mscale_all_dim,
+        "rope_scaling.mscale_all_dim (yarn; 0 = none)")
+      ->check(nonnegative());
+  r.add(c, "--rope-truncate", o.truncate, rd.truncate,
+        "rope_scaling.truncate (yarn): round the correction range to whole dimensions");
+}
+
 void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   std::string presets;
   for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
@@ -238,8 +285,6 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   r.add(c, "--max-position-embeddings", o.max_position_embeddings, int64_t(0),
         std::string("longest context the model is meant for") + from)
       ->check(count(0));
-  r.add(c, "--rope-theta", o.rope_theta, 0.0, std::string("RoPE base") + from)
-      ->check(nonnegative());
   r.add(c, "--rms-norm-eps", o.rms_norm_eps, 0.0, std::string("RMSNorm epsilon") + from)
       ->check(nonnegative());
   r.add(c, "--initializer-range", o.initializer_range, 0.0,
@@ -252,41 +297,7 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
         "sliding-window attention: each token sees itself and the W - 1 before it (0 = none, "
         "full causal; -1 = the preset's)")
       ->check(CLI::Range(int64_t(-1), int64_t(INT32_MAX)));
-  // Hugging Face's rope_scaling, attribute by attribute (rope_scaling.NAME in the file).
-  const RopeScaling rd;
-  r.add(c, "--rope-scaling", o.rope_scaling, std::string("none"),
-        "RoPE scaling (Hugging Face's rope_scaling.rope_type): none, linear, dynamic, yarn or "
-        "llama3")
-      ->check(CLI::IsMember({"none", "linear", "dynamic", "yarn", "llama3"}));
-  r.add(c, "--rope-factor", o.rope_factor, rd.factor,
-        "rope_scaling.factor: the context's extension (every type; >= 1)")
-      ->check(nonnegative());
-  r.add(c, "--rope-original-max-position-embeddings", o.rope_original_max_position_embeddings,
-        rd.original_max_position_embeddings,
-        "rope_scaling.original_max_position_embeddings: the pre-training context (llama3: "
-        "required; yarn: 0 = max_position_embeddings)")
-      ->check(count(0));
-  r.add(c, "--rope-low-freq-factor", o.rope_low_freq_factor, rd.low_freq_factor,
-        "rope_scaling.low_freq_factor (llama3, required; Llama 3.1: 1)")
-      ->check(nonnegative());
-  r.add(c, "--rope-high-freq-factor", o.rope_high_freq_factor, rd.high_freq_factor,
-        "rope_scaling.high_freq_factor (llama3, required; Llama 3.1: 4)")
-      ->check(nonnegative());
-  r.add(c, "--rope-beta-fast", o.rope_beta_fast, rd.beta_fast, "rope_scaling.beta_fast (yarn)")
-      ->check(positive());
-  r.add(c, "--rope-beta-slow", o.rope_beta_slow, rd.beta_slow, "rope_scaling.beta_slow (yarn)")
-      ->check(positive());
-  r.add(c, "--rope-attention-factor", o.rope_attention_factor, rd.attention_factor,
-        "rope_scaling.attention_factor (yarn): multiplies cos and sin; 0 = 0.1 ln(factor) + 1 "
-        "(or from the mscales)")
-      ->check(nonnegative());
-  r.add(c, "--rope-mscale", o.rope_mscale, rd.mscale, "rope_scaling.mscale (yarn; 0 = none)")
-      ->check(nonnegative());
-  r.add(c, "--rope-mscale-all-dim", o.rope_mscale_all_dim, rd.mscale_all_dim,
-        "rope_scaling.mscale_all_dim (yarn; 0 = none)")
-      ->check(nonnegative());
-  r.add(c, "--rope-truncate", o.rope_truncate, rd.truncate,
-        "rope_scaling.truncate (yarn): round the correction range to whole dimensions");
+  declare_rope(r, c, o.rope, false);
   r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation")
       ->check(count(0));
   r.add(c, "--force", o.force, false, "replace the output file if it exists");
@@ -329,13 +340,25 @@ void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
 }
 
 void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
-  r.add(c, "--model", o.model, std::string(), "model file or checkpoint to start from")->required();
+  r.add(c, "--model", o.model, std::string(),
+        "model file or checkpoint to start from: a new run (step 1, its own learning-rate "
+        "schedule and data order) from its weights; --init-from is another name for it",
+        "--init-from")
+      ->required();
+  r.add(c, "--init-moments", o.init_moments, false,
+        "also take the AdamW moments of the checkpoint --model names (not of a model file); "
+        "a resumed run takes its own checkpoint's");
+  declare_rope(r, c, o.rope, true);
   r.add(c, "--data", o.data, std::string(), "dataset file (lctrain prepare)")->required();
   r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")
       ->required()
       ->check(output_path("directory"));
   r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
       ->check(count(2));
+  r.add(c, "--seq-len-schedule", o.seq_len_schedule, std::string(),
+        "shorter lengths to train at before --seq-len, as LEN:STEPS stages: \"512:200,1024:100\" "
+        "with --seq-len 2048 trains steps 1-200 at 512, 201-300 at 1024, the rest at 2048; "
+        "each stage re-packs the data at its length (\"\" = --seq-len throughout)");
   r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch")
       ->check(count(1));
   r.add(c, "--grad-accum", o.grad_accum, int64_t(1), "micro-batches per optimizer step")

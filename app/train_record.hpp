@@ -36,6 +36,8 @@ struct StepFigures {
   double seconds = 0, gflops = 0, peak_gflops = 0;
   const PhaseClock* clock = nullptr;
   const RankFigures* ranks = nullptr;
+  int64_t seq_len = 0;        // of the step's sequences
+  bool show_seq_len = false;  // in the step line (a --seq-len-schedule run)
 };
 
 class TrainRecord {
@@ -43,8 +45,10 @@ class TrainRecord {
   explicit TrainRecord(int ranks);
   // Appends to a table read back from a previous run of this run's columns (its rank count
   // may differ: per-rank columns then widen to the larger, NaN where a row had no such
-  // rank); false (and the table left as it was) when the columns do not match.
-  bool continue_from(TimingTable previous);
+  // rank); false (and the table left as it was) when the columns do not match. `seq_len`:
+  // the length of the earlier rows of a table without a seq_len column (written before
+  // --seq-len-schedule existed).
+  bool continue_from(TimingTable previous, int64_t seq_len);
   void add(const StepFigures& f);
   std::string step_line(const StepFigures& f, double eta_seconds) const;
   // Fills the summary attributes and prints the verification and figure of merit.

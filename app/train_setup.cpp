@@ -30,7 +30,8 @@ std::string gib(double bytes) {
 }
 
 // Everything that can be checked before any rank allocates or writes anything.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp) {
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp,
+                  const SeqLenSchedule& schedule) {
   check_fits_model(ds, o.data, mc.vocab_size, o.model);
   if (o.seq_len < 2) fail("--seq-len ", o.seq_len, " is too short: it must be at least 2");
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
@@ -56,10 +57,14 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
     fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
          "micro-batch can hold (2^31 - 1); use a smaller --batch-size, and --grad-accum for ",
          "larger steps");
-  if (cp > 1 && o.seq_len % (2 * cp) != 0)
-    fail("--seq-len ", o.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
-         ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
-         (o.seq_len / (2 * cp) + 1) * 2 * cp);
+  // Every stage of a --seq-len-schedule is cut as --seq-len is.
+  for (const SeqLenStage& st : schedule.stages()) {
+    const std::string name = st.seq_len == o.seq_len ? "--seq-len" : "--seq-len-schedule length";
+    if (cp > 1 && st.seq_len % (2 * cp) != 0)
+      fail(name, " ", st.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
+           ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
+           (st.seq_len / (2 * cp) + 1) * 2 * cp);
+  }
   if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
     fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
   // The longest name lctrain writes in the run directory must stay under the system's
@@ -141,8 +146,8 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 
 int64_t ulysses_group(const TrainOptions& o) { return o.cp_algo == "hybrid" ? o.ulysses_degree : 1; }
 
-CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp) {
-  return choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp / ulysses_group(o));
+CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, int64_t seq_len) {
+  return choose_cp_split(o.cp_split, mc.sliding_window, seq_len, cp / ulysses_group(o));
 }
 
 std::string latest_or_none(const RunDirectory* run) {
