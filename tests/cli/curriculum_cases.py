@@ -113,10 +113,15 @@ def schedule_equals_chaining_runs_at_the_boundary():
     gradient norm are bitwise the same. Later steps differ: the learning rate and AdamW's
     bias correction follow each run's own step count."""
     fixture()
-    ok(*["train", "--model", "m.h5", *COMMON, "--run-dir", "sched", *SCHEDULE])
+    ok(*["train", "--model", "m.h5", *COMMON, "--run-dir", "sched", *SCHEDULE, "--checkpoint-every", "3",
+         "--keep-every", "3"])
     # The short run has the scheduled run's learning rates for steps 1-3 (same --steps 8).
     p = train("short", "--seq-len", "200", "--steps", "8", "--stop-at", "3")
     assert p.returncode == 85, (p.returncode, p.stdout, p.stderr)
+    # The weights the chained run starts from are the scheduled run's at the boundary.
+    a, b = arrays(ckpt("short", 3)), arrays(ckpt("sched", 3))
+    weights = [n for n in a if "/" not in n]
+    assert len(weights) > 10 and all(np.array_equal(a[n], b[n]) for n in weights)
     for moments in ([], ["--init-moments"]):
         d = "long" + "".join(moments)
         p = train(d, "--seq-len", "400", "--steps", "2", *moments, model=ckpt("short", 3))
