@@ -65,6 +65,16 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
            ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
            (st.seq_len / (2 * cp) + 1) * 2 * cp);
   }
+  // --force moves the previous run's checkpoints aside before the model is read again for
+  // its moments (--init-moments), and the new run would record a path that no longer exists.
+  if (o.force && o.resume == "none") {
+    namespace fs = std::filesystem;
+    const std::string model = fs::weakly_canonical(o.model).string(),
+                      dir = fs::weakly_canonical(o.run_dir).string() + "/checkpoints/";
+    if (model.rfind(dir, 0) == 0)
+      fail("--model '", o.model, "' is a checkpoint of --run-dir '", o.run_dir, "', which --force ",
+           "sets aside: start the new run in another --run-dir (or copy the checkpoint out first)");
+  }
   if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
     fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
   // The longest name lctrain writes in the run directory must stay under the system's

@@ -220,11 +220,17 @@ def bad_curriculum_inputs():
     expect_error(["--oversubscribe", *base, "--cp", "2", "--seq-len-schedule", "202:2"],
                  "--seq-len-schedule length 202 is not divisible by 2 x cp = 4", ranks=2)
     assert not os.path.exists("bad"), "a refused run wrote its run directory"
+    # A new run from a checkpoint of the run directory --force would set aside.
+    p = run("train", "--model", "m.h5", *COMMON, "--run-dir", "bad", "--seq-len", "200", "--steps", "1")
+    assert p.returncode == 0, p.stderr
+    expect_error(["train", "--init-from", ckpt("bad", 1), *COMMON, "--run-dir", "bad", "--seq-len", "600",
+                  "--steps", "2", "--force", "--init-moments"],
+                 "is a checkpoint of --run-dir 'bad', which --force sets aside", keep=[ckpt("bad", 1)])
     # --dry-run sizes memory for the longest stage: --seq-len.
     p = ok(*base, "--seq-len-schedule", "200:2", "--dry-run")
     assert "600 tokens per rank" in p.stdout, p.stdout
     # A resume with another schedule is refused, naming both.
-    p = run(*base, "--seq-len-schedule", "200:2", "--stop-at", "1")
+    p = run(*base, "--seq-len-schedule", "200:2", "--stop-at", "1", "--force")
     assert p.returncode == 85, p.stderr
     expect_error(base + ["--seq-len-schedule", "400:2", "--resume", "auto"],
                  "written with --seq-len-schedule '200:2' but this run has '400:2'")
