@@ -106,6 +106,19 @@ def schedule_with_cp2_matches_one_rank():
 
 
 @case
+def schedule_with_hybrid_cp4_matches_one_rank():
+    fixture()
+    ok(*["train", "--model", "m.h5", *COMMON, "--run-dir", "one", *SCHEDULE])
+    p = train("hybrid", *SCHEDULE, "--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "2", ranks=4)
+    assert p.returncode == 0, p.stderr
+    a, b = losses("one"), losses("hybrid")
+    assert list(a) == list(b) == list(range(1, 9))
+    worst = max(abs(a[s] - b[s]) for s in a)
+    assert worst < 1e-5, (a, b)
+    print(f"cp=4 (hybrid, Ulysses 2 x ring 2) vs one rank over 3 stages: largest loss difference {worst:.2e}")
+
+
+@case
 def schedule_equals_chaining_runs_at_the_boundary():
     """Stage 1 as its own run, then --init-from its last checkpoint at the next length: the
     chained run's first step sees the same weights and the same sequences as the scheduled
