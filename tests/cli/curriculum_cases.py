@@ -119,6 +119,24 @@ def schedule_with_hybrid_cp4_matches_one_rank():
 
 
 @case
+def schedule_resumes_across_a_degree_change():
+    """Stopped inside stage 2 on cp 2, resumed on one rank: the stage's data position (in
+    sequences of its length) carries over; the losses match the straight run's to rounding."""
+    fixture()
+    ok(*["train", "--model", "m.h5", *COMMON, "--run-dir", "one", *SCHEDULE])
+    p = train("moved", *SCHEDULE, "--cp", "2", "--stop-at", "4", ranks=2)
+    assert p.returncode == 85, (p.returncode, p.stdout, p.stderr)
+    p = train("moved", *SCHEDULE, "--resume", "auto")
+    assert p.returncode == 0, p.stderr
+    assert "resuming across a layout change" in p.stdout, p.stdout
+    a, b = losses("one"), losses("moved")
+    assert list(a) == list(b) == list(range(1, 9))
+    worst = max(abs(a[s] - b[s]) for s in a)
+    assert worst < 1e-5, (a, b)
+    print(f"schedule resumed from cp 2 on one rank: largest loss difference {worst:.2e}")
+
+
+@case
 def schedule_equals_chaining_runs_at_the_boundary():
     """Stage 1 as its own run, then --init-from its last checkpoint at the next length: the
     chained run's first step sees the same weights and the same sequences as the scheduled
