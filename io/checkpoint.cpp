@@ -152,7 +152,7 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   if (saved->seq_len != run.seq_len)
     fail("checkpoint '", path, "' was written with seq_len = ", saved->seq_len, " but this run has ",
          run.seq_len, "; a resume keeps the sequence length (its data position counts sequences of ",
-         "that length): resume with --seq-len ", saved->seq_len, ", or start a new run from it");
+         "that length): resume with --seq-len ", saved->seq_len, ", or start a new run from it with --init-from");
   // Checkpoints from before schedules have none: "" (one length).
   saved->seq_len_schedule =
       h5::has_attr(g, "seq_len_schedule") ? h5::read_string(g, "seq_len_schedule", w) : "";
