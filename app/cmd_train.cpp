@@ -76,10 +76,11 @@ void check_same_data(const TrainState& saved, const DataIdentity& now, const std
 // it; --resume auto that finds no checkpoint sets aside a table a killed run left behind.
 TrainState start_state(const World& world, std::ostream& out, const TrainOptions& o,
                        RunDirectory* run, const ResumeRequest& req, const DataIdentity& data,
-                       TrainRecord& record) {
+                       const TokenizerInfo& tokenizer, TrainRecord& record) {
   TrainState state;
   state.data_seed = o.seed;
   state.data = data;
+  state.tokenizer = tokenizer;
   std::string used;
   const std::optional<TrainState> loaded =
       o.resume == "none" ? std::nullopt : resume_checkpoint(world, out, req, &used);
@@ -99,9 +100,17 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
   if (loaded->data_seed != o.seed)
     throw AgreedError(cat("checkpoint '", used, "' was trained with --seed ", loaded->data_seed,
                           " but this run has --seed ", o.seed, "; resume with the same seed"));
+  // Other ids for the same text: --allow-data-change does not cover it.
+  if (!loaded->tokenizer.name.empty() && !loaded->tokenizer.same(tokenizer))
+    throw AgreedError(cat("checkpoint '", used, "' was trained with the tokenizer ",
+                          loaded->tokenizer.describe(), " but --data '", o.data, "' was made with ",
+                          tokenizer.describe(), ": its ids mean other text; resume on data prepared ",
+                          "with the checkpoint's tokenizer (prepare --tokenizer-model with its ",
+                          "/tokenizer/model bytes)"));
   check_same_data(*loaded, data, used, o, out);
   state = *loaded;
   state.data = data;
+  state.tokenizer = tokenizer;
   state.restarts += 1;
   // A checkpoint from before lineages starts one.
   if (state.run_id.empty()) state.run_id = broadcast_string(new_run_id(), world.comm);
@@ -144,6 +153,7 @@ int cmd_train(Context& ctx) {
   ModelData init = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_inputs(o, init.config, ds, cp);
+  check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(ds), o.data);
   const ModelConfig& mc = init.config;
   const Precision precision = parse_precision(o.precision);
   const ModelShape shape{o.batch_size * o.seq_len / cp, o.seq_len, parse_checkpointing(o.checkpointing),
@@ -203,7 +213,7 @@ int cmd_train(Context& ctx) {
        {model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
-      identify(ds), record);
+      identify(ds), tokenizer_info(ds), record);
   if (whole) {
     trainer.load_moments(m_whole.data(), v_whole.data());
     m_whole = Buffer<float>();

@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "io/model_schema.hpp"
+#include "io/tokenizer_group.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
@@ -55,6 +56,7 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Provenance
   h5::write_attr(g, "data_tokens", c.state.data.tokens);
   h5::write_attr(g, "data_fingerprint", c.state.data.fingerprint);
   h5::write_attr(g, "data_source", c.state.data.source);
+  if (!c.state.tokenizer.name.empty()) write_tokenizer_group(f, c.state.tokenizer);
   h5::Handle r = h5::create_group(f, f.h, "ranks");
   h5::write_rank_rows(f, r, "state",
                       {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
@@ -132,6 +134,8 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   if (h5::has_attr(g, "data_fingerprint"))
     s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
               h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
+
+  s.tokenizer = read_tokenizer_group(f);
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
   if (info.shape != std::vector<int64_t>{run.world_size, 4} || info.type_class != H5T_INTEGER)
