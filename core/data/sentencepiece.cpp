@@ -85,15 +85,15 @@ SentencePieceSpec read_sentencepiece_spec(std::string_view model) {
   return spec;
 }
 
-SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const std::string& what)
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const std::string& what,
+                                               const std::string& fix)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   const SentencePieceSpec spec = read_sentencepiece_spec(model);
   if (!spec.ok)
     fail(what, " is not a SentencePiece model (", model.size(), " bytes that do not parse as its ",
-         "ModelProto); give the .model file SentencePiece training wrote (spm_train, the Python ",
-         "package, or a Llama 2 tokenizer.model)");
+         "ModelProto); ", fix);
   if (const auto st = sp_->LoadFromSerializedProto(model); !st.ok())
-    fail(what, " is not a usable SentencePiece model: ", status_text(st));
+    fail(what, " is not a usable SentencePiece model: ", status_text(st), "; ", fix);
   if (sp_->bos_id() < 0 || sp_->eos_id() < 0)
     fail(what, ": the SentencePiece model has no ", sp_->bos_id() < 0 ? "BOS" : "EOS",
          " piece, which every document starts or ends with; train it with --bos_id and --eos_id set");
@@ -211,7 +211,17 @@ std::string train_sentencepiece(const std::vector<std::string_view>& docs, const
   LineIterator lines(docs);
   if (lines.done()) fail("prepare: the documents hold no text to train a tokenizer on");
   std::string model;
-  if (const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model); !st.ok())
+  const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+  // "Vocabulary size is smaller than required_chars. 261 vs 267. Increase ... --character_coverage":
+  // an option prepare does not have; say what --vocab-size needs instead.
+  const std::string why = st.ok() ? "" : status_text(st);
+  if (const size_t at = why.find("required_chars. "); at != std::string::npos) {
+    const std::string need = why.substr(why.find(" vs ", at) + 4, why.find('.', at + 16) - why.find(" vs ", at) - 4);
+    fail("prepare: --vocab-size ", vocab_size, " cannot hold this text's ", type, " model: the 256 byte ",
+         "pieces, unk, BOS, EOS, PAD and one piece per character of the text need ", need,
+         "; raise --vocab-size above ", need);
+  }
+  if (!st.ok())
     fail("prepare: SentencePiece could not train a ", type, " tokenizer of --vocab-size ", vocab_size,
          " on this text: ", status_text(st));
   return model;

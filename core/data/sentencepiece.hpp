@@ -20,9 +20,11 @@ class SentencePieceTokenizer : public Tokenizer {
  public:
   static constexpr const char* kName = "sentencepiece";
   // `model` is a serialized ModelProto; throws naming `what` (a file, a dataset) when it is
-  // not a SentencePiece model, or when it has no BOS or EOS piece. A model without a PAD
+  // not a SentencePiece model, or when it has no BOS or EOS piece, with `fix` (what to do)
+  // appended. A model without a PAD
   // piece (Llama 2's) pads with its unk id: padding is never a target, so any id serves.
-  SentencePieceTokenizer(const std::string& model, const std::string& what);
+  SentencePieceTokenizer(const std::string& model, const std::string& what,
+                         const std::string& fix = "the file is damaged: prepare it again");
   ~SentencePieceTokenizer() override;
 
   const TokenizerInfo& info() const override { return info_; }
