@@ -45,7 +45,9 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o, const
   std::unique_ptr<SentencePieceTokenizer> t;
   if (!o.tokenizer_model.empty()) {
     t = std::make_unique<SentencePieceTokenizer>(read_text_file(o.tokenizer_model),
-                                                 cat("--tokenizer-model '", o.tokenizer_model, "'"));
+                                                 cat("--tokenizer-model '", o.tokenizer_model, "'"),
+                                                 "give the .model file SentencePiece training wrote "
+                                                 "(spm_train, the Python package, a Llama 2 tokenizer.model)");
     out << "tokenizer: SentencePiece model '" << o.tokenizer_model << "'";
   } else {
     out << timestamp() << "prepare: training a " << o.tokenizer << " tokenizer of " << o.vocab_size

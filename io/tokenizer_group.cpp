@@ -1,6 +1,8 @@
 #include "io/tokenizer_group.hpp"
 
 #include "common/error.hpp"
+#include <memory>
+
 #include "data/tokenizer.hpp"
 
 namespace lct {
@@ -39,7 +41,8 @@ TokenizerInfo read_tokenizer_group(const h5::File& f) {
     h5::read_array(f, g, "model", reinterpret_cast<uint8_t*>(t.model.data()));
   }
   // The stored model must load and declare what the attributes say.
-  const TokenizerInfo& loaded = make_tokenizer(t, w)->info();
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(t, w);
+  const TokenizerInfo& loaded = tokenizer->info();
   if (loaded.vocab_size != t.vocab_size || loaded.bos_id != t.bos_id || loaded.eos_id != t.eos_id ||
       loaded.pad_id != t.pad_id || loaded.type != t.type)
     fail(w, ": the attributes (", t.type, ", vocab_size ", t.vocab_size, ", bos ", t.bos_id, ", eos ",
