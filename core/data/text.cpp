@@ -1,5 +1,7 @@
 #include "data/text.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "common/error.hpp"
@@ -87,11 +89,18 @@ TokenDataset tokenize_documents(const Documents& docs, const Tokenizer& tokenize
   ds.source = docs.source;
   const int64_t n = int64_t(docs.text.size());
   // A batch is encoded in parallel into its own vectors, then appended in order: the ids
-  // do not depend on the thread count.
-  constexpr int64_t kBatch = 1024;
-  std::vector<std::vector<int32_t>> ids(size_t(std::min(n, kBatch)));
-  for (int64_t first = 0; first < n; first += kBatch) {
-    const int64_t count = std::min(kBatch, n - first);
+  // do not depend on the thread count. A batch ends at 1024 documents, or at 16 MB of text
+  // once every thread has a document, so that progress is told often for long documents.
+  constexpr int64_t kBatchDocs = 1024;
+  constexpr size_t kBatchBytes = size_t(16) << 20;
+  const int64_t threads = omp_get_max_threads();
+  std::vector<std::vector<int32_t>> ids(size_t(std::min(n, kBatchDocs)));
+  for (int64_t first = 0, count = 0; first < n; first += count) {
+    size_t bytes = 0;
+    for (count = 0; first + count < n && count < kBatchDocs; ++count) {
+      if (bytes >= kBatchBytes && count >= threads) break;
+      bytes += docs.text[size_t(first + count)].size();
+    }
     std::string error;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t i = 0; i < count; ++i) {

@@ -35,8 +35,8 @@ struct Documents {
 Documents split_documents(const std::vector<TextSource>& sources, const std::string& separator);
 
 // Each document as BOS + ids + EOS, in input order. Documents are encoded in parallel
-// (OpenMP) in batches; `progress` is told the documents done and the input bytes they
-// cover after each batch.
+// (OpenMP) in batches (1024 documents, or 16 MB of text); `progress` is told the documents
+// done and the input bytes they cover after each batch.
 TokenDataset tokenize_documents(const Documents& docs, const Tokenizer& tokenizer,
                                 const std::function<void(int64_t docs, size_t bytes)>& progress = {});
 
