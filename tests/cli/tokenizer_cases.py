@@ -18,7 +18,7 @@ import sentencepiece as spm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_cases as cc  # noqa: E402
-from cli_cases import case, digest, expect_error, ok  # noqa: E402
+from cli_cases import case, expect_error, ok, timing  # noqa: E402
 
 # Held-out documents: accents and scripts the corpus has, and some it never shows (CJK, emoji,
 # Devanagari, a tab, runs of spaces, a leading space, digits), so byte fallback is exercised.
@@ -168,10 +168,19 @@ def train_and_eval_on_a_sentencepiece_dataset():
     corpus()
     ok("prepare", "corpus.txt", "--separator", "\\n\\n", "--tokenizer", "bpe", "--vocab-size", "800", "-o", "sp.h5")
     ok("init", "-o", "m.h5", "--preset", "tiny", "--vocab-size", "800")
-    ok("train", "--model", "m.h5", "--data", "sp.h5", "--run-dir", "run", "--seq-len", "256", "--steps", "4",
-       "--lr", "3e-3", "--warmup-steps", "1", "--checkpoint-every", "2", "--block-q", "64", "--block-k", "64")
-    ckpt = "run/checkpoints/latest.h5" if os.path.exists("run/checkpoints/latest.h5") else \
-        sorted(os.path.join("run/checkpoints", n) for n in os.listdir("run/checkpoints") if n.endswith(".h5"))[-1]
+    args = ["train", "--model", "m.h5", "--data", "sp.h5", "--seq-len", "256", "--steps", "4", "--lr", "3e-3",
+            "--warmup-steps", "1", "--checkpoint-every", "2", "--block-q", "64", "--block-k", "64"]
+    ok(*args, "--run-dir", "run")
+    # Two ranks, each sequence split over them: the single rank's losses and the same tokenizer.
+    ok("--oversubscribe", *args, "--run-dir", "cp2", "--cp", "2", ranks=2)
+    one, two = timing("run")[0]["loss"], timing("cp2")[0]["loss"]
+    rel = np.max(np.abs(two - one) / one)
+    print(f"cp=2 on sentencepiece data: losses {two}, max rel diff to one rank {rel:.2e}")
+    assert rel < 1e-5, (one, two)
+    with h5py.File("run/checkpoints/step_00000004.h5", "r") as a, h5py.File("cp2/checkpoints/step_00000004.h5", "r") as b:
+        assert bytes(a["tokenizer/model"][:]) == bytes(b["tokenizer/model"][:])
+        assert dict(a["tokenizer"].attrs) == dict(b["tokenizer"].attrs)
+    ckpt = "run/checkpoints/step_00000004.h5"
     with h5py.File(ckpt, "r") as c, h5py.File("sp.h5", "r") as d:
         assert bytes(c["tokenizer/model"][:]) == bytes(d["tokenizer/model"][:])
         assert c["tokenizer"].attrs["name"] == "sentencepiece" and c["tokenizer"].attrs["vocab_size"] == 800
