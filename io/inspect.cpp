@@ -48,7 +48,7 @@ Provenance provenance_of(const std::string& path) {
 // and the first pieces the model learned (after unk, BOS, EOS, PAD and the byte pieces).
 void print_tokenizer(const TokenizerInfo& t, std::ostream& out) {
   if (t.name.empty()) {
-    out << "tokenizer: none recorded (a model file from init or convert records none)\n";
+    out << "tokenizer: none recorded (model files from init or convert, and older checkpoints, have none)\n";
     return;
   }
   out << "tokenizer: " << t.describe() << " (bos " << t.bos_id << ", eos " << t.eos_id << ", pad "

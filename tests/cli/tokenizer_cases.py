@@ -202,8 +202,14 @@ def train_and_eval_on_a_sentencepiece_dataset():
                   "--block-q", "64", "--block-k", "64", "--allow-data-change", "--resume", "auto"],
                  "trained with the tokenizer sentencepiece", "--data 'byte.h5'")
     assert sorted(os.listdir("run/checkpoints")) == listing
-    # A model file from init records no tokenizer: any data that fits its vocabulary.
+    # A model file from init, or a checkpoint from before /tokenizer, records no tokenizer: any
+    # data that fits its vocabulary.
     ok("eval", "--model", "m.h5", "--data", "byte.h5", "--seq-len", "256", "--max-sequences", "2")
+    os.system(f"cp {ckpt} old.h5")
+    with h5py.File("old.h5", "r+") as f:
+        del f["tokenizer"]
+    ok("eval", "--model", "old.h5", "--data", "byte.h5", "--seq-len", "256", "--max-sequences", "2")
+    assert "tokenizer: none recorded" in ok("inspect", "old.h5", "--no-tensors").stdout
 
 
 @case
