@@ -44,8 +44,8 @@ Provenance provenance_of(const std::string& path) {
   return h5::read_provenance(f);
 }
 
-// What a checkpoint was trained with, decoded from the checkpoint alone: the special pieces
-// and the first pieces the model learned (after unk, BOS, EOS, PAD and the byte pieces).
+// What a checkpoint was trained with, and for SentencePiece the first pieces the model
+// learned (after unk, BOS, EOS, PAD and the byte pieces), read from the checkpoint alone.
 void print_tokenizer(const TokenizerInfo& t, std::ostream& out) {
   if (t.name.empty()) {
     out << "tokenizer: none recorded (model files from init or convert, and older checkpoints, have none)\n";
@@ -58,9 +58,8 @@ void print_tokenizer(const TokenizerInfo& t, std::ostream& out) {
   out << "  first learned pieces:";
   int shown = 0;
   for (int32_t id = 0; id < t.vocab_size && shown < 12; ++id) {
-    const std::string p = sp.piece(id);
-    if (p.empty() || p.front() == '<') continue;  // <unk>, <s>, <0x41>, ...
-    out << " " << id << "=" << p;
+    if (!sp.learned(id)) continue;
+    out << " " << id << "=" << sp.piece(id);
     ++shown;
   }
   out << "\n";

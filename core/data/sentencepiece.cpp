@@ -153,6 +153,10 @@ std::string SentencePieceTokenizer::piece(int32_t id) const {
   return id >= 0 && id < info_.vocab_size ? sp_->IdToPiece(id) : "<unk>";
 }
 
+bool SentencePieceTokenizer::learned(int32_t id) const {
+  return id >= 0 && id < info_.vocab_size && !sp_->IsUnknown(id) && !sp_->IsControl(id) && !sp_->IsByte(id);
+}
+
 namespace {
 
 // Documents -> training sentences: one per line, long lines cut into pieces of at most

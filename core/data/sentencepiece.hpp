@@ -32,6 +32,8 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string decode(const int32_t* ids, size_t n, bool show_special = false) const override;
   // The piece of one id as the model spells it ("▁the", "<0x0A>"), for inspect.
   std::string piece(int32_t id) const;
+  // A piece the model learned: not unk, a control piece (BOS, EOS, PAD) or a byte piece.
+  bool learned(int32_t id) const;
   bool byte_fallback() const { return byte_fallback_; }
 
  private:
