@@ -62,6 +62,8 @@ std::string status_text(const sentencepiece::util::Status& st) {
 
 }  // namespace
 
+std::string sentencepiece_version() { return LCT_SPM_VERSION; }
+
 SentencePieceSpec read_sentencepiece_spec(std::string_view model) {
   // ModelProto: 1 pieces (repeated), 2 trainer_spec; TrainerSpec: 3 model_type, 35 byte_fallback.
   SentencePieceSpec spec;

@@ -52,6 +52,9 @@ struct SentencePieceSpec {
 };
 SentencePieceSpec read_sentencepiece_spec(std::string_view model);
 
+// The libsentencepiece version built against (pkg-config's, at configure time).
+std::string sentencepiece_version();
+
 // Pieces a byte-fallback model needs besides what it learns: 256 bytes and unk, BOS, EOS, PAD.
 constexpr int64_t kSentencePieceReserved = 256 + 4;
 
