@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "data/sentencepiece.hpp"
 #include "model/config.hpp"
 
 namespace lct {
@@ -314,6 +315,17 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--synthetic", o.synthetic, std::string(),
         "generate data instead of reading files: passkey")
       ->check(CLI::IsMember({"", "passkey"}));
+  r.add(c, "--tokenizer", o.tokenizer, std::string("byte"),
+        "byte (ids 0-255 are bytes, then BOS, EOS, PAD), or train a SentencePiece model on the "
+        "input texts: bpe or unigram (with --vocab-size; byte fallback, unk 0, BOS 1, EOS 2, PAD 3)")
+      ->check(CLI::IsMember({"byte", "bpe", "unigram"}));
+  r.add(c, "--vocab-size", o.vocab_size, int64_t(0),
+        "bpe/unigram: pieces in the trained model, at least 261 (256 byte pieces, unk, BOS, EOS, "
+        "PAD, and one learned)")
+      ->check(count(0));
+  r.add(c, "--tokenizer-model", o.tokenizer_model, std::string(),
+        "encode with this existing SentencePiece .model file (e.g. Llama 2's tokenizer.model) "
+        "instead of --tokenizer");
   r.add(c, "--num-docs", o.num_docs, int64_t(256), "synthetic: number of documents")
       ->check(count(1));
   r.add(c, "--doc-length", o.doc_length, int64_t(1024),
@@ -583,6 +595,30 @@ std::string convert_rule(const ConvertOptions& o) {
   return "";
 }
 
+// prepare's tokenizer options belong together: a tokenizer to train takes a vocabulary size,
+// an existing model or the byte tokenizer none; passkey data is byte-tokenized.
+std::string prepare_rule(const PrepareOptions& o) {
+  const bool train = o.tokenizer != "byte", given = !o.tokenizer_model.empty();
+  if (!o.synthetic.empty() && (train || given))
+    return "--synthetic passkey generates byte-tokenized documents (its answers are byte positions): "
+           "drop --tokenizer and --tokenizer-model";
+  if (given && train)
+    return cat("--tokenizer-model ", o.tokenizer_model, " is the tokenizer (its type is in the model): ",
+               "drop --tokenizer ", o.tokenizer, ", or drop --tokenizer-model to train a new one");
+  if (given && o.vocab_size)
+    return "--vocab-size is the model's own with --tokenizer-model: drop --vocab-size";
+  if (!train && o.vocab_size)
+    return "the byte tokenizer's vocabulary is fixed (259 ids): drop --vocab-size, or train a "
+           "SentencePiece model with --tokenizer bpe or unigram";
+  if (train && !o.vocab_size)
+    return cat("--tokenizer ", o.tokenizer, " trains a model of --vocab-size pieces: give it (e.g. ",
+               "--vocab-size 8000)");
+  if (train && o.vocab_size < kSentencePieceReserved + 1)
+    return cat("--vocab-size ", o.vocab_size, " is too small: byte fallback takes 256 pieces and ",
+               "unk, BOS, EOS and PAD 4 more; give at least ", kSentencePieceReserved + 1);
+  return "";
+}
+
 std::string joined_command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) {
@@ -666,6 +702,13 @@ Invocation parse_command_line(int argc, char** argv) {
     inv.error = cat("--min-lr ", inv.train.min_lr, " is above --lr ", inv.train.lr,
                     ": the cosine decay goes from --lr down to --min-lr; lower --min-lr\n");
     return inv;
+  }
+  if (inv.command == "prepare") {
+    if (std::string rule = prepare_rule(inv.prepare); !rule.empty()) {
+      inv.exit_code = 2;
+      inv.error = rule + "\n";
+      return inv;
+    }
   }
   if (inv.command == "convert") {
     if (std::string rule = convert_rule(inv.convert); !rule.empty()) {

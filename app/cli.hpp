@@ -50,6 +50,9 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // UTF-8 text files
   std::string separator;            // split files into documents on this string ("" = per file)
   std::string synthetic;            // "passkey" or "" (text files)
+  std::string tokenizer;            // "byte", or a SentencePiece model to train: "bpe", "unigram"
+  int64_t vocab_size;               // bpe/unigram: pieces to learn (0 = not given)
+  std::string tokenizer_model;      // an existing SentencePiece .model file ("" = none)
   int64_t num_docs, doc_length, key_digits, seed;
   int64_t seq_len;                  // report packing efficiency at this length
   double progress_every;            // seconds between progress lines; 0 = none

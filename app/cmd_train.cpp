@@ -98,11 +98,12 @@ std::string layout_change(const RunLayout& was, const RunLayout& now, const Trai
 // takes that checkpoint's AdamW moments into req.into.
 TrainState start_state(const World& world, std::ostream& out, const TrainOptions& o,
                        RunDirectory* run, const ResumeRequest& req, const DataIdentity& data,
-                       const InitOrigin& origin, TrainRecord& record) {
+                       const InitOrigin& origin, const TokenizerInfo& tokenizer, TrainRecord& record) {
   TrainState state;
   state.data_seed = o.seed;
   state.data = data;
   state.init_from = origin;
+  state.tokenizer = tokenizer;
   std::string used;
   RunLayout saved;
   const std::optional<TrainState> loaded =
@@ -130,10 +131,18 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
   if (loaded->data_seed != o.seed)
     throw AgreedError(cat("checkpoint '", used, "' was trained with --seed ", loaded->data_seed,
                           " but this run has --seed ", o.seed, "; resume with the same seed"));
+  // Other ids for the same text: --allow-data-change does not cover it.
+  if (!loaded->tokenizer.name.empty() && !loaded->tokenizer.same(tokenizer))
+    throw AgreedError(cat("checkpoint '", used, "' was trained with the tokenizer ",
+                          loaded->tokenizer.describe(), " but --data '", o.data, "' was made with ",
+                          tokenizer.describe(), ": its ids mean other text; resume on data prepared ",
+                          "with the checkpoint's tokenizer (prepare --tokenizer-model with its ",
+                          "/tokenizer/model bytes)"));
   check_same_data(*loaded, data, used, o, out);
   if (!(saved == req.run)) out << layout_change(saved, req.run, *loaded) << "\n";
   state = *loaded;
   state.data = data;
+  state.tokenizer = tokenizer;
   state.restarts += 1;
   // A checkpoint from before lineages starts one.
   if (state.run_id.empty()) state.run_id = broadcast_string(new_run_id(), world.comm);
@@ -181,6 +190,7 @@ int cmd_train(Context& ctx) {
   init.config.validate(cat("train (the model of '", o.model, "' with the --rope-* options given)"));
   const SeqLenSchedule schedule(o.seq_len_schedule, o.seq_len, o.steps);
   check_inputs(o, init.config, ds, cp, schedule);
+  check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(ds), o.data);
   const std::optional<TrainState> source = read_checkpoint_state(o.model);
   if (o.init_moments && !source)
     fail("--init-moments takes the AdamW moments of a checkpoint, but --model '", o.model,
@@ -256,7 +266,7 @@ int cmd_train(Context& ctx) {
        {model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
-      identify(ds), origin, record);
+      identify(ds), origin, tokenizer_info(ds), record);
   if (whole) {
     trainer.load_moments(m_whole.data(), v_whole.data());
     m_whole = Buffer<float>();

@@ -6,6 +6,7 @@
 #include "io/atomic.hpp"
 #include "io/file_kind.hpp"
 #include "io/model_schema.hpp"
+#include "io/tokenizer_group.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
@@ -63,6 +64,7 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Provenance
   h5::write_attr(g, "init_from_run_id", o.run_id);
   h5::write_attr(g, "init_from_data_fingerprint", o.data.fingerprint);
   h5::write_attr(g, "init_from_data_source", o.data.source);
+  if (!c.state.tokenizer.name.empty()) write_tokenizer_group(f, c.state.tokenizer);
   h5::Handle r = h5::create_group(f, f.h, "ranks");
   h5::write_rank_rows(f, r, "state",
                       {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
@@ -159,7 +161,9 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   if (saved->seq_len_schedule != run.seq_len_schedule)
     fail("checkpoint '", path, "' was written with --seq-len-schedule '", saved->seq_len_schedule,
          "' but this run has '", run.seq_len_schedule, "'; resume with the same schedule");
-  const TrainState s = read_state(g, w);
+  TrainState s = read_state(g, w);
+
+  s.tokenizer = read_tokenizer_group(f);
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
   if (info.shape != std::vector<int64_t>{saved->world_size, 4} || info.type_class != H5T_INTEGER)

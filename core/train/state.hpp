@@ -30,6 +30,10 @@ struct TrainState {
   std::string run_id;
   DataIdentity data;  // what the run trains on
   InitOrigin init_from;
+  // The tokenizer that made the data's ids (its model included): a resume on data of
+  // another tokenizer is refused, and the checkpoint alone can decode ids. No name when
+  // the checkpoint predates it.
+  TokenizerInfo tokenizer;
 };
 
 // A new lineage id: 16 random hex digits.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "data/sentencepiece.hpp"
 #include "io/checkpoint.hpp"
 #include "io/timing_file.hpp"
 #include "model/config.hpp"
@@ -108,6 +109,30 @@ TEST(CheckpointIo, ParallelWriteReadsBackOnEveryRank) {
                             rank_of(), other, &saved).step, 5);
   EXPECT_TRUE(saved == c.run);
   EXPECT_EQ(p, fx.p);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_of() == 0) fs::remove_all(dir);
+}
+
+// The tokenizer (a SentencePiece model, trained alike on every rank: training is
+// deterministic) is written once, collectively, and every rank reads the same model back.
+TEST(CheckpointIo, TokenizerModelIsWrittenOnceAndReadBackOnEveryRank) {
+  const std::string dir = shared_dir("ckpt_tok");
+  const Fixture fx(256);
+  std::vector<std::string> text;
+  for (int d = 0; d < 40; ++d)
+    text.push_back("document " + std::to_string(d * 7919) + " of the sea, the ship and the crew");
+  const SentencePieceTokenizer t(train_sentencepiece({text.begin(), text.end()}, "bpe", 300), "model");
+  CheckpointView c = fx.view(3);
+  c.state.tokenizer = t.info();
+  const std::string path = dir + "/c.h5";
+  write_checkpoint(path, c, {}, MPI_COMM_WORLD);
+  std::vector<float> p(fx.layout.total), m(p.size()), v(p.size());
+  RunLayout saved;
+  const TrainState s = read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()},
+                                       c.run, rank_of(), c.rank, &saved);
+  EXPECT_EQ(s.tokenizer.model, t.info().model);
+  EXPECT_TRUE(s.tokenizer.same(t.info()));
+  EXPECT_EQ(s.tokenizer.type, "bpe");
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank_of() == 0) fs::remove_all(dir);
 }
