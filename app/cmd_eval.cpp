@@ -45,6 +45,7 @@ int cmd_eval(Context& ctx) {
   ModelData m = read_model_file(o.model);
   const TokenDataset ds = read_dataset_file(o.data);
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
+  check_same_tokenizer(m.tokenizer, o.model, tokenizer_info(ds), o.data);
   if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
   // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);

@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
+#include "data/sentencepiece.hpp"
 #include "data/text.hpp"
 #include "io/dataset_file.hpp"
 #include "io/text_files.hpp"
@@ -34,6 +35,35 @@ void check_passkey_fits_memory(const PrepareOptions& o) {
        " tokens need about ", gib(need), " of memory (the dataset is built whole before it is ",
        "written, 4 bytes per token, and train and eval load it whole on every rank) but ", gib(avail),
        " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
+}
+
+// The byte tokenizer, an existing SentencePiece model (--tokenizer-model), or one trained
+// here on the documents (--tokenizer bpe|unigram); a SentencePiece one is described.
+std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o, const Documents& docs,
+                                                  std::ostream& out) {
+  if (o.tokenizer == "byte" && o.tokenizer_model.empty()) return std::make_unique<ByteTokenizer>();
+  std::unique_ptr<SentencePieceTokenizer> t;
+  if (!o.tokenizer_model.empty()) {
+    t = std::make_unique<SentencePieceTokenizer>(read_text_file(o.tokenizer_model),
+                                                 cat("--tokenizer-model '", o.tokenizer_model, "'"),
+                                                 "give the .model file SentencePiece training wrote "
+                                                 "(spm_train, the Python package, a Llama 2 tokenizer.model)");
+    out << "tokenizer: SentencePiece model '" << o.tokenizer_model << "'";
+  } else {
+    out << timestamp() << "prepare: training a " << o.tokenizer << " tokenizer of " << o.vocab_size
+        << " pieces on " << docs.text.size() << " documents (one thread)" << std::endl;
+    const double t0 = omp_get_wtime();
+    t = std::make_unique<SentencePieceTokenizer>(train_sentencepiece(docs.text, o.tokenizer, o.vocab_size),
+                                                 "the trained model");
+    out << "tokenizer: trained in " << std::fixed << std::setprecision(1) << omp_get_wtime() - t0 << " s";
+  }
+  const TokenizerInfo& i = t->info();
+  out << ": " << i.describe() << " (bos " << i.bos_id << ", eos " << i.eos_id << ", pad " << i.pad_id
+      << ")\n";
+  if (!t->byte_fallback())
+    out << "warning: the model has no byte fallback: characters outside its vocabulary become its "
+           "unk piece, and decoding does not give the text back\n";
+  return t;
 }
 
 // Each phase prints its own progress lines (rate and time left are the phase's): documents
@@ -66,9 +96,11 @@ TokenDataset build(const PrepareOptions& o, std::ostream& out) {
     reading.update(read_mb, all_mb, "MB",
                    cat(" from ", sources.size(), " of ", o.inputs.size(), " files"));
   }
+  const Documents docs = split_documents(sources, unescape(o.separator));
+  const std::unique_ptr<Tokenizer> tokenizer = make_prepare_tokenizer(o, docs, out);
   Progress tokenizing(out, "prepare: tokenizing", o.progress_every);
-  return tokenize_texts(sources, unescape(o.separator), [&](int64_t docs, size_t bytes) {
-    tokenizing.update(double(bytes) / 1e6, read_mb, "MB", cat(" into ", docs, " documents"));
+  return tokenize_documents(docs, *tokenizer, [&](int64_t n, size_t bytes) {
+    tokenizing.update(double(bytes) / 1e6, read_mb, "MB", cat(" into ", n, " documents"));
   });
 }
 

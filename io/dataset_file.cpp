@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "io/h5.hpp"
+#include "io/tokenizer_group.hpp"
 
 namespace lct {
 
@@ -32,6 +33,8 @@ void write_dataset_file(const std::string& path, const TokenDataset& ds, const P
       h5::write_array(f, f.h, "passkey/answer_length", ds.passkey.answer_length.data(), {n});
       h5::write_array(f, f.h, "passkey/depth", ds.passkey.depth.data(), {n});
     }
+    // A sentencepiece dataset carries its model, so that the file alone decodes its ids.
+    if (!ds.tokenizer_model.empty()) write_tokenizer_group(f, tokenizer_info(ds));
     h5::write_provenance(f, prov);
     f.close();
   }
@@ -69,6 +72,21 @@ TokenDataset read_dataset_file(const std::string& path) {
   ds.eos_id = int32_t(h5::read_int(f.h, "eos_token_id", w));
   ds.pad_id = int32_t(h5::read_int(f.h, "pad_token_id", w));
   if (h5::has_attr(f.h, "source")) ds.source = h5::read_string(f.h, "source", w);
+  if (ds.tokenizer != "byte") {  // older files and byte datasets have no /tokenizer group
+    const TokenizerInfo t = read_tokenizer_group(f);
+    if (t.name.empty())
+      fail("dataset file ", w, " declares tokenizer '", ds.tokenizer, "' but holds no /tokenizer ",
+           "group with its model; prepare it again");
+    const TokenizerInfo declared = tokenizer_info(ds);
+    if (t.name != declared.name || t.vocab_size != declared.vocab_size || t.bos_id != declared.bos_id ||
+        t.eos_id != declared.eos_id || t.pad_id != declared.pad_id)
+      fail("dataset file ", w, ": the root attributes (", declared.name, ", vocab_size ",
+           declared.vocab_size, ", bos ", declared.bos_id, ", eos ", declared.eos_id, ", pad ",
+           declared.pad_id, ") disagree with /tokenizer (", t.name, ", ", t.vocab_size, ", ", t.bos_id,
+           ", ", t.eos_id, ", ", t.pad_id, "); the file is damaged or was edited: prepare it again");
+    ds.tokenizer_type = t.type;
+    ds.tokenizer_model = t.model;
+  }
 
   // Integer ids of any width are accepted; out-of-range values fail the vocabulary check.
   const int64_t n_tokens = check_1d(f, f.h, "tokens", H5T_INTEGER, -1);

@@ -1,5 +1,9 @@
 #include "data/text.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include "common/error.hpp"
 #include "data/tokenizer.hpp"
 
@@ -42,17 +46,13 @@ std::string unescape(const std::string& s) {
   return out;
 }
 
-TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator,
-                            const std::function<void(int64_t, size_t)>& progress) {
-  TokenDataset ds = ByteTokenizer::empty_dataset();
+Documents split_documents(const std::vector<TextSource>& sources, const std::string& separator) {
+  Documents docs;
   size_t bytes_before = 0;  // of the sources before this one
   auto add = [&](std::string_view doc, size_t end) {
     if (doc.empty()) return;
-    ds.tokens.push_back(ByteTokenizer::kBos);
-    ByteTokenizer::append_bytes(doc, ds.tokens);
-    ds.tokens.push_back(ByteTokenizer::kEos);
-    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
-    if (progress) progress(ds.num_docs(), bytes_before + end);
+    docs.text.push_back(doc);
+    docs.bytes_done.push_back(bytes_before + end);
   };
   for (const TextSource& src : sources) {
     const size_t bad = first_invalid_utf8(src.text);
@@ -75,12 +75,57 @@ TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::s
     }
     bytes_before += text.size();
   }
-  if (ds.num_docs() == 0) fail("the input holds no text: every file (or piece) is empty");
+  if (docs.text.empty()) fail("the input holds no text: every file (or piece) is empty");
   std::string names;
   for (size_t i = 0; i < sources.size() && i < 3; ++i) names += (i ? ", " : "") + sources[i].name;
   if (sources.size() > 3) names += cat(" and ", sources.size() - 3, " more");
-  ds.source = cat("text: ", names);
+  docs.source = cat("text: ", names);
+  return docs;
+}
+
+TokenDataset tokenize_documents(const Documents& docs, const Tokenizer& tokenizer,
+                                const std::function<void(int64_t, size_t)>& progress) {
+  TokenDataset ds = tokenizer.empty_dataset();
+  ds.source = docs.source;
+  const int64_t n = int64_t(docs.text.size());
+  // A batch is encoded in parallel into its own vectors, then appended in order: the ids
+  // do not depend on the thread count. A batch ends at 1024 documents, or at 16 MB of text
+  // once every thread has a document, so that progress is told often for long documents.
+  constexpr int64_t kBatchDocs = 1024;
+  constexpr size_t kBatchBytes = size_t(16) << 20;
+  const int64_t threads = omp_get_max_threads();
+  std::vector<std::vector<int32_t>> ids(size_t(std::min(n, kBatchDocs)));
+  for (int64_t first = 0, count = 0; first < n; first += count) {
+    size_t bytes = 0;
+    for (count = 0; first + count < n && count < kBatchDocs; ++count) {
+      if (bytes >= kBatchBytes && count >= threads) break;
+      bytes += docs.text[size_t(first + count)].size();
+    }
+    std::string error;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < count; ++i) {
+      try {
+        ids[size_t(i)] = tokenizer.encode_document(docs.text[size_t(first + i)]);
+      } catch (const Error& e) {
+#pragma omp critical(lct_tokenize_error)
+        if (error.empty()) error = cat("document ", first + i, ": ", e.what());
+      }
+    }
+    if (!error.empty()) throw Error(error);
+    for (int64_t i = 0; i < count; ++i) {
+      ds.tokens.insert(ds.tokens.end(), ids[size_t(i)].begin(), ids[size_t(i)].end());
+      ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+    }
+    if (progress) progress(first + count, docs.bytes_done[size_t(first + count - 1)]);
+  }
   return ds;
+}
+
+TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator,
+                            const std::function<void(int64_t, size_t)>& progress,
+                            const Tokenizer* tokenizer) {
+  const ByteTokenizer byte;
+  return tokenize_documents(split_documents(sources, separator), tokenizer ? *tokenizer : byte, progress);
 }
 
 }  // namespace lct

@@ -16,12 +16,12 @@ namespace {
 TEST(ByteTokenizer, RoundTripsEveryByteAndUtf8) {
   std::string text = "Grüße, 世界! \xF0\x9F\x98\x80 tab\tnewline\n";
   for (int b = 0; b < 256; ++b) text.push_back(char(b));
-  const auto ids = ByteTokenizer::encode_document(text);
+  const auto ids = ByteTokenizer::encode_bytes(text);
   ASSERT_EQ(ids.size(), text.size() + 2);
   EXPECT_EQ(ids.front(), ByteTokenizer::kBos);
   EXPECT_EQ(ids.back(), ByteTokenizer::kEos);
-  EXPECT_EQ(ByteTokenizer::decode(ids.data(), ids.size()), text);
-  EXPECT_EQ(ByteTokenizer::decode(ids.data(), 3, true), "<bos>Gr");
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ids.data(), ids.size()), text);
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ids.data(), 3, true), "<bos>Gr");
 }
 
 TEST(Utf8, AcceptsValidAndLocatesInvalid) {
@@ -38,8 +38,8 @@ TEST(Text, SplitsOnSeparatorAndSkipsEmptyPieces) {
   const TokenDataset ds = tokenize_texts({{"a", "one\n\ntwo\n\n\n\nthree"}, {"b", ""}, {"c", "four"}},
                                          unescape("\\n\\n"));
   ASSERT_EQ(ds.num_docs(), 4);
-  EXPECT_EQ(ByteTokenizer::decode(ds.tokens.data() + ds.doc_offsets[1], size_t(ds.doc_length(1))), "two");
-  EXPECT_EQ(ByteTokenizer::decode(ds.tokens.data() + ds.doc_offsets[3], size_t(ds.doc_length(3))), "four");
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ds.tokens.data() + ds.doc_offsets[1], size_t(ds.doc_length(1))), "two");
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ds.tokens.data() + ds.doc_offsets[3], size_t(ds.doc_length(3))), "four");
   EXPECT_NO_THROW(validate(ds, "test"));
 }
 
@@ -73,8 +73,8 @@ TEST(Passkey, AnswerIsTheHiddenKeyAtTheEnd) {
   for (int64_t d = 0; d < ds.num_docs(); ++d) {
     ASSERT_EQ(ds.doc_length(d), 300);
     const int32_t* doc = ds.tokens.data() + ds.doc_offsets[d];
-    const std::string text = ByteTokenizer::decode(doc, 300);
-    const std::string key = ByteTokenizer::decode(doc + ds.passkey.answer_offset[d],
+    const std::string text = ByteTokenizer::decode_bytes(doc, 300);
+    const std::string key = ByteTokenizer::decode_bytes(doc + ds.passkey.answer_offset[d],
                                                   size_t(ds.passkey.answer_length[d]));
     ASSERT_EQ(key.size(), 5u);
     EXPECT_EQ(key.find_first_not_of("0123456789"), std::string::npos);
