@@ -557,7 +557,7 @@ void declare_plan(Registry& r, CLI::App* c, PlanOptions& o) {
   r.add(c, "--precision", o.precision, std::string("fp32,bf16"), "precisions to consider, comma-separated");
   r.add(c, "--checkpointing", o.checkpointing, std::string("none,attention,full"),
         "activation checkpointing policies to consider, comma-separated");
-  r.add(c, "--zero", o.zero, std::string("0,1"), "ZeRO stages to consider, comma-separated");
+  r.add(c, "--zero", o.zero, std::string("0,1,2,3"), "ZeRO stages to consider, comma-separated");
   r.add(c, "--cp-algo", o.cp_algo, std::string("ring,ulysses"), "cp algorithms to consider, comma-separated");
   r.add(c, "--intra-gbs", o.intra_gbs, 0.0,
         "GB/s of a transfer between ranks of a node (0 = a memcpy measured here: the copy a hop makes)")

@@ -130,13 +130,23 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
     }
   }
 
-  // Gradients summed over every rank (a ring all-reduce: 2 (W - 1) / W of them leave each
-  // rank), in the wire precision; a sharded optimizer then gathers the updated parameters.
+  // Model state over every rank, W - 1 of W parts of each collective leaving a rank, in the
+  // wire precision e (fp32 parameters):
+  //   zero 0  gradients all-reduced                       2 P e
+  //   zero 1  all-reduced, then the parameters gathered    2 P e + P 4
+  //   zero 2  reduce-scattered, parameters gathered        P e + P 4
+  //   zero 3  per micro-batch: every unit gathered for the forward and again for the
+  //           backward, its gradients reduce-scattered     3 P 4 x micro-batches
+  // None of it overlaps compute on a CPU (measured: a gather posted early is copied inside
+  // the next MPI call), so all of it counts.
   const double W = double(l.world()), params = double(ParamLayout::llama(mc).total);
   if (l.world() > 1) {
-    p.grad_bytes = 2 * (W - 1) / W * params * e;
-    if (l.zero >= 1) p.grad_bytes += (W - 1) / W * params * 4;
-    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, 2 * (W - 1));
+    const double part = (W - 1) / W * params;
+    p.grad_bytes = l.zero == 0   ? 2 * part * e
+                   : l.zero == 1 ? 2 * part * e + part * 4
+                   : l.zero == 2 ? part * e + part * 4
+                                 : 3 * part * 4 * micro;
+    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, 2 * (W - 1) * (l.zero == 3 ? micro : 1));
   }
   p.optimizer_s = params / double(l.ranks_sharing_state()) * r.adam_param_s * scale;
   return p;

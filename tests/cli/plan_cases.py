@@ -61,7 +61,7 @@ def plan_ranks_layouts_and_matches_train_memory():
 def plan_refuses_bad_input():
     good_model()
     expect_error(["plan", "--model", "m.h5", "--precision", "fp16"], "--precision", "'fp16' is not one of fp32, bf16")
-    expect_error(["plan", "--model", "m.h5", "--zero", "0,3"], "--zero", "'3' is not one of 0, 1")
+    expect_error(["plan", "--model", "m.h5", "--zero", "0,4"], "--zero", "'4' is not one of 0, 1, 2, 3")
     expect_error(["plan", "--model", "m.h5", "--cp-algo", "ring,"], "--cp-algo", "'' is not one of")
     expect_error(["plan", "--model", "m.h5", "--nodes", "0"], "--nodes", code=2)
     expect_error(["plan", "--model", "nothing.h5"], "nothing.h5")
