@@ -98,11 +98,16 @@ def schedule_with_cp2_matches_one_rank():
     for algo in ("ring", "allgather", "ulysses"):
         p = train(algo, *SCHEDULE, "--cp", "2", "--cp-algo", algo, ranks=2)
         assert p.returncode == 0, p.stderr
-        a, b = losses("one"), losses(algo)
-        assert list(a) == list(b) == list(range(1, 9))
-        worst = max(abs(a[s] - b[s]) for s in a)
-        assert worst < 1e-5, (algo, a, b)
-        print(f"cp=2 ({algo}) vs one rank over 3 stages: largest loss difference {worst:.2e}")
+        assert_matches_one_rank(algo, f"cp=2 ({algo}) vs one rank over 3 stages")
+
+
+def assert_matches_one_rank(run_dir, what):
+    """The 8 scheduled steps' losses of `run_dir` equal the one-rank run's to 1e-5."""
+    a, b = losses("one"), losses(run_dir)
+    assert list(a) == list(b) == list(range(1, 9)), (a, b)
+    worst = max(abs(a[s] - b[s]) for s in a)
+    print(f"{what}: largest loss difference {worst:.2e}")
+    assert worst < 1e-5, (what, a, b)
 
 
 @case
@@ -111,11 +116,7 @@ def schedule_with_hybrid_cp4_matches_one_rank():
     ok(*["train", "--model", "m.h5", *COMMON, "--run-dir", "one", *SCHEDULE])
     p = train("hybrid", *SCHEDULE, "--cp", "4", "--cp-algo", "hybrid", "--ulysses-degree", "2", ranks=4)
     assert p.returncode == 0, p.stderr
-    a, b = losses("one"), losses("hybrid")
-    assert list(a) == list(b) == list(range(1, 9))
-    worst = max(abs(a[s] - b[s]) for s in a)
-    assert worst < 1e-5, (a, b)
-    print(f"cp=4 (hybrid, Ulysses 2 x ring 2) vs one rank over 3 stages: largest loss difference {worst:.2e}")
+    assert_matches_one_rank("hybrid", "cp=4 (hybrid, Ulysses 2 x ring 2) vs one rank over 3 stages")
 
 
 @case
@@ -129,11 +130,7 @@ def schedule_resumes_across_a_degree_change():
     p = train("moved", *SCHEDULE, "--resume", "auto")
     assert p.returncode == 0, p.stderr
     assert "resuming across a layout change" in p.stdout, p.stdout
-    a, b = losses("one"), losses("moved")
-    assert list(a) == list(b) == list(range(1, 9))
-    worst = max(abs(a[s] - b[s]) for s in a)
-    assert worst < 1e-5, (a, b)
-    print(f"schedule resumed from cp 2 on one rank: largest loss difference {worst:.2e}")
+    assert_matches_one_rank("moved", "schedule resumed from cp 2 on one rank")
 
 
 @case

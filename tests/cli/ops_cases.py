@@ -184,32 +184,42 @@ def resume_auto_in_an_empty_run_dir_starts_fresh_and_a_finished_run_stays_finish
     assert "already complete: step 3" in p.stdout, p.stdout
 
 
-@case
-def resume_across_degree_changes_matches_a_straight_run():
-    """Checkpoints hold every tensor whole: a run started on 4 ranks (dp 2 x cp 2, --zero 1),
-    resumed on 2 (cp 2), then on 1 takes the same 2 sequences per step as a straight one-rank
-    run, and its 6 losses and final weights equal that run's to rounding (1e-5); the timing
-    table keeps one row per step, per-rank columns as wide as 4 ranks (NaN where a row had
-    fewer). A different sequences-per-step is taken too, and said."""
+def assert_legs_match_a_straight_run(legs, what):
+    """Trains 6 steps (checkpoints every 2) in `legs` (ranks, flags; each leg but the last
+    stops at its --stop-at and the next resumes) and against one straight one-rank run with
+    the same 2 sequences per step: the losses agree to 1e-5 and the final weights to 1e-4.
+    Returns the legs' outputs."""
     fixture()
     steps = ["--steps", "6", "--checkpoint-every", "2"]
     assert train("straight", *steps, "--batch-size", "2").returncode == 0
-    legs = [(4, ["--dp", "2", "--cp", "2", "--batch-size", "1", "--zero", "1", "--stop-at", "2"]),
-            (2, ["--cp", "2", "--batch-size", "2", "--stop-at", "4"]),
-            (None, ["--batch-size", "2"])]
+    outs = []
     for i, (ranks, degrees) in enumerate(legs):
         p = train("moved", *steps, *degrees, *(["--resume", "auto"] if i else []), ranks=ranks)
-        assert p.returncode == (0 if i == 2 else 85), (i, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-        if i:
-            assert "resuming across a layout change" in p.stdout and "takes the same sequences" in p.stdout, p.stdout
+        assert p.returncode == (0 if i == len(legs) - 1 else 85), (i, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        outs.append(p)
     a, b = last_per_step("straight"), last_per_step("moved")
     assert list(b) == list(range(1, 7)), b
     rel = max(abs(a[k] - b[k]) / a[k] for k in a)
-    print(f"losses straight {list(a.values())}\n       moved    {list(b.values())}\n max rel diff {rel:.2e}")
+    print(f"{what}: losses straight {list(a.values())}\n  moved {list(b.values())}\n  max rel diff {rel:.2e}")
     assert rel < 1e-5, (a, b)
     ta, tb = tensors("straight/checkpoints/step_00000006.h5"), tensors("moved/checkpoints/step_00000006.h5")
     worst = max(float(np.max(np.abs(ta[n] - tb[n]))) for n in ta if "weight" in n and n in tb)
     assert worst < 1e-4, worst
+    return outs
+
+
+@case
+def resume_across_degree_changes_matches_a_straight_run():
+    """Checkpoints hold every tensor whole: a run started on 4 ranks (dp 2 x cp 2, --zero 1),
+    resumed on 2 (cp 2), then on 1 takes the same 2 sequences per step as a straight one-rank
+    run, and matches it; the timing table keeps one row per step, per-rank columns as wide as
+    4 ranks (NaN where a row had fewer). A different sequences-per-step is taken too, and said."""
+    outs = assert_legs_match_a_straight_run(
+        [(4, ["--dp", "2", "--cp", "2", "--batch-size", "1", "--zero", "1", "--stop-at", "2"]),
+         (2, ["--cp", "2", "--batch-size", "2", "--stop-at", "4"]),
+         (None, ["--batch-size", "2"])], "dp 2 x cp 2 -> cp 2 -> one rank")
+    for p in outs[1:]:
+        assert "resuming across a layout change" in p.stdout and "takes the same sequences" in p.stdout, p.stdout
     t = timing("moved")[0]
     assert t["rank_seconds"].shape == (6, 4), t["rank_seconds"].shape
     assert not np.isnan(t["rank_seconds"][:2]).any() and np.isnan(t["rank_seconds"][2:4, 2:]).all()
@@ -226,25 +236,11 @@ def resume_across_degree_changes_matches_a_straight_run():
 @case
 def resume_across_zero_stages_matches_a_straight_run():
     """A --zero 3 checkpoint (parameters and moments gathered whole) continues under --zero 2
-    on cp 2, whose checkpoint continues on one rank: 6 losses equal the straight one-rank
-    run's to 1e-5, and so do the final weights (1e-4)."""
-    fixture()
-    steps = ["--steps", "6", "--checkpoint-every", "2"]
-    assert train("straight", *steps, "--batch-size", "2").returncode == 0
-    legs = [(2, ["--dp", "2", "--batch-size", "1", "--zero", "3", "--stop-at", "2"]),
-            (2, ["--cp", "2", "--batch-size", "2", "--zero", "2", "--stop-at", "4"]),
-            (None, ["--batch-size", "2"])]
-    for i, (ranks, degrees) in enumerate(legs):
-        p = train("moved", *steps, *degrees, *(["--resume", "auto"] if i else []), ranks=ranks)
-        assert p.returncode == (0 if i == 2 else 85), (i, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    a, b = last_per_step("straight"), last_per_step("moved")
-    assert list(b) == list(range(1, 7)), b
-    rel = max(abs(a[k] - b[k]) / a[k] for k in a)
-    print(f"zero 3 -> zero 2 -> one rank: max rel loss diff to the straight run {rel:.2e}")
-    assert rel < 1e-5, (a, b)
-    ta, tb = tensors("straight/checkpoints/step_00000006.h5"), tensors("moved/checkpoints/step_00000006.h5")
-    worst = max(float(np.max(np.abs(ta[n] - tb[n]))) for n in ta if "weight" in n and n in tb)
-    assert worst < 1e-4, worst
+    on cp 2, whose checkpoint continues on one rank."""
+    assert_legs_match_a_straight_run(
+        [(2, ["--dp", "2", "--batch-size", "1", "--zero", "3", "--stop-at", "2"]),
+         (2, ["--cp", "2", "--batch-size", "2", "--zero", "2", "--stop-at", "4"]),
+         (None, ["--batch-size", "2"])], "zero 3 -> zero 2 -> one rank")
 
 
 @case
