@@ -32,7 +32,7 @@ void check_passkey_fits_memory(const PrepareOptions& o) {
   if (avail <= 0 || need <= 0.95 * avail) return;
   fail("prepare: --num-docs ", o.num_docs, " x --doc-length ", o.doc_length, " = ", tokens,
        " tokens need about ", gib(need), " of memory (the dataset is built whole before it is ",
-       "written, 4 bytes per token, and train and eval load it whole on every rank) but ", gib(avail),
+       "written, 4 bytes per token) but ", gib(avail),
        " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
 }
 

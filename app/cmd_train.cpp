@@ -142,7 +142,9 @@ int cmd_train(Context& ctx) {
   Mesh mesh(world, {{"dp", int(dp)}, {"cp", int(cp)}});  // throws alike on every rank
   out << mesh.layout_table();
   ModelData init = read_model_file(o.model);
-  const TokenDataset ds = read_dataset_file(o.data);
+  // Offsets and attributes only: each rank reads the tokens of its own sequences, step by step.
+  const std::unique_ptr<TokenSource> data = open_dataset_file(o.data);
+  const DatasetInfo& ds = data->info();
   check_inputs(o, init.config, ds, cp);
   const ModelConfig& mc = init.config;
   const Precision precision = parse_precision(o.precision);
@@ -203,7 +205,7 @@ int cmd_train(Context& ctx) {
        {model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
-      identify(ds), record);
+      identify(*data), record);
   if (whole) {
     trainer.load_moments(m_whole.data(), v_whole.data());
     m_whole = Buffer<float>();
@@ -236,7 +238,7 @@ int cmd_train(Context& ctx) {
   Provenance prov = ctx.provenance();
   prov.date = broadcast_string(prov.date, world.comm);
   prov.host = broadcast_string(prov.host, world.comm);
-  TrainLoop loop{ctx,     o,       mc,    ds,      mesh,   run.get(), model, trainer,
+  TrainLoop loop{ctx,     o,       mc,    *data,     mesh,   run.get(), model, trainer,
                  reducer, loader,  state, record,  layout, where,     prov,  peak,
                  peak_how, cp_attention.get()};
   return loop.train();

@@ -20,7 +20,7 @@ namespace lct {
 std::string gib(double bytes);  // "1.25 GiB"
 
 // Everything about the options and inputs that can be checked on every rank alike.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp);
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp);
 
 // {dp, cp} from the flags: dp = 0 takes what cp leaves of the world.
 std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);

@@ -140,7 +140,11 @@ def h5py_reads_model_and_dataset():
         assert "init -o m.h5" in prov["command_line"]
         assert f["provenance/config"].attrs["init.preset"] == "30m"
     with h5py.File("d.h5", "r") as f:
-        assert f["tokens"].ndim == 1 and f["tokens"].dtype.kind == "i"
+        # the smallest unsigned type for 259 ids, chunked and compressed
+        t = f["tokens"]
+        assert t.ndim == 1 and t.dtype == np.uint16, t.dtype
+        assert t.compression == "gzip" and t.shuffle and t.fletcher32 and t.chunks == (32768,), t.chunks
+        assert f.attrs["format_version"] == 2
         off = f["doc_offsets"][:]
         assert off[0] == 0 and off[-1] == f["tokens"].shape[0] and len(off) == 7
         assert f.attrs["vocab_size"] == 259 and f.attrs["tokenizer"] == "byte"
@@ -235,10 +239,14 @@ def omp_num_threads_is_honoured_and_threads_overrides_it():
     expect_error(train, "(OMP_NUM_THREADS)", "oversubscribes", env={"OMP_NUM_THREADS": "999"})
 
 
+def command_of_tiny_run(run_dir, *extra, steps=6, data="d.h5", model="m.h5"):
+    return ("train", "--model", model, "--data", data, "--run-dir", run_dir, "--seq-len", "600",
+            "--steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "64",
+            "--block-k", "48", *extra)
+
+
 def tiny_run(run_dir, *extra, steps=6, data="d.h5", model="m.h5"):
-    return ok("train", "--model", model, "--data", data, "--run-dir", run_dir, "--seq-len", "600",
-              "--steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "64",
-              "--block-k", "48", *extra)
+    return ok(*command_of_tiny_run(run_dir, *extra, steps=steps, data=data, model=model))
 
 
 def timing(run_dir):
@@ -566,6 +574,51 @@ def bad_dataset_token_out_of_vocabulary():
 
 
 @case
+def bad_dataset_token_out_of_vocabulary_is_found_by_the_ranks_reading_it():
+    """train and eval read only their sequences' tokens: the id is checked when read, and
+    every rank stops with the one message."""
+    good_model()
+    good_dataset()
+    edit("d.h5", lambda f: f["tokens"].__setitem__(1234, 300))
+    expect_error(["eval", "--model", "m.h5", "--data", "d.h5", "--seq-len", "600"],
+                 "token id 300 at position 1234", "vocabulary [0, 259)")
+    p = run("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600",
+            "--steps", "2", "--cp", "2", ranks=2)
+    assert p.returncode != 0, p.stdout
+    assert "token id 300 at position 1234" in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+@case
+def dataset_format_1_with_int32_tokens_still_reads_and_trains_alike():
+    """Files of format 1 (int32 tokens, uncompressed) are read as they are; the data's
+    fingerprint does not depend on the storage, so a run on either file is the same run."""
+    good_model()
+    good_dataset()
+    shutil.copy("d.h5", "old.h5")
+    def to_v1(f):
+        t = f["tokens"][:].astype(np.int32)
+        del f["tokens"]
+        f.create_dataset("tokens", data=t, chunks=(len(t),), fletcher32=True)
+        f.attrs["format_version"] = 1
+    edit("old.h5", to_v1)
+    a, b = ok("inspect", "d.h5").stdout, ok("inspect", "old.h5").stdout
+    assert "(format_version 2," in a and "stored as   ids uint16 in chunks of 32768, compressed (deflate)" in a, a
+    assert "(format_version 1," in b and "stored as   ids int32 in chunks of 1800, uncompressed" in b, b
+    same = lambda out: [l for l in out.replace("old.h5", "d.h5").splitlines()
+                        if "format_version" not in l and "stored as" not in l]
+    assert same(a) == same(b), (a, b)
+    tiny_run("new", steps=4)
+    tiny_run("old", steps=4, data="old.h5")
+    assert np.array_equal(timing("new")[0]["loss"], timing("old")[0]["loss"])
+    # a run stopped on the old file resumes on the new one: the same data to the checkpoint
+    p = run(*command_of_tiny_run("mix", "--stop-at", "2", data="old.h5"))
+    assert p.returncode == 85, p.stdout + p.stderr
+    p = tiny_run("mix", "--resume", "auto", steps=4)
+    assert "other data" not in p.stdout, p.stdout
+    assert np.array_equal(timing("new")[0]["loss"][-2:], timing("mix")[0]["loss"][-2:])
+
+
+@case
 def bad_dataset_float_tokens():
     good_dataset()
     def fn(f):
@@ -613,8 +666,8 @@ def bad_dataset_corrupt_tokens():
 @case
 def bad_dataset_wrong_format_version():
     good_dataset()
-    edit("d.h5", lambda f: f.attrs.__setitem__("format_version", 2))
-    expect_error(["inspect", "d.h5"], "format_version 2")
+    edit("d.h5", lambda f: f.attrs.__setitem__("format_version", 3))
+    expect_error(["inspect", "d.h5"], "format_version 3")
 
 
 @case

@@ -128,7 +128,8 @@ TEST(Packing, FillSequenceMasksDocumentEndsAndPadding) {
   const Packing p = pack_documents(ds.doc_offsets, 7);
   ASSERT_EQ(p.sequences.size(), 1u);
   std::vector<int32_t> tok(7), tgt(7), doc(7), pos(7);
-  fill_sequence(ds, p.sequences[0], 7, tok.data(), tgt.data(), doc.data(), pos.data());
+  MemorySource data(ds);
+  fill_sequence(data, p.sequences[0], 7, tok.data(), tgt.data(), doc.data(), pos.data());
   EXPECT_EQ(tok, (std::vector<int32_t>{10, 11, 12, 20, 21, 99, 99}));
   EXPECT_EQ(tgt, (std::vector<int32_t>{11, 12, -1, 21, -1, -1, -1}));
   EXPECT_EQ(doc, (std::vector<int32_t>{0, 0, 0, 1, 1, -1, -1}));
