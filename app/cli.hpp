@@ -43,6 +43,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // UTF-8 text files
   std::string separator;            // split files into documents on this string ("" = per file)
   std::string synthetic;            // "passkey" or "" (text files)
+  std::string loss_on;              // "all", or "answers" (passkey: a loss mask on the key's digits)
   int64_t num_docs, doc_length, key_digits, seed;
   int64_t seq_len;                  // report packing efficiency at this length
   double progress_every;            // seconds between progress lines; 0 = none

@@ -22,17 +22,19 @@ namespace lct {
 
 namespace {
 
-// The whole dataset is built in memory before it is written: 4 bytes per token id, plus one
+// The whole dataset is built in memory before it is written: 4 bytes per token id (8 with
+// --loss-on answers: the mask, as floats), plus one
 // document's text and ids (about 10 bytes per token) while it is generated. Counted in
 // double, so that sizes past 64 bits are refused too instead of overflowing.
 void check_passkey_fits_memory(const PrepareOptions& o) {
   const double tokens = double(o.num_docs) * double(o.doc_length);
-  const double need = 4.0 * tokens + 10.0 * double(o.doc_length) + 28.0 * double(o.num_docs);
+  const double per_token = o.loss_on == "answers" ? 8.0 : 4.0;  // ids, and the mask as floats
+  const double need = per_token * tokens + 10.0 * double(o.doc_length) + 28.0 * double(o.num_docs);
   const double avail = available_memory().bytes;
   if (avail <= 0 || need <= 0.95 * avail) return;
   fail("prepare: --num-docs ", o.num_docs, " x --doc-length ", o.doc_length, " = ", tokens,
        " tokens need about ", gib(need), " of memory (the dataset is built whole before it is ",
-       "written, 4 bytes per token) but ", gib(avail),
+       "written, ", per_token, " bytes per token) but ", gib(avail),
        " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
 }
 
@@ -46,10 +48,15 @@ TokenDataset build(const PrepareOptions& o, std::ostream& out) {
     check_passkey_fits_memory(o);
     Progress gen(out, "prepare: generating", o.progress_every);
     const PasskeySpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
-    return make_passkey_dataset(spec, [&](int64_t docs) {
+    TokenDataset ds = make_passkey_dataset(spec, [&](int64_t docs) {
       gen.update(double(docs), double(o.num_docs), "documents");
     });
+    if (o.loss_on == "answers") ds.loss_weights = passkey_answer_mask(ds);
+    return ds;
   }
+  if (o.loss_on != "all")
+    fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey ",
+         "marks; drop --loss-on for text files");
   if (o.inputs.empty())
     fail("prepare: no input: give UTF-8 text files, or --synthetic passkey");
   std::vector<TextSource> sources;

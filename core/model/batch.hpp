@@ -28,6 +28,9 @@ struct Batch {
 };
 
 // Reads the sequences' tokens (and weights, when the source has them) from `data`.
+// The loss weights to hand to the cross-entropy: null when every target weighs 1.
+inline const float* weights_of(const Batch& b) { return b.weights.empty() ? nullptr : b.weights.data(); }
+
 Batch make_batch(TokenSource& data, const std::vector<const PackedSequence*>& seqs, int64_t S);
 Batch make_batch(const TokenDataset& ds, const std::vector<const PackedSequence*>& seqs, int64_t S);
 

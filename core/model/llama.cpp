@@ -192,7 +192,8 @@ class LlamaPassesOf final : public LlamaPasses {
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
     embed_and_layers_forward(b, clock);
     const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), T(b),
-                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax, token_loss);
+                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax, token_loss,
+                                  weights_of(b));
     clock.lap(Phase::Gemm);
     return loss;
   }
@@ -203,7 +204,7 @@ class LlamaPassesOf final : public LlamaPasses {
     embed_and_layers_forward(b, clock);
     // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
     const double loss = xent_.run(acts_.lnf, wx_.lm_head, b.targets.data(), n, C, grad_scale,
-                                  sp_.dln, g.lm_head);
+                                  sp_.dln, g.lm_head, nullptr, nullptr, weights_of(b));
     clock.lap(Phase::Gemm);
     rmsnorm_backward(sp_.dx, g.final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, w.final_norm,
                      n, C, false);

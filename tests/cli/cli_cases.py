@@ -619,6 +619,38 @@ def dataset_format_1_with_int32_tokens_still_reads_and_trains_alike():
 
 
 @case
+def loss_on_answers_writes_a_mask_and_a_mask_of_ones_trains_bitwise_as_none():
+    good_model()
+    good_dataset()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "6", "--doc-length", "300", "--loss-on", "answers",
+       "-o", "masked.h5")
+    with h5py.File("masked.h5", "r") as f, h5py.File("d.h5", "r") as g:
+        assert np.array_equal(f["tokens"][:], g["tokens"][:])
+        m, off = f["loss_weights"][:], f["doc_offsets"][:]
+        assert m.dtype == np.uint8 and f["loss_weights"].compression == "gzip"
+        first = off[:-1] + f["passkey/answer_offset"][:]
+        want = np.zeros_like(m)
+        for a, n in zip(first, f["passkey/answer_length"][:]):
+            want[a:a + n] = 1
+        assert np.array_equal(m, want) and m.sum() == 6 * 5
+        # the answer digits are the last tokens before EOS
+        assert np.array_equal(first + 5, off[1:] - 1)
+    p = ok("inspect", "masked.h5")
+    assert "loss weights: 30 of 1794 targets weighted" in p.stdout, p.stdout
+    # a mask of ones: the same numbers as no mask, bit for bit
+    shutil.copy("d.h5", "ones.h5")
+    edit("ones.h5", lambda f: f.create_dataset("loss_weights", data=np.ones(1800, np.uint8)))
+    tiny_run("plain", steps=3)
+    tiny_run("ones", steps=3, data="ones.h5")
+    a, b = timing("plain")[0], timing("ones")[0]
+    assert np.array_equal(a["loss"], b["loss"]) and np.array_equal(a["grad_norm"], b["grad_norm"])
+    tiny_run("masked", steps=3, data="masked.h5")
+    assert not np.array_equal(a["loss"], timing("masked")[0]["loss"])
+    expect_error(["prepare", "--loss-on", "answers", "-o", "t.h5", "/usr/share/common-licenses/MIT"],
+                 "--loss-on answers", "--synthetic passkey")
+
+
+@case
 def bad_dataset_float_tokens():
     good_dataset()
     def fn(f):
