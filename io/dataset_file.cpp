@@ -18,6 +18,12 @@ hid_t token_file_type(int64_t vocab) {
   return H5T_STD_U32LE;
 }
 
+}  // namespace
+
+int64_t dataset_id_bytes(int64_t vocab) { return int64_t(H5Tget_size(token_file_type(vocab))); }
+
+namespace {
+
 // A 1-D chunked array that grows by appends: shuffle (for multi-byte types), deflate, then a
 // fletcher32 checksum of each stored chunk.
 //
@@ -76,49 +82,94 @@ bool is_mask(const std::vector<float>& w) {
 
 }  // namespace
 
+struct DatasetWriter::Impl {
+  AtomicTarget target;  // declared first: outlives the file, then removes it unless committed
+  h5::File f;
+  std::unique_ptr<Appender> tokens, weights;
+  Impl(const std::string& path, bool force) : target(path, force, "dataset file") {}
+};
+
+DatasetWriter::DatasetWriter(const std::string& path, const DatasetInfo& tokenizer, bool force,
+                             double reserve_bytes, Weights weights)
+    : impl_(std::make_unique<Impl>(path, force)), header_(tokenizer), weights_(weights) {
+  header_.doc_offsets.clear();
+  header_.passkey = {};
+  if (header_.vocab_size <= 0) fail("dataset for '", path, "': vocab_size is ", header_.vocab_size, ", must be positive");
+  impl_->f = h5::File::create(impl_->target, reserve_bytes, "dataset file");
+  impl_->tokens = std::make_unique<Appender>(impl_->f, "tokens", token_file_type(header_.vocab_size));
+  if (weights != Weights::None)
+    impl_->weights = std::make_unique<Appender>(impl_->f, "loss_weights",
+                                                weights == Weights::Mask ? H5T_STD_U8LE : H5T_IEEE_F32LE);
+}
+
+DatasetWriter::~DatasetWriter() = default;
+
+void DatasetWriter::append(const int32_t* tokens, const float* weights, const std::vector<int64_t>& lengths) {
+  int64_t n = 0;
+  for (int64_t len : lengths) n += len;
+  const std::string where = cat("dataset for '", impl_->target.final_path(), "'");
+  check_ids(tokens, n, offsets_.back(), header_.vocab_size, where);
+  if ((weights != nullptr) != (weights_ != Weights::None))
+    fail(where, ": loss weights given for a file ", weights ? "without" : "with", " a loss_weights array");
+  for (int64_t i = 0; weights && i < n; ++i)
+    if (!std::isfinite(weights[i]) || weights[i] < 0 || (weights_ == Weights::Mask && weights[i] != 0 && weights[i] != 1))
+      fail(where, ": loss weight ", weights[i], " at position ", offsets_.back() + i, " must be finite and ",
+           weights_ == Weights::Mask ? "0 or 1 (a mask)" : "non-negative");
+  impl_->tokens->append(tokens, H5T_NATIVE_INT32, n);
+  if (weights) impl_->weights->append(weights, H5T_NATIVE_FLOAT, n);  // a mask's 0/1 convert exactly
+  for (int64_t len : lengths) offsets_.push_back(offsets_.back() + len);
+}
+
+void DatasetWriter::finish(const std::string& source, const PasskeyAnswers& passkey, const Provenance& prov) {
+  DatasetInfo info = header_;
+  info.doc_offsets = offsets_;
+  info.source = source;
+  info.passkey = passkey;
+  const std::string where = cat("dataset for '", impl_->target.final_path(), "'");
+  if (info.num_docs() == 0) fail(where, ": no documents");
+  validate_info(info, offsets_.back(), where);
+  h5::File& f = impl_->f;
+  h5::write_kind(f, "dataset", kDatasetFormatVersion);
+  h5::write_attr(f.h, "vocab_size", info.vocab_size);
+  h5::write_attr(f.h, "tokenizer", info.tokenizer);
+  h5::write_attr(f.h, "bos_token_id", int64_t(info.bos_id));
+  h5::write_attr(f.h, "eos_token_id", int64_t(info.eos_id));
+  h5::write_attr(f.h, "pad_token_id", int64_t(info.pad_id));
+  h5::write_attr(f.h, "n_documents", info.num_docs());
+  h5::write_attr(f.h, "n_tokens", info.num_tokens());
+  h5::write_attr(f.h, "source", info.source);
+  h5::write_array(f, f.h, "doc_offsets", info.doc_offsets.data(), {int64_t(info.doc_offsets.size())});
+  if (!passkey.empty()) {
+    h5::create_group(f, f.h, "passkey");
+    const int64_t nd = info.num_docs();
+    h5::write_array(f, f.h, "passkey/answer_offset", passkey.answer_offset.data(), {nd});
+    h5::write_array(f, f.h, "passkey/answer_length", passkey.answer_length.data(), {nd});
+    h5::write_array(f, f.h, "passkey/depth", passkey.depth.data(), {nd});
+  }
+  h5::write_provenance(f, prov);
+  impl_->tokens.reset();
+  impl_->weights.reset();
+  f.close();
+  impl_->target.commit();
+}
+
 void write_dataset_file(const std::string& path, const TokenDataset& ds, const Provenance& prov,
                         bool force) {
   validate(ds, cat("dataset for '", path, "'"));
-  AtomicTarget target(path, force, "dataset file");
-  {
-    const hid_t token_type = token_file_type(ds.vocab_size);
-    const bool mask = is_mask(ds.loss_weights);
-    const double n = double(ds.tokens.size());
-    // Reserved before writing: the uncompressed size, an upper bound.
-    const double bytes = double(H5Tget_size(token_type)) * n + (mask ? 1.0 : 4.0) * double(ds.loss_weights.size()) +
-                         8.0 * double(ds.doc_offsets.size() + 3 * ds.num_docs());
-    h5::File f = h5::File::create(target, bytes, "dataset file");
-    h5::write_kind(f, "dataset", kDatasetFormatVersion);
-    h5::write_attr(f.h, "vocab_size", ds.vocab_size);
-    h5::write_attr(f.h, "tokenizer", ds.tokenizer);
-    h5::write_attr(f.h, "bos_token_id", int64_t(ds.bos_id));
-    h5::write_attr(f.h, "eos_token_id", int64_t(ds.eos_id));
-    h5::write_attr(f.h, "pad_token_id", int64_t(ds.pad_id));
-    h5::write_attr(f.h, "n_documents", ds.num_docs());
-    h5::write_attr(f.h, "n_tokens", int64_t(ds.tokens.size()));
-    h5::write_attr(f.h, "source", ds.source);
-    Appender(f, "tokens", token_type).append(ds.tokens.data(), H5T_NATIVE_INT32, int64_t(ds.tokens.size()));
-    if (!ds.loss_weights.empty()) {
-      if (mask) {  // 0/1 exactly: the conversion to uint8 is exact
-        Appender(f, "loss_weights", H5T_STD_U8LE)
-            .append(ds.loss_weights.data(), H5T_NATIVE_FLOAT, int64_t(ds.loss_weights.size()));
-      } else {
-        Appender(f, "loss_weights", H5T_IEEE_F32LE)
-            .append(ds.loss_weights.data(), H5T_NATIVE_FLOAT, int64_t(ds.loss_weights.size()));
-      }
-    }
-    h5::write_array(f, f.h, "doc_offsets", ds.doc_offsets.data(), {int64_t(ds.doc_offsets.size())});
-    if (!ds.passkey.empty()) {
-      h5::create_group(f, f.h, "passkey");
-      const int64_t nd = ds.num_docs();
-      h5::write_array(f, f.h, "passkey/answer_offset", ds.passkey.answer_offset.data(), {nd});
-      h5::write_array(f, f.h, "passkey/answer_length", ds.passkey.answer_length.data(), {nd});
-      h5::write_array(f, f.h, "passkey/depth", ds.passkey.depth.data(), {nd});
-    }
-    h5::write_provenance(f, prov);
-    f.close();
-  }
-  target.commit();
+  const bool has_weights = !ds.loss_weights.empty(), mask = is_mask(ds.loss_weights);
+  const double n = double(ds.tokens.size());
+  // Reserved before writing: the uncompressed size, an upper bound.
+  const double bytes = double(H5Tget_size(token_file_type(ds.vocab_size))) * n +
+                       (has_weights ? (mask ? 1.0 : 4.0) * n : 0.0) +
+                       8.0 * double(ds.doc_offsets.size() + 3 * ds.num_docs());
+  DatasetWriter w(path, ds, force, bytes,
+                  !has_weights ? DatasetWriter::Weights::None
+                  : mask       ? DatasetWriter::Weights::Mask
+                               : DatasetWriter::Weights::Float);
+  std::vector<int64_t> lengths(size_t(ds.num_docs()));
+  for (int64_t d = 0; d < ds.num_docs(); ++d) lengths[size_t(d)] = ds.doc_length(d);
+  w.append(ds.tokens.data(), has_weights ? ds.loss_weights.data() : nullptr, lengths);
+  w.finish(ds.source, ds.passkey, prov);
 }
 
 namespace {

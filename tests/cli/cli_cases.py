@@ -179,6 +179,68 @@ def prepare_splits_on_separator():
         assert f.attrs["n_documents"] == 3, f.attrs["n_documents"]
 
 
+def memory_cgroup_v1(limit_bytes):
+    """A child of this process's v1 memory cgroup with `limit_bytes`, or None (not root,
+    cgroup v2 only, or not writable)."""
+    mine = [l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if ":memory:" in l]
+    base = "/sys/fs/cgroup/memory"
+    if not mine or not os.path.isdir(base):
+        return None
+    path = f"{base}{mine[0].rstrip('/')}/lct_prepare_{os.getpid()}"
+    try:
+        os.makedirs(path)
+        with open(f"{path}/memory.limit_in_bytes", "w") as f:
+            f.write(str(limit_bytes))
+    except OSError:
+        return None
+    return path
+
+
+@case
+def prepare_streams_an_input_larger_than_its_memory_cap():
+    """200 MB of text (5,000 documents between blank lines) prepared inside a 128 MiB memory
+    cgroup (v1, root; skipped otherwise): read in pieces, encoded a batch at a time and
+    appended, where holding the input and its int32 ids would need a gigabyte. The peak
+    resident memory stays under the cap and the ids are the text's bytes."""
+    import resource
+    doc = (b"The quick brown fox jumps over the lazy dog. " * 890)[:40000] + b"\n"
+    with open("big.txt", "wb") as f:
+        for i in range(5000):
+            f.write(b"%06d " % i + doc + b"\n")
+    size = os.path.getsize("big.txt")
+    cap = 128 << 20
+    assert size > cap * 1.4, size
+    cmd, env = command("prepare", "-o", "big.h5", "--separator", "\\n\\n", "--progress-every", "1", "big.txt")
+    cg = memory_cgroup_v1(cap)
+    if cg:
+        cmd = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
+    else:
+        print("SKIP (the cgroup): no writable v1 memory cgroup; only the peak resident memory is checked")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+        if cg:
+            with open(f"{cg}/memory.failcnt") as f:
+                print("cgroup: the limit was reached", f.read().strip(), "times (page cache reclaimed)")
+    finally:
+        if cg:
+            os.rmdir(cg)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    print(f"input {size / 2**20:.0f} MiB, peak resident memory {peak / 2**20:.0f} MiB, cap {cap >> 20} MiB")
+    assert peak < cap, peak
+    lines = re.findall(r"prepare: tokenizing: [\d.]+ / [\d.]+ MB from 1 of 1 files into (\d+) documents, "
+                       r"(\d+) documents/s \([\d.]+%\), [\d.]+ MB/s, \S+ so far, eta \S+$", p.stdout, re.M)
+    assert lines, p.stdout
+    with h5py.File("big.h5", "r") as f:
+        off, t = f["doc_offsets"][:], f["tokens"]
+        # each document: its bytes less the blank line, plus BOS and EOS: as many ids as input bytes
+        assert len(off) == 5001 and off[-1] == size, (len(off), off[-1], size)
+        for d in (0, 2345, 4999):
+            ids = t[off[d]:off[d + 1]]
+            assert ids[0] == 256 and ids[-1] == 257
+            assert bytes(ids[1:-1].astype(np.uint8)) == b"%06d " % d + doc[:-1], d
+
+
 @case
 def config_file_and_precedence():
     with open("run.toml", "w") as f:
