@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "data/sentencepiece.hpp"
 #include "model/config.hpp"
 
 namespace lct {
@@ -212,6 +213,53 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
       ->check(CLI::IsMember({"onednn", "openblas"}));
 }
 
+// The RoPE options of init and train (context extension): one declaration for both. In
+// train every default leaves the model's RoPE as it is (0 and "keep").
+void declare_rope(Registry& r, CLI::App* c, RopeOptions& o, bool train) {
+  r.add(c, "--rope-theta", o.theta, 0.0,
+        std::string("RoPE base (rope_theta)") + (train ? " (0 = the model's)" : " (0 = the preset's)"))
+      ->check(nonnegative());
+  // Hugging Face's rope_scaling, attribute by attribute (rope_scaling.NAME in the file).
+  const RopeScaling rd;
+  r.add(c, "--rope-scaling", o.scaling, std::string(train ? "keep" : "none"),
+        std::string("RoPE scaling (Hugging Face's rope_scaling.rope_type): none, linear, dynamic, "
+                    "yarn or llama3") +
+            (train ? "; keep = the model's own. A type replaces the model's whole rope_scaling "
+                     "with the --rope-* values given (defaults for the others)"
+                   : ""))
+      ->check(train ? CLI::IsMember({"keep", "none", "linear", "dynamic", "yarn", "llama3"})
+                    : CLI::IsMember({"none", "linear", "dynamic", "yarn", "llama3"}));
+  r.add(c, "--rope-factor", o.factor, rd.factor,
+        "rope_scaling.factor: the context's extension (every type; >= 1)")
+      ->check(nonnegative());
+  r.add(c, "--rope-original-max-position-embeddings", o.original_max_position_embeddings,
+        rd.original_max_position_embeddings,
+        "rope_scaling.original_max_position_embeddings: the pre-training context (llama3: "
+        "required; yarn: 0 = max_position_embeddings)")
+      ->check(count(0));
+  r.add(c, "--rope-low-freq-factor", o.low_freq_factor, rd.low_freq_factor,
+        "rope_scaling.low_freq_factor (llama3, required; Llama 3.1: 1)")
+      ->check(nonnegative());
+  r.add(c, "--rope-high-freq-factor", o.high_freq_factor, rd.high_freq_factor,
+        "rope_scaling.high_freq_factor (llama3, required; Llama 3.1: 4)")
+      ->check(nonnegative());
+  r.add(c, "--rope-beta-fast", o.beta_fast, rd.beta_fast, "rope_scaling.beta_fast (yarn)")
+      ->check(positive());
+  r.add(c, "--rope-beta-slow", o.beta_slow, rd.beta_slow, "rope_scaling.beta_slow (yarn)")
+      ->check(positive());
+  r.add(c, "--rope-attention-factor", o.attention_factor, rd.attention_factor,
+        "rope_scaling.attention_factor (yarn): multiplies cos and sin; 0 = 0.1 ln(factor) + 1 "
+        "(or from the mscales)")
+      ->check(nonnegative());
+  r.add(c, "--rope-mscale", o.mscale, rd.mscale, "rope_scaling.mscale (yarn; 0 = none)")
+      ->check(nonnegative());
+  r.add(c, "--rope-mscale-all-dim", o.mscale_all_dim, rd.mscale_all_dim,
+        "rope_scaling.mscale_all_dim (yarn; 0 = none)")
+      ->check(nonnegative());
+  r.add(c, "--rope-truncate", o.truncate, rd.truncate,
+        "rope_scaling.truncate (yarn): round the correction range to whole dimensions");
+}
+
 void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   std::string presets;
   for (const auto& p : model_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
@@ -238,8 +286,6 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   r.add(c, "--max-position-embeddings", o.max_position_embeddings, int64_t(0),
         std::string("longest context the model is meant for") + from)
       ->check(count(0));
-  r.add(c, "--rope-theta", o.rope_theta, 0.0, std::string("RoPE base") + from)
-      ->check(nonnegative());
   r.add(c, "--rms-norm-eps", o.rms_norm_eps, 0.0, std::string("RMSNorm epsilon") + from)
       ->check(nonnegative());
   r.add(c, "--initializer-range", o.initializer_range, 0.0,
@@ -252,41 +298,7 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
         "sliding-window attention: each token sees itself and the W - 1 before it (0 = none, "
         "full causal; -1 = the preset's)")
       ->check(CLI::Range(int64_t(-1), int64_t(INT32_MAX)));
-  // Hugging Face's rope_scaling, attribute by attribute (rope_scaling.NAME in the file).
-  const RopeScaling rd;
-  r.add(c, "--rope-scaling", o.rope_scaling, std::string("none"),
-        "RoPE scaling (Hugging Face's rope_scaling.rope_type): none, linear, dynamic, yarn or "
-        "llama3")
-      ->check(CLI::IsMember({"none", "linear", "dynamic", "yarn", "llama3"}));
-  r.add(c, "--rope-factor", o.rope_factor, rd.factor,
-        "rope_scaling.factor: the context's extension (every type; >= 1)")
-      ->check(nonnegative());
-  r.add(c, "--rope-original-max-position-embeddings", o.rope_original_max_position_embeddings,
-        rd.original_max_position_embeddings,
-        "rope_scaling.original_max_position_embeddings: the pre-training context (llama3: "
-        "required; yarn: 0 = max_position_embeddings)")
-      ->check(count(0));
-  r.add(c, "--rope-low-freq-factor", o.rope_low_freq_factor, rd.low_freq_factor,
-        "rope_scaling.low_freq_factor (llama3, required; Llama 3.1: 1)")
-      ->check(nonnegative());
-  r.add(c, "--rope-high-freq-factor", o.rope_high_freq_factor, rd.high_freq_factor,
-        "rope_scaling.high_freq_factor (llama3, required; Llama 3.1: 4)")
-      ->check(nonnegative());
-  r.add(c, "--rope-beta-fast", o.rope_beta_fast, rd.beta_fast, "rope_scaling.beta_fast (yarn)")
-      ->check(positive());
-  r.add(c, "--rope-beta-slow", o.rope_beta_slow, rd.beta_slow, "rope_scaling.beta_slow (yarn)")
-      ->check(positive());
-  r.add(c, "--rope-attention-factor", o.rope_attention_factor, rd.attention_factor,
-        "rope_scaling.attention_factor (yarn): multiplies cos and sin; 0 = 0.1 ln(factor) + 1 "
-        "(or from the mscales)")
-      ->check(nonnegative());
-  r.add(c, "--rope-mscale", o.rope_mscale, rd.mscale, "rope_scaling.mscale (yarn; 0 = none)")
-      ->check(nonnegative());
-  r.add(c, "--rope-mscale-all-dim", o.rope_mscale_all_dim, rd.mscale_all_dim,
-        "rope_scaling.mscale_all_dim (yarn; 0 = none)")
-      ->check(nonnegative());
-  r.add(c, "--rope-truncate", o.rope_truncate, rd.truncate,
-        "rope_scaling.truncate (yarn): round the correction range to whole dimensions");
+  declare_rope(r, c, o.rope, false);
   r.add(c, "--seed", o.seed, int64_t(1), "random seed of the initialisation")
       ->check(count(0));
   r.add(c, "--force", o.force, false, "replace the output file if it exists");
@@ -303,6 +315,17 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--synthetic", o.synthetic, std::string(),
         "generate data instead of reading files: passkey")
       ->check(CLI::IsMember({"", "passkey"}));
+  r.add(c, "--tokenizer", o.tokenizer, std::string("byte"),
+        "byte (ids 0-255 are bytes, then BOS, EOS, PAD), or train a SentencePiece model on the "
+        "input texts: bpe or unigram (with --vocab-size; byte fallback, unk 0, BOS 1, EOS 2, PAD 3)")
+      ->check(CLI::IsMember({"byte", "bpe", "unigram"}));
+  r.add(c, "--vocab-size", o.vocab_size, int64_t(0),
+        "bpe/unigram: pieces in the trained model, at least 261 (256 byte pieces, unk, BOS, EOS, "
+        "PAD, and one learned)")
+      ->check(count(0));
+  r.add(c, "--tokenizer-model", o.tokenizer_model, std::string(),
+        "encode with this existing SentencePiece .model file (e.g. Llama 2's tokenizer.model) "
+        "instead of --tokenizer");
   r.add(c, "--num-docs", o.num_docs, int64_t(256), "synthetic: number of documents")
       ->check(count(1));
   r.add(c, "--doc-length", o.doc_length, int64_t(1024),
@@ -333,13 +356,25 @@ void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
 }
 
 void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
-  r.add(c, "--model", o.model, std::string(), "model file or checkpoint to start from")->required();
+  r.add(c, "--model", o.model, std::string(),
+        "model file or checkpoint to start from: a new run (step 1, its own learning-rate "
+        "schedule and data order) from its weights; --init-from is another name for it",
+        "--init-from")
+      ->required();
+  r.add(c, "--init-moments", o.init_moments, false,
+        "also take the AdamW moments of the checkpoint --model names (not of a model file); "
+        "a resumed run takes its own checkpoint's");
+  declare_rope(r, c, o.rope, true);
   r.add(c, "--data", o.data, std::string(), "dataset file (lctrain prepare)")->required();
   r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")
       ->required()
       ->check(output_path("directory"));
   r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
       ->check(count(2));
+  r.add(c, "--seq-len-schedule", o.seq_len_schedule, std::string(),
+        "shorter lengths to train at before --seq-len, as LEN:STEPS stages: \"512:200,1024:100\" "
+        "with --seq-len 2048 trains steps 1-200 at 512, 201-300 at 1024, the rest at 2048; "
+        "each stage re-packs the data at its length (\"\" = --seq-len throughout)");
   r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per micro-batch")
       ->check(count(1));
   r.add(c, "--grad-accum", o.grad_accum, int64_t(1), "micro-batches per optimizer step")
@@ -505,6 +540,37 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 
+void declare_plan(Registry& r, CLI::App* c, PlanOptions& o) {
+  r.add(c, "--model", o.model, std::string(), "model file or checkpoint (its configuration; default: --preset)");
+  r.add(c, "--preset", o.preset, std::string("30m"), "model preset, when no --model is given");
+  r.add(c, "--seq-len", o.seq_len, int64_t(32768), "tokens per sequence")
+      ->check(count(2));
+  r.add(c, "--global-batch", o.global_batch, int64_t(1), "sequences per optimizer step (all ranks)")
+      ->check(count(1));
+  r.add(c, "--nodes", o.nodes, int64_t(1), "nodes of the job")
+      ->check(count(1));
+  r.add(c, "--cores-per-node", o.cores_per_node, int64_t(0),
+        "cores of a node the job uses (0 = this rank's threads: the machine plan runs on)")
+      ->check(count(0));
+  r.add(c, "--mem-per-node", o.mem_per_node_gib, 0.0,
+        "GiB of memory a node gives the job (0 = what is available here, cgroup limits included)")
+      ->check(nonnegative());
+  r.add(c, "--precision", o.precision, std::string("fp32,bf16"), "precisions to consider, comma-separated");
+  r.add(c, "--checkpointing", o.checkpointing, std::string("none,attention,full"),
+        "activation checkpointing policies to consider, comma-separated");
+  r.add(c, "--zero", o.zero, std::string("0,1"), "ZeRO stages to consider, comma-separated");
+  r.add(c, "--cp-algo", o.cp_algo, std::string("ring,ulysses"), "cp algorithms to consider, comma-separated");
+  r.add(c, "--intra-gbs", o.intra_gbs, 0.0,
+        "GB/s of a transfer between ranks of a node (0 = a memcpy measured here: the copy a hop makes)")
+      ->check(nonnegative());
+  r.add(c, "--inter-gbs", o.inter_gbs, 12.5, "GB/s of a node's network link (12.5 = 100 Gb/s)")
+      ->check(positive());
+  r.add(c, "--inter-latency-us", o.inter_latency_us, 2.0, "microseconds per message between nodes")
+      ->check(nonnegative());
+  r.add(c, "--top", o.top, int64_t(10), "layouts to show")
+      ->check(count(1));
+}
+
 void declare_convert(Registry& r, CLI::App* c, ConvertOptions& o) {
   r.add(c, "--from-hf", o.from_hf, std::string(),
         "read this Hugging Face Llama directory (config.json + model.safetensors, or a sharded "
@@ -530,6 +596,30 @@ std::string convert_rule(const ConvertOptions& o) {
     return "convert --from-hf DIR writes the model file -o MODEL.h5: give -o (and no --model)";
   if (!o.to_hf.empty() && (o.model.empty() || !o.out.empty()))
     return "convert --to-hf DIR reads the model file --model MODEL.h5: give --model (and no -o)";
+  return "";
+}
+
+// prepare's tokenizer options belong together: a tokenizer to train takes a vocabulary size,
+// an existing model or the byte tokenizer none; passkey data is byte-tokenized.
+std::string prepare_rule(const PrepareOptions& o) {
+  const bool train = o.tokenizer != "byte", given = !o.tokenizer_model.empty();
+  if (!o.synthetic.empty() && (train || given))
+    return "--synthetic passkey generates byte-tokenized documents (its answers are byte positions): "
+           "drop --tokenizer and --tokenizer-model";
+  if (given && train)
+    return cat("--tokenizer-model ", o.tokenizer_model, " is the tokenizer (its type is in the model): ",
+               "drop --tokenizer ", o.tokenizer, ", or drop --tokenizer-model to train a new one");
+  if (given && o.vocab_size)
+    return "--vocab-size is the model's own with --tokenizer-model: drop --vocab-size";
+  if (!train && o.vocab_size)
+    return "the byte tokenizer's vocabulary is fixed (259 ids): drop --vocab-size, or train a "
+           "SentencePiece model with --tokenizer bpe or unigram";
+  if (train && !o.vocab_size)
+    return cat("--tokenizer ", o.tokenizer, " trains a model of --vocab-size pieces: give it (e.g. ",
+               "--vocab-size 8000)");
+  if (train && o.vocab_size < kSentencePieceReserved + 1)
+    return cat("--vocab-size ", o.vocab_size, " is too small: byte fallback takes 256 pieces and ",
+               "unk, BOS, EOS and PAD 4 more; give at least ", kSentencePieceReserved + 1);
   return "";
 }
 
@@ -577,6 +667,9 @@ Invocation parse_command_line(int argc, char** argv) {
   declare_eval(reg, eval, inv.eval);
   CLI::App* bench = app.add_subcommand("bench", "measure kernels against sgemm on the same cores");
   declare_bench(reg, bench, inv.bench);
+  CLI::App* plan = app.add_subcommand(
+      "plan", "rank the layouts of a training job on a machine by predicted step time and memory");
+  declare_plan(reg, plan, inv.plan);
   CLI::App* convert = app.add_subcommand(
       "convert", "convert between a Hugging Face Llama directory (safetensors) and a model file");
   declare_convert(reg, convert, inv.convert);
@@ -613,6 +706,13 @@ Invocation parse_command_line(int argc, char** argv) {
     inv.error = cat("--min-lr ", inv.train.min_lr, " is above --lr ", inv.train.lr,
                     ": the cosine decay goes from --lr down to --min-lr; lower --min-lr\n");
     return inv;
+  }
+  if (inv.command == "prepare") {
+    if (std::string rule = prepare_rule(inv.prepare); !rule.empty()) {
+      inv.exit_code = 2;
+      inv.error = rule + "\n";
+      return inv;
+    }
   }
   if (inv.command == "convert") {
     if (std::string rule = convert_rule(inv.convert); !rule.empty()) {

@@ -19,21 +19,28 @@ struct GlobalOptions {
   std::string gemm;         // matrix-product library: onednn | openblas
 };
 
+// The RoPE settings init writes and train may change for a context extension: rope_theta and
+// Hugging Face's rope_scaling (ModelConfig::rope_scaling), declared once in cli.cpp for both
+// subcommands and applied by apply_rope_options (app/rope_options.hpp).
+struct RopeOptions {
+  double theta;         // rope_theta; 0 = the preset's (init) or the model's (train)
+  std::string scaling;  // "none" or a rope_type; train also "keep" (the model's own)
+  double factor, low_freq_factor, high_freq_factor, beta_fast, beta_slow, attention_factor, mscale,
+      mscale_all_dim;
+  int64_t original_max_position_embeddings;
+  bool truncate;
+};
+
 struct InitOptions {
   std::string out;
   std::string preset;
   // 0 (or "preset") takes the preset's value.
   int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
       num_key_value_heads, max_position_embeddings;
-  double rope_theta, rms_norm_eps, initializer_range;
+  double rms_norm_eps, initializer_range;
   std::string tie_word_embeddings;  // "preset", "true" or "false"
   int64_t sliding_window;           // -1 = the preset's, 0 = none
-  // Hugging Face's rope_scaling (ModelConfig::rope_scaling): type "none" or a rope_type.
-  std::string rope_scaling;
-  double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_beta_fast, rope_beta_slow,
-      rope_attention_factor, rope_mscale, rope_mscale_all_dim;
-  int64_t rope_original_max_position_embeddings;
-  bool rope_truncate;
+  RopeOptions rope;
   int64_t seed;
   bool force;
 };
@@ -44,6 +51,9 @@ struct PrepareOptions {
   std::string separator;            // split files into documents on this string ("" = per file)
   std::string synthetic;            // "passkey" or "" (text files)
   std::string loss_on;              // "all", or "answers" (passkey: a loss mask on the key's digits)
+  std::string tokenizer;            // "byte", or a SentencePiece model to train: "bpe", "unigram"
+  int64_t vocab_size;               // bpe/unigram: pieces to learn (0 = not given)
+  std::string tokenizer_model;      // an existing SentencePiece .model file ("" = none)
   int64_t num_docs, doc_length, key_digits, seed;
   int64_t seq_len;                  // report packing efficiency at this length
   double progress_every;            // seconds between progress lines; 0 = none
@@ -57,8 +67,11 @@ struct InspectOptions {
 };
 
 struct TrainOptions {
-  std::string model, data, run_dir;
+  std::string model, data, run_dir;  // model: a model file or a checkpoint (also --init-from)
+  bool init_moments;                 // also take the checkpoint --model's AdamW moments
+  RopeOptions rope;                  // context extension: changes to --model's RoPE
   int64_t seq_len, batch_size, grad_accum, steps;
+  std::string seq_len_schedule;      // "LEN:STEPS,..." stages before --seq-len; "" = none
   double lr, min_lr;
   int64_t warmup_steps;
   double beta1, beta2, eps, weight_decay;
@@ -108,6 +121,15 @@ struct BenchOptions {
   bool force;
 };
 
+struct PlanOptions {
+  std::string model, preset;  // the model: a file, or a preset when no file is given
+  int64_t seq_len, global_batch, nodes, cores_per_node;
+  double mem_per_node_gib;
+  std::string precision, checkpointing, zero, cp_algo;  // comma-separated candidates
+  double intra_gbs, inter_gbs, inter_latency_us;
+  int64_t top;
+};
+
 struct Invocation {
   std::string command;  // the subcommand chosen
   GlobalOptions global;
@@ -117,6 +139,7 @@ struct Invocation {
   TrainOptions train;
   EvalOptions eval;
   BenchOptions bench;
+  PlanOptions plan;
   ConvertOptions convert;
   std::vector<Setting> settings;  // resolved global options, then the subcommand's
   std::string command_line;

@@ -46,6 +46,7 @@ int cmd_eval(Context& ctx) {
   const std::unique_ptr<TokenSource> data = open_dataset_file(o.data);  // read a batch at a time
   const DatasetInfo& ds = data->info();
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
+  check_same_tokenizer(m.tokenizer, o.model, tokenizer_info(ds), o.data);
   if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
   // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);

@@ -1,8 +1,8 @@
 // lctrain init: a new model file from a preset, with any size overridden explicitly.
-#include <algorithm>
 #include <iostream>
 
 #include "app/context.hpp"
+#include "app/rope_options.hpp"
 #include "common/error.hpp"
 #include "io/model_file.hpp"
 #include "model/init.hpp"
@@ -24,35 +24,11 @@ ModelConfig resolve_config(const InitOptions& o) {
   take(c.num_attention_heads, o.num_attention_heads);
   take(c.num_key_value_heads, o.num_key_value_heads);
   take(c.max_position_embeddings, o.max_position_embeddings);
-  take(c.rope_theta, o.rope_theta);
   take(c.rms_norm_eps, o.rms_norm_eps);
   take(c.initializer_range, o.initializer_range);
   if (o.sliding_window >= 0) c.sliding_window = o.sliding_window;
   if (o.tie_word_embeddings != "preset") c.tie_word_embeddings = o.tie_word_embeddings == "true";
-  RopeScaling& r = c.rope_scaling;
-  r.rope_type = o.rope_scaling == "none" ? "" : o.rope_scaling;
-  r.factor = o.rope_factor;
-  r.original_max_position_embeddings = o.rope_original_max_position_embeddings;
-  r.low_freq_factor = o.rope_low_freq_factor;
-  r.high_freq_factor = o.rope_high_freq_factor;
-  r.beta_fast = o.rope_beta_fast;
-  r.beta_slow = o.rope_beta_slow;
-  r.attention_factor = o.rope_attention_factor;
-  r.mscale = o.rope_mscale;
-  r.mscale_all_dim = o.rope_mscale_all_dim;
-  r.truncate = o.rope_truncate;
-  if (const auto unused = rope_scaling_unused(r); !unused.empty()) {
-    std::string names;  // rope_scaling.beta_fast -> --rope-beta-fast (rope_scaling.beta_fast)
-    for (const auto& n : unused) {
-      std::string flag = n.substr(n.find('.') + 1);
-      std::replace(flag.begin(), flag.end(), '_', '-');
-      names += cat(names.empty() ? "" : ", ", flag == "truncate" ? "--[no-]rope-" : "--rope-", flag,
-                   " (", n, ")");
-    }
-    const char* them = unused.size() > 1 ? "them" : "it";
-    fail("init: ", names, " given but --rope-scaling ", o.rope_scaling, " does not use ", them,
-         ": drop ", them, " or choose a --rope-scaling that reads ", them);
-  }
+  apply_rope_options(o.rope, c, "init");
   c.validate(cat("init (preset '", o.preset, "' with the sizes given)"));
   return c;
 }

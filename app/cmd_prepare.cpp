@@ -2,6 +2,7 @@
 // statistics that decide the sequence length (tokens per document, packing efficiency).
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 
@@ -13,6 +14,7 @@
 #include "common/error.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
+#include "data/sentencepiece.hpp"
 #include "data/text.hpp"
 #include "data/text_stream.hpp"
 #include "data/tokenizer.hpp"
@@ -64,6 +66,96 @@ DatasetInfo prepare_passkey(const PrepareOptions& o, std::ostream& out, const Pr
 constexpr size_t kPieceBytes = size_t(1) << 20;
 constexpr size_t kBatchBytes = size_t(4) << 20;
 
+[[noreturn]] void fail_no_text() { fail("the input holds no text: every file (or piece) is empty"); }
+
+// Cuts every input file into documents appended to `docs`, reading each in pieces;
+// `after(file, bytes)` is told each piece read (and each file's end, with 0 bytes).
+void cut_documents(const PrepareOptions& o, std::vector<TextDocument>& docs,
+                   const std::function<void(size_t file, size_t bytes)>& after) {
+  const std::string separator = unescape(o.separator);
+  for (size_t file = 0; file < o.inputs.size(); ++file) {
+    DocumentSplitter split(separator, file);
+    read_text_in_pieces(o.inputs[file], kPieceBytes, [&](std::string_view piece) {
+      split.feed(piece, docs);
+      after(file, piece.size());
+    });
+    split.finish(docs);
+    after(file, 0);
+  }
+}
+
+// Documents in, a batch at a time: each full batch (kBatchBytes of text) is encoded on every
+// thread and appended to the file.
+class BatchEncoder {
+ public:
+  BatchEncoder(DatasetWriter& writer, const std::vector<std::string>& file_names, EncodeDocument encode)
+      : writer_(writer), file_names_(file_names), encode_(std::move(encode)) {}
+  std::vector<TextDocument> batch;  // documents added, not yet encoded
+  int64_t appended = 0;             // documents encoded and appended
+
+  // Counts the documents added to `batch` since the last call; encodes the batch when full.
+  void added() {
+    for (; counted_ < batch.size(); ++counted_) bytes_ += batch[counted_].text.size();
+    if (bytes_ >= kBatchBytes) flush();
+  }
+
+  void flush() {
+    std::vector<std::vector<int32_t>> ids = encode_documents(batch, file_names_, encode_);
+    batch.clear();
+    counted_ = bytes_ = 0;
+    std::vector<int64_t> lengths;
+    size_t total = 0;
+    for (const auto& v : ids) total += v.size();
+    std::vector<int32_t> flat;  // each document's ids freed once copied: one copy at a time
+    flat.reserve(total);
+    for (auto& v : ids) {
+      flat.insert(flat.end(), v.begin(), v.end());
+      lengths.push_back(int64_t(v.size()));
+      std::vector<int32_t>().swap(v);
+    }
+    writer_.append(flat.data(), nullptr, lengths);
+    appended += int64_t(lengths.size());
+  }
+
+ private:
+  DatasetWriter& writer_;
+  const std::vector<std::string>& file_names_;
+  EncodeDocument encode_;
+  size_t counted_ = 0, bytes_ = 0;
+};
+
+// An existing SentencePiece model (--tokenizer-model), or one trained here on `corpus`
+// (--tokenizer bpe|unigram), described; the byte tokenizer otherwise.
+std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
+                                                  const std::vector<TextDocument>& corpus,
+                                                  std::ostream& out) {
+  if (o.tokenizer == "byte" && o.tokenizer_model.empty()) return std::make_unique<ByteTokenizer>();
+  std::unique_ptr<SentencePieceTokenizer> t;
+  if (!o.tokenizer_model.empty()) {
+    t = std::make_unique<SentencePieceTokenizer>(read_text_file(o.tokenizer_model),
+                                                 cat("--tokenizer-model '", o.tokenizer_model, "'"),
+                                                 "give the .model file SentencePiece training wrote "
+                                                 "(spm_train, the Python package, a Llama 2 tokenizer.model)");
+    out << "tokenizer: SentencePiece model '" << o.tokenizer_model << "'";
+  } else {
+    out << timestamp() << "prepare: training a " << o.tokenizer << " tokenizer of " << o.vocab_size
+        << " pieces on " << corpus.size() << " documents (one thread)" << std::endl;
+    const double t0 = omp_get_wtime();
+    std::vector<std::string_view> text(corpus.size());
+    for (size_t d = 0; d < corpus.size(); ++d) text[d] = corpus[d].text;
+    t = std::make_unique<SentencePieceTokenizer>(train_sentencepiece(text, o.tokenizer, o.vocab_size),
+                                                 "the trained model");
+    out << "tokenizer: trained in " << std::fixed << std::setprecision(1) << omp_get_wtime() - t0 << " s";
+  }
+  const TokenizerInfo& i = t->info();
+  out << ": " << i.describe() << " (bos " << i.bos_id << ", eos " << i.eos_id << ", pad " << i.pad_id
+      << ")\n";
+  if (!t->byte_fallback())
+    out << "warning: the model has no byte fallback: characters outside its vocabulary become its "
+           "unk piece, and decoding does not give the text back\n";
+  return t;
+}
+
 DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
   if (o.loss_on != "all")
     fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey ",
@@ -76,57 +168,58 @@ DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Prov
     const auto bytes = std::filesystem::file_size(path, ec);
     if (!ec) all_bytes += double(bytes);
   }
+  // A tokenizer trained here (--tokenizer bpe|unigram) learns from the whole corpus before
+  // any document can be encoded: the documents are cut first and held (progress: MB read),
+  // then encoded from memory. Byte and --tokenizer-model stream.
+  const bool train = o.tokenizer != "byte" && o.tokenizer_model.empty();
+  std::vector<TextDocument> corpus;
+  if (train) {
+    Progress reading(out, "prepare: reading", o.progress_every);
+    double read_bytes = 0;
+    cut_documents(o, corpus, [&](size_t file, size_t bytes) {
+      read_bytes += double(bytes);
+      reading.update(read_bytes / 1e6, all_bytes / 1e6, "MB",
+                     cat(" from ", file + 1, " of ", o.inputs.size(), " files"));
+    });
+    if (corpus.empty()) fail_no_text();
+    check_utf8(corpus, o.inputs);  // before training: SentencePiece would learn from broken text
+  }
+  const std::unique_ptr<Tokenizer> tokenizer = make_prepare_tokenizer(o, corpus, out);
   // The tokenizer: its description, and the one step that is its own (text -> ids).
-  DatasetInfo info = ByteTokenizer::empty_dataset();
-  const EncodeDocument encode = [](std::string_view text) { return ByteTokenizer::encode_document(text); };
-  // About one id per byte of text: the stored size, uncompressed, is reserved first.
-  DatasetWriter writer(o.out, info, o.force, double(dataset_id_bytes(info.vocab_size)) * all_bytes);
-  const std::string separator = unescape(o.separator);
+  DatasetInfo info = tokenizer->empty_dataset();
+  const Tokenizer& tok = *tokenizer;
+  const EncodeDocument encode = [&tok](std::string_view text) { return tok.encode_document(text); };
+  // About one id per byte of text or fewer (SentencePiece pieces hold several): the stored
+  // size, uncompressed, is reserved first.
+  DatasetWriter writer(o.out, info, o.force,
+                       double(dataset_id_bytes(info.vocab_size)) * all_bytes + double(info.tokenizer_model.size()));
+  BatchEncoder encoder(writer, o.inputs, encode);
 
   Progress progress(out, "prepare: tokenizing", o.progress_every);
-  std::vector<TextDocument> batch;
-  size_t batch_bytes = 0, file = 0;
   double done_bytes = 0;
-  int64_t docs = 0;
-  auto flush = [&] {
-    std::vector<std::vector<int32_t>> ids = encode_documents(batch, o.inputs, encode);
-    batch.clear();
-    std::vector<int64_t> lengths;
-    size_t total = 0;
-    for (const auto& v : ids) total += v.size();
-    std::vector<int32_t> flat;  // each document's ids freed once copied: one copy at a time
-    flat.reserve(total);
-    for (auto& v : ids) {
-      flat.insert(flat.end(), v.begin(), v.end());
-      lengths.push_back(int64_t(v.size()));
-      std::vector<int32_t>().swap(v);
+  auto report = [&](size_t file, size_t bytes) {
+    done_bytes += double(bytes);
+    const int64_t cut = encoder.appended + int64_t(encoder.batch.size());  // documents read so far
+    progress.update(done_bytes / 1e6, all_bytes / 1e6, "MB",
+                    cat(" from ", file + 1, " of ", o.inputs.size(), " files into ", cut, " documents, ",
+                        int64_t(double(cut) / std::max(progress.seconds(), 1e-9)), " documents/s"));
+  };
+  if (train) {
+    for (TextDocument& d : corpus) {  // moved into the batches: the corpus shrinks as it is encoded
+      const size_t file = d.file, bytes = d.text.size();
+      encoder.batch.push_back(std::move(d));
+      encoder.added();
+      report(file, bytes);
     }
-    writer.append(flat.data(), nullptr, lengths);
-    docs += int64_t(lengths.size());
-    batch_bytes = 0;
-  };
-  auto take = [&](size_t before) {  // count what the splitter added; encode a full batch
-    for (size_t i = before; i < batch.size(); ++i) batch_bytes += batch[i].text.size();
-    if (batch_bytes >= kBatchBytes) flush();
-  };
-  for (; file < o.inputs.size(); ++file) {
-    DocumentSplitter split(separator, file);
-    read_text_in_pieces(o.inputs[file], kPieceBytes, [&](std::string_view piece) {
-      const size_t before = batch.size();
-      split.feed(piece, batch);
-      take(before);
-      done_bytes += double(piece.size());
-      const int64_t cut = docs + int64_t(batch.size());  // documents read so far
-      progress.update(done_bytes / 1e6, all_bytes / 1e6, "MB",
-                      cat(" from ", file + 1, " of ", o.inputs.size(), " files into ", cut, " documents, ",
-                          int64_t(double(cut) / std::max(progress.seconds(), 1e-9)), " documents/s"));
+    std::vector<TextDocument>().swap(corpus);
+  } else {
+    cut_documents(o, encoder.batch, [&](size_t file, size_t bytes) {
+      encoder.added();
+      report(file, bytes);
     });
-    const size_t before = batch.size();
-    split.finish(batch);
-    take(before);
   }
-  flush();
-  if (docs == 0) fail("the input holds no text: every file (or piece) is empty");
+  encoder.flush();
+  if (encoder.appended == 0) fail_no_text();
   std::string names;
   for (size_t i = 0; i < o.inputs.size() && i < 3; ++i) names += (i ? ", " : "") + o.inputs[i];
   if (o.inputs.size() > 3) names += cat(" and ", o.inputs.size() - 3, " more");

@@ -9,16 +9,18 @@
 #include <optional>
 
 #include "app/context.hpp"
+#include "app/curriculum.hpp"
+#include "app/rope_options.hpp"
 #include "app/train_checkpoint.hpp"
 #include "app/train_loop.hpp"
 #include "app/train_record.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
+#include "io/checkpoint.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
 #include "io/run_dir.hpp"
 #include "io/timing_file.hpp"
-#include "model/shard.hpp"
 #include "model/shard.hpp"
 #include "parallel/hybrid_attention.hpp"
 #include "parallel/mesh.hpp"
@@ -70,19 +72,42 @@ void check_same_data(const TrainState& saved, const DataIdentity& now, const std
       << "from epoch " << saved.data_epoch << ", position " << saved.data_cursor << "\n";
 }
 
+// What a resume under other degrees or another batch shape changes (checkpoints hold every
+// tensor whole, so any layout can continue one).
+std::string layout_change(const RunLayout& was, const RunLayout& now, const TrainState& at) {
+  auto describe = [](const RunLayout& l) {
+    return cat(l.world_size, " rank(s) (dp ", l.dp, " x cp ", l.cp, "), ", l.sequences_per_step(),
+               " sequences per step (dp x batch ", l.batch_size, " x accumulation ", l.grad_accum, ")");
+  };
+  const std::string head = cat("resuming across a layout change: the checkpoint's run had ", describe(was),
+                               ", this one has ", describe(now), "; ");
+  if (was.sequences_per_step() == now.sequences_per_step())
+    return head + cat("every step takes the same sequences as before (the data goes on from epoch ",
+                      at.data_epoch, ", sequence ", at.data_cursor, "), summed in another order: the losses ",
+                      "equal an unchanged run's to rounding, not bit for bit");
+  return head + cat("the data goes on from epoch ", at.data_epoch, ", sequence ", at.data_cursor, ", but each step now ",
+                    "takes ", now.sequences_per_step(), " sequences instead of ", was.sequences_per_step(),
+                    " (more tokens per update: consider scaling --lr); the learning-rate schedule goes on by step");
+}
+
 // Where the run starts: a new lineage from the model file, or the state of the checkpoint
 // --resume finds (same seed, same data). The run directory is made to agree with it: a
 // rollback to one of its own checkpoints sets the later ones aside and points `latest` at
 // it; --resume auto that finds no checkpoint sets aside a table a killed run left behind.
+// A fresh start records where its weights come from (`origin`) and, with --init-moments,
+// takes that checkpoint's AdamW moments into req.into.
 TrainState start_state(const World& world, std::ostream& out, const TrainOptions& o,
                        RunDirectory* run, const ResumeRequest& req, const DataIdentity& data,
-                       TrainRecord& record) {
+                       const InitOrigin& origin, const TokenizerInfo& tokenizer, TrainRecord& record) {
   TrainState state;
   state.data_seed = o.seed;
   state.data = data;
+  state.init_from = origin;
+  state.tokenizer = tokenizer;
   std::string used;
+  RunLayout saved;
   const std::optional<TrainState> loaded =
-      o.resume == "none" ? std::nullopt : resume_checkpoint(world, out, req, &used);
+      o.resume == "none" ? std::nullopt : resume_checkpoint(world, out, req, &used, &saved);
   if (!loaded) {
     state.run_id = broadcast_string(new_run_id(), world.comm);
     if (o.resume == "auto")
@@ -94,14 +119,30 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
             << moved << "'\n";
       run->set_run_id(state.run_id);
     });
+    if (o.init_moments) {
+      agreed(world, [&] {
+        read_checkpoint_moments(o.model, *req.layout, req.into.exp_avg, req.into.exp_avg_sq);
+      });
+      out << "AdamW moments from '" << o.model << "' (step " << origin.step << "); bias correction "
+          << "restarts at step 1 of this run\n";
+    }
     return state;
   }
   if (loaded->data_seed != o.seed)
     throw AgreedError(cat("checkpoint '", used, "' was trained with --seed ", loaded->data_seed,
                           " but this run has --seed ", o.seed, "; resume with the same seed"));
+  // Other ids for the same text: --allow-data-change does not cover it.
+  if (!loaded->tokenizer.name.empty() && !loaded->tokenizer.same(tokenizer))
+    throw AgreedError(cat("checkpoint '", used, "' was trained with the tokenizer ",
+                          loaded->tokenizer.describe(), " but --data '", o.data, "' was made with ",
+                          tokenizer.describe(), ": its ids mean other text; resume on data prepared ",
+                          "with the checkpoint's tokenizer (prepare --tokenizer-model with its ",
+                          "/tokenizer/model bytes)"));
   check_same_data(*loaded, data, used, o, out);
+  if (!(saved == req.run)) out << layout_change(saved, req.run, *loaded) << "\n";
   state = *loaded;
   state.data = data;
+  state.tokenizer = tokenizer;
   state.restarts += 1;
   // A checkpoint from before lineages starts one.
   if (state.run_id.empty()) state.run_id = broadcast_string(new_run_id(), world.comm);
@@ -115,7 +156,7 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
     }
     if (run->run_id() != state.run_id) run->set_run_id(state.run_id);
     if (std::filesystem::exists(run->timing_path()) &&
-        !record.continue_from(read_timing_file(run->timing_path())))
+        !record.continue_from(read_timing_file(run->timing_path()), o.seq_len))
       fail("timing table '", run->timing_path(), "' does not match this run's columns; move it ",
            "away to resume");
   });
@@ -143,10 +184,32 @@ int cmd_train(Context& ctx) {
   out << mesh.layout_table();
   ModelData init = read_model_file(o.model);
   // Offsets and attributes only: each rank reads the tokens of its own sequences, step by step.
-  const std::unique_ptr<TokenSource> data = open_dataset_file(o.data);
-  const DatasetInfo& ds = data->info();
-  check_inputs(o, init.config, ds, cp);
+  const std::unique_ptr<TokenSource> dataset = open_dataset_file(o.data);
+  const DatasetInfo& ds = dataset->info();
+  // The model's config, with the context extension's RoPE changes (--rope-*), if any.
+  const ModelConfig source_config = init.config;
+  apply_rope_options(o.rope, init.config, "train");
+  init.config.validate(cat("train (the model of '", o.model, "' with the --rope-* options given)"));
+  const SeqLenSchedule schedule(o.seq_len_schedule, o.seq_len, o.steps);
+  check_inputs(o, init.config, ds, cp, schedule);
+  check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(ds), o.data);
+  const std::optional<TrainState> source = read_checkpoint_state(o.model);
+  if (o.init_moments && !source)
+    fail("--init-moments takes the AdamW moments of a checkpoint, but --model '", o.model,
+         "' is a model file, which has none; give a checkpoint (RUN/checkpoints/step_N.h5), or ",
+         "drop --init-moments");
+  const InitOrigin origin = source ? InitOrigin{o.model, source->step, source->run_id, source->data}
+                                   : InitOrigin{o.model, 0, "", {}};
   const ModelConfig& mc = init.config;
+  if (const std::string changed = config_changes(source_config, mc); !changed.empty())
+    out << "model config of '" << o.model << "' changed: " << changed << "\n";
+  if (source)
+    out << "initialised from checkpoint '" << o.model << "' (step " << source->step << ", run "
+        << (source->run_id.empty() ? "unknown" : source->run_id) << ", trained on "
+        << (source->data.fingerprint.empty() ? "unrecorded data" : source->data.describe()) << ")"
+        << (o.init_moments ? " with its AdamW moments" : "") << "\n";
+  if (schedule.staged())
+    out << "sequence lengths (--seq-len-schedule): " << schedule.describe() << "\n";
   const Precision precision = parse_precision(o.precision);
   const ModelShape shape{o.batch_size * o.seq_len / cp, o.seq_len, parse_checkpointing(o.checkpointing),
                          {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
@@ -154,7 +217,7 @@ int cmd_train(Context& ctx) {
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
   const int shards = o.zero >= 1 ? world.size : 1;  // ranks the AdamW moments are split over
-  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, shards);
+  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
     return kExitOk;
@@ -190,10 +253,10 @@ int cmd_train(Context& ctx) {
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
   Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr, shards, world.rank);
-  DataLoader loader(ds, o.seq_len, uint64_t(o.seed));
+  StagedData data(ds, schedule, uint64_t(o.seed));
 
   // 4. Where to start: weights, AdamW moments, step, data position and counters.
-  const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum};
+  const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum, schedule.text()};
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size);
   // Sharded moments are read whole (checkpoints hold them whole), then each rank keeps its range.
@@ -205,12 +268,14 @@ int cmd_train(Context& ctx) {
        {model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
-      identify(*data), record);
+      identify(*dataset), origin, tokenizer_info(ds), record);
   if (whole) {
     trainer.load_moments(m_whole.data(), v_whole.data());
     m_whole = Buffer<float>();
     v_whole = Buffer<float>();
   }
+  // A checkpoint's data position is that of the loader of its next step (curriculum.hpp).
+  DataLoader& loader = data.at(state.step + 1);
   loader.seek(state.data_epoch, state.data_cursor);
   if (state.step >= o.steps) {
     out << "the run is already complete: step " << state.step << " of --steps " << o.steps << "\n";
@@ -221,12 +286,13 @@ int cmd_train(Context& ctx) {
   ctx.measure_peak();
   const auto [peak, peak_how] = ctx.mfu_peak(precision, o.peak_gflops);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) out << w << "\n";
-  out << "data: " << loader.packing().sequences.size() << " sequences of " << o.seq_len
+  const int64_t S = schedule.seq_len_at(state.step + 1);
+  out << "data: " << loader.packing().sequences.size() << " sequences of " << S
       << " tokens (packing efficiency " << std::fixed << std::setprecision(1)
       << 100 * loader.packing().efficiency() << "%); global batch " << o.batch_size * o.grad_accum * dp
-      << " sequences = " << o.batch_size * o.grad_accum * dp * o.seq_len << " tokens"
+      << " sequences = " << o.batch_size * o.grad_accum * dp * S << " tokens"
       << (cp > 1 ? ", each sequence split over " + std::to_string(cp) + " ranks (" +
-                       cp_split_name(cp_split_of(o, mc, cp)) + ", " + o.cp_algo +
+                       cp_split_name(cp_split_of(o, mc, cp, S)) + ", " + o.cp_algo +
                        (o.cp_algo == "hybrid" ? " ulysses " + std::to_string(o.ulysses_degree) + " x ring " +
                                                     std::to_string(cp / o.ulysses_degree)
                                               : std::string()) +
@@ -238,9 +304,16 @@ int cmd_train(Context& ctx) {
   Provenance prov = ctx.provenance();
   prov.date = broadcast_string(prov.date, world.comm);
   prov.host = broadcast_string(prov.host, world.comm);
-  TrainLoop loop{ctx,     o,       mc,    *data,     mesh,   run.get(), model, trainer,
-                 reducer, loader,  state, record,  layout, where,     prov,  peak,
-                 peak_how, cp_attention.get()};
+  // Where the run's weights come from (kept by resumes: the first run's origin).
+  const InitOrigin& from = state.init_from;
+  prov.config.push_back({"train", "init_from_step", from.step,
+                         "step of the checkpoint --model names (0: a model file)"});
+  prov.config.push_back({"train", "init_from_run_id", from.run_id, "run id of that checkpoint"});
+  prov.config.push_back({"train", "init_from_data_fingerprint", from.data.fingerprint,
+                         "fingerprint of the data that checkpoint was trained on"});
+  TrainLoop loop{ctx,     o,        mc,    *dataset, mesh,   run.get(), model, trainer,
+                 reducer, schedule, data,  state,    record, layout,    where, prov,
+                 peak,    peak_how, cp_attention.get()};
   return loop.train();
 }
 

@@ -44,5 +44,6 @@ int cmd_train(Context& ctx);
 int cmd_eval(Context& ctx);
 int cmd_bench(Context& ctx);
 int cmd_convert(Context& ctx);
+int cmd_plan(Context& ctx);
 
 }  // namespace lct

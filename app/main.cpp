@@ -29,6 +29,7 @@ int dispatch(lct::Context& ctx) {
   if (c == "eval") return lct::cmd_eval(ctx);
   if (c == "bench") return lct::cmd_bench(ctx);
   if (c == "convert") return lct::cmd_convert(ctx);
+  if (c == "plan") return lct::cmd_plan(ctx);
   lct::fail("unknown subcommand '", c, "'");
 }
 

@@ -61,7 +61,8 @@ std::vector<int64_t> resume_order(const RunDirectory& run, std::ostream& out, st
 }  // namespace
 
 std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
-                                            const ResumeRequest& req, std::string* used_path) {
+                                            const ResumeRequest& req, std::string* used_path,
+                                            RunLayout* saved_layout) {
   std::vector<std::string> candidates;
   std::string lineage;  // the run id every candidate must carry ("": take the first readable)
   if (req.how == "auto") {
@@ -80,7 +81,8 @@ std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
   for (const std::string& path : candidates) {
     TrainState state;
     const std::string err = run_agreed(w, [&] {
-      state = read_checkpoint(path, *req.config, *req.layout, req.into, req.run, w.rank, req.rank);
+      state = read_checkpoint(path, *req.config, *req.layout, req.into, req.run, w.rank, req.rank,
+                              saved_layout);
       // (A checkpoint from before lineages carries none, and is taken.)
       if (!lineage.empty() && !state.run_id.empty() && state.run_id != lineage)
         fail("checkpoint '", path, "' belongs to another run (run id ",

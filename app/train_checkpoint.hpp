@@ -35,7 +35,9 @@ struct ResumeRequest {
 // Loads the checkpoint `req.how` names into `req.into`. With "auto", a damaged or
 // unreadable checkpoint is reported and the previous one tried; nullopt when the run
 // directory holds none (a fresh start). Throws AgreedError when nothing usable is found.
+// *saved_layout: how the checkpoint's run was laid out (degrees, batch shape).
 std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
-                                            const ResumeRequest& req, std::string* used_path);
+                                            const ResumeRequest& req, std::string* used_path,
+                                            RunLayout* saved_layout);
 
 }  // namespace lct

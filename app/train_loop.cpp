@@ -23,16 +23,18 @@ namespace {
 constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
 }  // namespace
 
-// This rank's share of the step's --grad-accum micro-batches (its dp slice, its cp shard).
-std::vector<Batch> TrainLoop::micro_batches(double* visible_pairs_total) {
-  const int64_t dp = layout.dp, cp = layout.cp;
-  const CpSplit split = cp_split_of(o, mc, cp);
+// This rank's share of step `step`'s --grad-accum micro-batches (its dp slice, its cp
+// shard), at the step's sequence length.
+std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_total) {
+  const int64_t dp = layout.dp, cp = layout.cp, S = schedule.seq_len_at(step);
+  const CpSplit split = cp_split_of(o, mc, cp, S);
+  DataLoader& loader = data.at(step);
   std::vector<Batch> micro;
   for (int64_t a = 0; a < o.grad_accum; ++a) {
     std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
     seqs = {seqs.begin() + where.dp_rank * o.batch_size,
             seqs.begin() + (where.dp_rank + 1) * o.batch_size};
-    Batch full = make_batch(data, seqs, o.seq_len);
+    Batch full = make_batch(dataset, seqs, S);
     *visible_pairs_total += visible_pairs(full, mc.sliding_window);
     micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, ulysses_group(o))
                            : std::move(full));
@@ -82,8 +84,10 @@ std::string TrainLoop::stop_reason(const RankFigures& ranks, int64_t step) const
 }
 
 void TrainLoop::checkpoint() {
-  state.data_epoch = loader.epoch();
-  state.data_cursor = loader.cursor();
+  // The position of the next step's loader: at a stage boundary, the next stage's start.
+  const DataLoader& next = data.at(state.step + 1);
+  state.data_epoch = next.epoch();
+  state.data_cursor = next.cursor();
   const double t0 = omp_get_wtime();
   // A checkpoint holds the moments whole: a sharded optimizer gathers them for the write.
   const size_t whole = trainer.sharded() ? model.layout().total : 0;
@@ -119,8 +123,13 @@ int TrainLoop::train() {
       watchdog_set_context(cat("step ", step));
       fault.maybe_fire(world.rank, step);
       clock.reset();
+      const int64_t S = schedule.seq_len_at(step);
+      if (schedule.staged() && step > first_step && S != schedule.seq_len_at(step - 1))
+        out << "stage " << schedule.stage_of(step) + 1 << " of " << schedule.stages().size()
+            << " from step " << step << ": sequences of " << S << " tokens, "
+            << o.batch_size * o.grad_accum * layout.dp * S << " tokens per step" << std::endl;
       double pairs = 0;
-      const std::vector<Batch> micro = micro_batches(&pairs);
+      const std::vector<Batch> micro = micro_batches(step, &pairs);
       clock.lap(Phase::Other);
       const StepStats st = trainer.train_step(micro, step, clock);
       state.step = step;
@@ -144,9 +153,9 @@ int TrainLoop::train() {
       }
 
       const double secs = clock.total();
-      const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * o.seq_len), pairs);
-      const StepFigures fig{st, state.restarts, o.steps, secs,
-                            f.total() / double(layout.cp) / secs / 1e9, peak, &clock, &ranks};
+      const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
+      const StepFigures fig{st,   state.restarts, o.steps, secs, f.total() / double(layout.cp) / secs / 1e9,
+                            peak, &clock,         &ranks,  S,    schedule.staged()};
       record.add(fig);
       if (step % o.log_every == 0 || step == first_step || step == o.steps || stop)
         out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *

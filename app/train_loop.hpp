@@ -5,13 +5,13 @@
 #include <string>
 
 #include "app/context.hpp"
+#include "app/curriculum.hpp"
 #include "app/train_record.hpp"
 #include "io/checkpoint.hpp"
 #include "io/run_dir.hpp"
 #include "model/attention_op.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
-#include "train/data_loader.hpp"
 #include "train/trainer.hpp"
 
 namespace lct {
@@ -20,13 +20,14 @@ struct TrainLoop {
   Context& ctx;
   const TrainOptions& o;
   const ModelConfig& mc;
-  TokenSource& data;  // read a batch at a time
+  TokenSource& dataset;  // its tokens read a batch at a time
   const Mesh& mesh;
   RunDirectory* run_dir;  // rank 0's, null elsewhere
   LlamaModel& model;
   Trainer& trainer;
   MpiStepReducer& reducer;
-  DataLoader& loader;
+  const SeqLenSchedule& schedule;  // the length of every step
+  StagedData& data;                // the loader of the current stage
   TrainState& state;
   TrainRecord& record;
   RunLayout layout;
@@ -41,7 +42,7 @@ struct TrainLoop {
   int train();
 
   // The loop's own; the rest above is what it works with.
-  std::vector<Batch> micro_batches(double* visible_pairs);
+  std::vector<Batch> micro_batches(int64_t step, double* visible_pairs);
   RankFigures gather_figures(const PhaseClock& clock, int64_t step);
   void checkpoint();
   void write_timing();

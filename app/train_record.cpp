@@ -25,6 +25,7 @@ struct ColumnSpec {
 const ColumnSpec kColumns[] = {
     {"step", "", "optimizer step, 1-based"},
     {"restart", "", "times the run had been resumed when this step ran"},
+    {"seq_len", "tokens", "sequence length of the step (its --seq-len-schedule stage)"},
     {"loss", "nats", "mean cross-entropy over the step's valid targets (all ranks)"},
     {"lr", "", "learning rate of the update"},
     {"grad_norm", "", "global gradient L2 norm before clipping"},
@@ -80,22 +81,46 @@ double RankFigures::imbalance() const {
   return busy_max / (busy_sum / ranks);
 }
 
-TrainRecord::TrainRecord(int ranks) : ranks_(ranks) {
+TrainRecord::TrainRecord(int ranks) : ranks_(ranks), width_(ranks) {
   for (const ColumnSpec& c : kColumns) table_.columns.push_back({c.name, c.unit, c.help, {}, 1});
   for (const ColumnSpec& c : kRankColumns)
     table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks), true});
 }
 
-bool TrainRecord::continue_from(TimingTable previous) {
+bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
+  // A table of an lctrain from before sequence-length schedules has no seq_len column: every
+  // row of it was at the run's one length, which a resume keeps.
+  if (!previous.find("seq_len") && previous.columns.size() + 1 == table_.columns.size()) {
+    const size_t at = size_t(&table_.column("seq_len") - table_.columns.data());
+    TimingColumn c = table_.columns[at];
+    c.values.assign(previous.rows(), double(seq_len));
+    previous.columns.insert(previous.columns.begin() + long(at), std::move(c));
+  }
   if (previous.columns.size() != table_.columns.size()) return false;
+  const size_t first_rank_column = std::size(kColumns);
   for (size_t c = 0; c < table_.columns.size(); ++c)
     if (previous.columns[c].name != table_.columns[c].name ||
-        previous.columns[c].width != table_.columns[c].width)
+        (c < first_rank_column ? previous.columns[c].width != 1
+                               : previous.columns[c].width != previous.columns[first_rank_column].width))
       return false;
+  // A resume on another rank count (the degrees changed) keeps one table: per-rank columns
+  // are as wide as the larger count, and the ranks a row did not have are NaN.
+  const int64_t had = previous.columns[first_rank_column].width;
+  width_ = std::max<int64_t>(had, ranks_);
   // Only the values are taken: the columns keep this run's layout, so a one-rank table of
   // an older lctrain (per-rank columns [rows], not [rows, 1]) continues in today's layout.
-  for (size_t c = 0; c < table_.columns.size(); ++c)
-    table_.columns[c].values = std::move(previous.columns[c].values);
+  for (size_t c = 0; c < table_.columns.size(); ++c) {
+    std::vector<double>& v = previous.columns[c].values;
+    if (c >= first_rank_column && had != width_) {
+      std::vector<double> wide;
+      for (size_t row = 0; row < v.size() / size_t(had); ++row)
+        for (int64_t r = 0; r < width_; ++r)
+          wide.push_back(r < had ? v[row * size_t(had) + size_t(r)] : std::nan(""));
+      v = std::move(wide);
+    }
+    table_.columns[c].values = std::move(v);
+    if (c >= first_rank_column) table_.columns[c].width = width_;
+  }
   first_row_ = table_.rows();
   return true;
 }
@@ -104,7 +129,7 @@ void TrainRecord::add(const StepFigures& f) {
   const StepStats& st = f.stats;
   const auto& ph = f.clock->seconds;
   const auto phase = [&](Phase p) { return ph[size_t(p)]; };
-  const double row[] = {double(st.step), double(f.restarts), st.loss, st.lr, st.grad_norm,
+  const double row[] = {double(st.step), double(f.restarts), double(f.seq_len), st.loss, st.lr, st.grad_norm,
                         double(st.skipped), double(st.real_tokens), double(st.valid_targets),
                         f.seconds, double(st.real_tokens) / f.seconds, f.gflops,
                         f.gflops / f.peak_gflops, phase(Phase::AttnFwd), phase(Phase::AttnBwd),
@@ -115,20 +140,22 @@ void TrainRecord::add(const StepFigures& f) {
   static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
   for (size_t c = 0; c < std::size(kRankColumns); ++c)
-    for (int r = 0; r < ranks_; ++r)
-      table_.columns[std::size(kColumns) + c].values.push_back(f.ranks->rank(r)[c]);
+    for (int64_t r = 0; r < width_; ++r)
+      table_.columns[std::size(kColumns) + c].values.push_back(r < ranks_ ? f.ranks->rank(int(r))[c]
+                                                                           : std::nan(""));
 }
 
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   const StepStats& st = f.stats;
-  char line[320], par[64] = "";
+  char line[352], par[64] = "", seq[32] = "";
+  if (f.show_seq_len) std::snprintf(seq, sizeof seq, "  seq %lld", (long long)f.seq_len);
   if (ranks_ > 1)
     std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f", 100 * f.ranks->exposed_comm_frac(),
                   f.ranks->imbalance());
   std::snprintf(line, sizeof line,
-                "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
+                "step %6lld/%lld%s  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
                 "MFU %.1f%%%s  eta %s%s",
-                (long long)st.step, (long long)f.steps, st.loss, st.lr, st.grad_norm, f.seconds,
+                (long long)st.step, (long long)f.steps, seq, st.loss, st.lr, st.grad_norm, f.seconds,
                 double(st.real_tokens) / f.seconds, f.gflops, 100 * f.gflops / f.peak_gflops, par,
                 duration(eta).c_str(), st.skipped ? "  SKIPPED (non-finite)" : "");
   return timestamp() + line;

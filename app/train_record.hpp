@@ -36,14 +36,19 @@ struct StepFigures {
   double seconds = 0, gflops = 0, peak_gflops = 0;
   const PhaseClock* clock = nullptr;
   const RankFigures* ranks = nullptr;
+  int64_t seq_len = 0;        // of the step's sequences
+  bool show_seq_len = false;  // in the step line (a --seq-len-schedule run)
 };
 
 class TrainRecord {
  public:
   explicit TrainRecord(int ranks);
-  // Appends to a table read back from a previous run of the same layout; false (and the
-  // table left as it was) when it does not match.
-  bool continue_from(TimingTable previous);
+  // Appends to a table read back from a previous run of this run's columns (its rank count
+  // may differ: per-rank columns then widen to the larger, NaN where a row had no such
+  // rank); false (and the table left as it was) when the columns do not match. `seq_len`:
+  // the length of the earlier rows of a table without a seq_len column (written before
+  // --seq-len-schedule existed).
+  bool continue_from(TimingTable previous, int64_t seq_len);
   void add(const StepFigures& f);
   std::string step_line(const StepFigures& f, double eta_seconds) const;
   // Fills the summary attributes and prints the verification and figure of merit.
@@ -55,6 +60,7 @@ class TrainRecord {
   TimingTable table_;
   size_t first_row_ = 0;  // this run's first row
   int ranks_;
+  int64_t width_;  // of the per-rank columns: ranks_, or more after a resume from more ranks
 };
 
 // "[2026-11-22 22:36:03] checkpoint RUN/checkpoints/step_00000200.h5: 35.7 MiB in 0.09 s

@@ -17,6 +17,7 @@
 #include "io/atomic.hpp"
 #include "parallel/ring_attention.hpp"
 #include "parallel/hybrid_attention.hpp"
+#include "parallel/layout_model.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "sys/memory.hpp"
 
@@ -29,7 +30,8 @@ std::string gib(double bytes) {
 }
 
 // Everything that can be checked before any rank allocates or writes anything.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp) {
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
+                  const SeqLenSchedule& schedule) {
   check_fits_model(ds, o.data, mc.vocab_size, o.model);
   if (o.seq_len < 2) fail("--seq-len ", o.seq_len, " is too short: it must be at least 2");
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
@@ -55,10 +57,24 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
     fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
          "micro-batch can hold (2^31 - 1); use a smaller --batch-size, and --grad-accum for ",
          "larger steps");
-  if (cp > 1 && o.seq_len % (2 * cp) != 0)
-    fail("--seq-len ", o.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
-         ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
-         (o.seq_len / (2 * cp) + 1) * 2 * cp);
+  // Every stage of a --seq-len-schedule is cut as --seq-len is.
+  for (const SeqLenStage& st : schedule.stages()) {
+    const std::string name = st.seq_len == o.seq_len ? "--seq-len" : "--seq-len-schedule length";
+    if (cp > 1 && st.seq_len % (2 * cp) != 0)
+      fail(name, " ", st.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
+           ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
+           (st.seq_len / (2 * cp) + 1) * 2 * cp);
+  }
+  // --force moves the previous run's checkpoints aside before the model is read again for
+  // its moments (--init-moments), and the new run would record a path that no longer exists.
+  if (o.force && o.resume == "none") {
+    namespace fs = std::filesystem;
+    const std::string model = fs::weakly_canonical(o.model).string(),
+                      dir = fs::weakly_canonical(o.run_dir).string() + "/checkpoints/";
+    if (model.rfind(dir, 0) == 0)
+      fail("--model '", o.model, "' is a checkpoint of --run-dir '", o.run_dir, "', which --force ",
+           "sets aside: start the new run in another --run-dir (or copy the checkpoint out first)");
+  }
   if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
     fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
   // The longest name lctrain writes in the run directory must stay under the system's
@@ -84,32 +100,29 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards) {
-  ModelMemory mem = LlamaModel::memory(mc, shape, threads);
-  mem.optimizer /= size_t(shards);
-  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
-                D = mc.head_dim();
-  const double cp_buffers =
-      cp == 1                 ? 0
-      : o.cp_algo == "ring"    ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
-      : o.cp_algo == "ulysses" ? UlyssesAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision)
-      : o.cp_algo == "hybrid"  ? HybridAttention::buffer_bytes(int(o.ulysses_degree), Tl, H, KV, D, shape.precision)
-                               : AllGatherAttention::buffer_bytes(int(cp), Tl, H, KV, D, shape.precision);
-  // A step's micro-batches are all built before its first forward pass (the loss is
-  // normalised by the whole step's targets): 5 int32 per token each, plus the whole
-  // sequences of the one being split over cp.
-  const double batches = 20.0 * (double(o.grad_accum) * double(Tl) + double(o.batch_size) * double(o.seq_len));
-  const double need = double(mem.total()) + cp_buffers + batches;
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size) {
+  Layout l;  // the node split does not change memory: the world as one node
+  l.ranks_per_node = world_size;
+  l.threads = threads;
+  l.cp = cp;
+  l.dp = world_size / cp;
+  l.zero = o.zero;
+  l.cp_algo = o.cp_algo;
+  l.ulysses_degree = o.ulysses_degree;
+  l.seq_len = o.seq_len;
+  l.micro_batch = o.batch_size;
+  l.grad_accum = o.grad_accum;
+  const RankMemory mem = estimate_rank_memory(mc, shape, l);
+  const double need = mem.total();
   const MemoryBudget budget = available_memory();
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
-      << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(double(mem.params_grads))
-      << ", AdamW " << gib(double(mem.optimizer)) << (shards > 1 ? cat(" (1/", shards, " of it: --zero 1)") : "")
-      << ", activations " << gib(double(mem.activations))
-      << " (checkpointing " << o.checkpointing << ", " << Tl << " tokens per rank), micro-batches "
-      << gib(batches) << ", scratch " << gib(double(mem.scratch) + cp_buffers) << "; " << gib(avail)
-      << " available per rank (" << budget.source << (node_size > 1 ? cat(" / ", node_size, " ranks") : "")
-      << ")\n";
+      << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
+      << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
+      << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
+      << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
+      << gib(mem.scratch) << "; " << gib(avail) << " available per rank (" << budget.source
+      << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << ")\n";
   if (avail > 0 && need > 0.95 * avail)
     fail("this run needs about ", gib(need), " per rank but ", gib(avail), " are available (",
          budget.source, "); use --checkpointing full, a shorter --seq-len, a smaller --batch-size ",
@@ -143,8 +156,8 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 
 int64_t ulysses_group(const TrainOptions& o) { return o.cp_algo == "hybrid" ? o.ulysses_degree : 1; }
 
-CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp) {
-  return choose_cp_split(o.cp_split, mc.sliding_window, o.seq_len, cp / ulysses_group(o));
+CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, int64_t seq_len) {
+  return choose_cp_split(o.cp_split, mc.sliding_window, seq_len, cp / ulysses_group(o));
 }
 
 std::string latest_or_none(const RunDirectory* run) {

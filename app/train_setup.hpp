@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "app/cli.hpp"
+#include "app/curriculum.hpp"
 #include "data/dataset.hpp"
 #include "io/run_dir.hpp"
 #include "model/config.hpp"
@@ -20,7 +21,10 @@ namespace lct {
 std::string gib(double bytes);  // "1.25 GiB"
 
 // Everything about the options and inputs that can be checked on every rank alike.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp);
+// `schedule`: the run's lengths (--seq-len-schedule, then --seq-len), each checked as
+// --seq-len is.
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
+                  const SeqLenSchedule& schedule);
 
 // {dp, cp} from the flags: dp = 0 takes what cp leaves of the world.
 std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
@@ -28,10 +32,10 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
 // Prints the memory estimate per rank (model, optimizer, activations, the step's
 // micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may
 // use: the node's available memory, or its cgroup's limit (Slurm --mem), shared by the
-// `node_size` ranks of the node.
-// `shards`: the ranks the AdamW moments are split over (1 = replicated).
+// `node_size` ranks of the node. The world size and --zero decide the ranks the AdamW moments
+// are split over. The estimate is `lctrain plan`'s too (parallel/layout_model.hpp).
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int64_t shards);
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size);
 
 // Rank 0 locks the run directory for the whole run, removes what killed writers left, and
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its
@@ -46,9 +50,10 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 std::string latest_or_none(const RunDirectory* run);
 
 // The cp ranks of one Ulysses group (--ulysses-degree under --cp-algo hybrid, else 1), and
-// the split --cp-split resolves to for this model, S and cp (the ring has cp / group ranks).
+// the split --cp-split resolves to for this model, sequences of `seq_len` and cp (the ring has
+// cp / group ranks).
 int64_t ulysses_group(const TrainOptions& o);
-CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp);
+CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, int64_t seq_len);
 
 // Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering

@@ -4,6 +4,7 @@
 
 #include "app/cli.hpp"
 #include "common/error.hpp"
+#include "data/sentencepiece.hpp"
 #include "io/file_kind.hpp"
 #include "io/hf_model.hpp"
 #include "kernels/gemm.hpp"
@@ -25,6 +26,7 @@ std::string version_text() {
              "  OpenBLAS  ", openblas_description(), "\n",
              "  CLI11     ", CLI11_VERSION, "\n",
              "  JSON      ", json_library_version(), "\n",
+             "  SentencePiece ", sentencepiece_version(), "\n",
              "  libnuma   API ", LIBNUMA_API_VERSION, "\n",
              "  compiler  ", __VERSION__);
 }

@@ -141,7 +141,8 @@ def grad_panel(a, t, config):
 
 def rank_panels(a_comm, a_busy, t):
     """Per rank, medians over steps: exposed communication (% of the step) and busy time
-    (step - comm - allreduce) over the mean of the ranks; both axes fit the data."""
+    (step - comm - allreduce) over the mean of the ranks; both axes fit the data. A run resumed
+    on another rank count has NaN where a step had no such rank: those are left out."""
     secs, comm = t["rank_seconds"], t["rank_comm_s"]
     if secs.shape[1] == 1:
         for a in (a_comm, a_busy):
@@ -151,15 +152,15 @@ def rank_panels(a_comm, a_busy, t):
         return
     busy = secs - comm - t["rank_allreduce_s"]
     ranks = np.arange(secs.shape[1])
-    frac = 100 * np.median(comm / secs, axis=0)
+    frac = 100 * np.nanmedian(comm / secs, axis=0)
     a_comm.bar(ranks, frac, 0.6, color="C3", label="exposed comm, % of step")
     a_comm.set(xlabel="rank", ylabel="%", title="exposed communication per rank (median)", xticks=ranks,
-               ylim=(0, max(frac.max() * 1.25, 1e-3)))
+               ylim=(0, max(np.nanmax(frac) * 1.25, 1e-3)))
     a_comm.legend(fontsize=7)
-    rel = np.median(busy / busy.mean(axis=1, keepdims=True), axis=0)
+    rel = np.nanmedian(busy / np.nanmean(busy, axis=1, keepdims=True), axis=0)
     a_busy.bar(ranks, rel - 1, 0.6, bottom=1, color="C4", label="busy time / mean of ranks")
     a_busy.axhline(1, color="grey", lw=1)
-    pad = max(np.abs(rel - 1).max() * 1.3, 1e-3)
+    pad = max(np.nanmax(np.abs(rel - 1)) * 1.3, 1e-3)
     a_busy.set(xlabel="rank", title=f"busy time per rank (median); median step imbalance "
                f"{np.median(t['imbalance']):.3f}", xticks=ranks, ylim=(1 - pad, 1 + pad))
     a_busy.legend(fontsize=7)

@@ -4,7 +4,9 @@
 
 #include "common/error.hpp"
 #include "io/atomic.hpp"
+#include "io/file_kind.hpp"
 #include "io/model_schema.hpp"
+#include "io/tokenizer_group.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
@@ -55,12 +57,40 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Provenance
   h5::write_attr(g, "data_tokens", c.state.data.tokens);
   h5::write_attr(g, "data_fingerprint", c.state.data.fingerprint);
   h5::write_attr(g, "data_source", c.state.data.source);
+  h5::write_attr(g, "seq_len_schedule", c.run.seq_len_schedule);
+  const InitOrigin& o = c.state.init_from;
+  h5::write_attr(g, "init_from", o.path);
+  h5::write_attr(g, "init_from_step", o.step);
+  h5::write_attr(g, "init_from_run_id", o.run_id);
+  h5::write_attr(g, "init_from_data_fingerprint", o.data.fingerprint);
+  h5::write_attr(g, "init_from_data_source", o.data.source);
+  if (!c.state.tokenizer.name.empty()) write_tokenizer_group(f, c.state.tokenizer);
   h5::Handle r = h5::create_group(f, f.h, "ranks");
   h5::write_rank_rows(f, r, "state",
                       {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
   h5::Handle d(H5Dopen2(r, "state", H5P_DEFAULT), H5Dclose);
   h5::write_attr(d, "columns", std::string(kRankColumns));
   h5::write_provenance(f, prov);
+}
+
+
+TrainState read_state(const h5::Handle& g, const std::string& w) {
+  TrainState s;
+  for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
+  // Checkpoints from before lineages, data identities and origins have none: "" (unknown).
+  if (h5::has_attr(g, "run_id")) s.run_id = h5::read_string(g, "run_id", w);
+  if (h5::has_attr(g, "data_fingerprint"))
+    s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
+              h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
+  if (h5::has_attr(g, "init_from")) {
+    InitOrigin& o = s.init_from;
+    o.path = h5::read_string(g, "init_from", w);
+    o.step = h5::read_int(g, "init_from_step", w);
+    o.run_id = h5::read_string(g, "init_from_run_id", w);
+    o.data.fingerprint = h5::read_string(g, "init_from_data_fingerprint", w);
+    o.data.source = h5::read_string(g, "init_from_data_source", w);
+  }
+  return s;
 }
 }  // namespace
 
@@ -107,7 +137,8 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
 
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
                            const ParamLayout& layout, const CheckpointBuffers& out,
-                           const RunLayout& run, int world_rank, const RankState& rank) {
+                           const RunLayout& run, int world_rank, const RankState& rank,
+                           RunLayout* saved) {
   h5::File f = h5::File::open_read(path, "checkpoint");
   h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
   const ModelConfig c = read_model_config(f);
@@ -119,29 +150,32 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
            "; resume with the model the checkpoint was made from");
   h5::Handle g = h5::open_group(f, "train_state");
   const std::string w = h5::where(f, "train_state");
-  for_each_layout_field(run, [&](const char* name, int64_t want) {
-    const int64_t had = h5::read_int(g, name, w);
-    if (had != want)
-      fail("checkpoint '", path, "' was written with ", name, " = ", had, " but this run has ",
-           want, "; resume with the same parallel degrees and batch shape (or start a new run)");
-  });
-  TrainState s;
-  for_each_state_field(s, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
-  // Checkpoints from before lineages and data identities have neither: "" (unknown).
-  if (h5::has_attr(g, "run_id")) s.run_id = h5::read_string(g, "run_id", w);
-  if (h5::has_attr(g, "data_fingerprint"))
-    s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
-              h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};
+  for_each_layout_field(*saved, [&](const char* name, int64_t& v) { v = h5::read_int(g, name, w); });
+  if (saved->seq_len != run.seq_len)
+    fail("checkpoint '", path, "' was written with seq_len = ", saved->seq_len, " but this run has ",
+         run.seq_len, "; a resume keeps the sequence length (its data position counts sequences of ",
+         "that length): resume with --seq-len ", saved->seq_len, ", or start a new run from it with --init-from");
+  // Checkpoints from before schedules have none: "" (one length).
+  saved->seq_len_schedule =
+      h5::has_attr(g, "seq_len_schedule") ? h5::read_string(g, "seq_len_schedule", w) : "";
+  if (saved->seq_len_schedule != run.seq_len_schedule)
+    fail("checkpoint '", path, "' was written with --seq-len-schedule '", saved->seq_len_schedule,
+         "' but this run has '", run.seq_len_schedule, "'; resume with the same schedule");
+  TrainState s = read_state(g, w);
+
+  s.tokenizer = read_tokenizer_group(f);
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
-  if (info.shape != std::vector<int64_t>{run.world_size, 4} || info.type_class != H5T_INTEGER)
+  if (info.shape != std::vector<int64_t>{saved->world_size, 4} || info.type_class != H5T_INTEGER)
     fail(h5::where(f, "ranks/state"), ": shape ", h5::shape_str(info.shape), ", expected [",
-         run.world_size, ", 4]; the file is damaged");
+         saved->world_size, ", 4]; the file is damaged");
   std::vector<int64_t> rows(size_t(info.numel()));
   h5::read_array(f, f.h, "ranks/state", rows.data());
+  // Under the same layout every rank must find its own row (a relaunch that reorders the
+  // ranks would otherwise go unnoticed); under another one the rows describe other ranks.
   const int64_t* row = &rows[size_t(4 * world_rank)];
-  if (row[0] != rank.dp_rank || row[1] != rank.cp_rank || row[2] != s.data_epoch ||
-      row[3] != s.data_cursor)
+  if (*saved == run && (row[0] != rank.dp_rank || row[1] != rank.cp_rank || row[2] != s.data_epoch ||
+                        row[3] != s.data_cursor))
     fail("checkpoint '", path, "': rank ", world_rank, " was at (dp ", row[0], ", cp ", row[1],
          ") with data at ", row[2], ":", row[3], " but is now at (dp ", rank.dp_rank, ", cp ",
          rank.cp_rank, ") with the run at ", s.data_epoch, ":", s.data_cursor,
@@ -154,6 +188,25 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
   check_finite_tensors(f, kAvg, layout, out.exp_avg);
   check_finite_tensors(f, kAvgSq, layout, out.exp_avg_sq);
   return s;
+}
+
+std::optional<TrainState> read_checkpoint_state(const std::string& path) {
+  h5::File f = h5::File::open_read(path, "model file or checkpoint");
+  if (!h5::has_attr(f.h, kFileKindAttr) || h5::read_string(f.h, kFileKindAttr, path) != "checkpoint")
+    return std::nullopt;
+  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+  return read_state(h5::open_group(f, "train_state"), h5::where(f, "train_state"));
+}
+
+void read_checkpoint_moments(const std::string& path, const ParamLayout& layout, float* exp_avg,
+                             float* exp_avg_sq) {
+  h5::File f = h5::File::open_read(path, "checkpoint");
+  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+  const ModelConfig c = read_model_config(f);
+  read_tensors(f, kAvg, c, layout, exp_avg);
+  read_tensors(f, kAvgSq, c, layout, exp_avg_sq);
+  check_finite_tensors(f, kAvg, layout, exp_avg);
+  check_finite_tensors(f, kAvgSq, layout, exp_avg_sq);
 }
 
 }  // namespace lct

@@ -9,6 +9,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 
 #include "common/provenance.hpp"
@@ -17,9 +18,18 @@
 
 namespace lct {
 
-// What must be the same to resume bit-exactly.
+// How a run was laid out. A resume keeps seq_len and seq_len_schedule (the data position
+// counts sequences of the step's length); the degrees and the batch shape may change (checkpoints hold every tensor
+// whole), bit-exactly only when all of them stay.
 struct RunLayout {
   int64_t world_size = 1, dp = 1, cp = 1, seq_len = 0, batch_size = 1, grad_accum = 1;
+  std::string seq_len_schedule;  // the stages before seq_len ("" = none; app/curriculum.hpp)
+  int64_t sequences_per_step() const { return dp * batch_size * grad_accum; }
+  bool operator==(const RunLayout& o) const {
+    return world_size == o.world_size && dp == o.dp && cp == o.cp && seq_len == o.seq_len &&
+           batch_size == o.batch_size && grad_accum == o.grad_accum &&
+           seq_len_schedule == o.seq_len_schedule;
+  }
 };
 
 // One rank's own state: its mesh coordinates and where its data loader stands.
@@ -54,10 +64,22 @@ struct CheckpointBuffers {  // each of layout.total floats
 };
 
 // Reads every tensor and verifies kind, format version, config (equal to `expected`),
-// shapes, checksums, the run layout (equal to `run`) and this rank's row (`rank`'s mesh
-// coordinates). Returns the training state.
+// shapes, checksums, the sequence length (equal to `run`'s) and, when the run is laid out
+// as the checkpoint was, this rank's row (`rank`'s mesh coordinates). Returns the training
+// state; *saved receives the layout the checkpoint was written with.
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
                            const ParamLayout& layout, const CheckpointBuffers& out,
-                           const RunLayout& run, int world_rank, const RankState& rank);
+                           const RunLayout& run, int world_rank, const RankState& rank,
+                           RunLayout* saved);
+
+// The training state a checkpoint records (step, lineage, data, origin), without reading
+// its tensors; nullopt for a model file (or any file that is not a checkpoint).
+std::optional<TrainState> read_checkpoint_state(const std::string& path);
+
+// A checkpoint's AdamW moments (each layout.total floats), checked (shapes, checksums,
+// finite) as read_checkpoint checks them; its run layout and ranks are not compared: a new
+// run starts from them (train --init-moments).
+void read_checkpoint_moments(const std::string& path, const ParamLayout& layout, float* exp_avg,
+                             float* exp_avg_sq);
 
 }  // namespace lct

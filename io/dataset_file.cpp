@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "io/h5.hpp"
+#include "io/tokenizer_group.hpp"
 
 namespace lct {
 
@@ -146,6 +147,8 @@ void DatasetWriter::finish(const std::string& source, const PasskeyAnswers& pass
     h5::write_array(f, f.h, "passkey/answer_length", passkey.answer_length.data(), {nd});
     h5::write_array(f, f.h, "passkey/depth", passkey.depth.data(), {nd});
   }
+  // A sentencepiece dataset carries its model, so that the file alone decodes its ids.
+  if (!info.tokenizer_model.empty()) write_tokenizer_group(f, tokenizer_info(info));
   h5::write_provenance(f, prov);
   impl_->tokens.reset();
   impl_->weights.reset();
@@ -161,7 +164,8 @@ void write_dataset_file(const std::string& path, const TokenDataset& ds, const P
   // Reserved before writing: the uncompressed size, an upper bound.
   const double bytes = double(H5Tget_size(token_file_type(ds.vocab_size))) * n +
                        (has_weights ? (mask ? 1.0 : 4.0) * n : 0.0) +
-                       8.0 * double(ds.doc_offsets.size() + 3 * ds.num_docs());
+                       8.0 * double(ds.doc_offsets.size() + 3 * ds.num_docs()) +
+                       double(ds.tokenizer_model.size());
   DatasetWriter w(path, ds, force, bytes,
                   !has_weights ? DatasetWriter::Weights::None
                   : mask       ? DatasetWriter::Weights::Mask
@@ -233,6 +237,21 @@ FileSource::FileSource(const std::string& path, size_t cache_bytes)
   ds.eos_id = int32_t(h5::read_int(f_.h, "eos_token_id", w));
   ds.pad_id = int32_t(h5::read_int(f_.h, "pad_token_id", w));
   if (h5::has_attr(f_.h, "source")) ds.source = h5::read_string(f_.h, "source", w);
+  if (ds.tokenizer != "byte") {  // older files and byte datasets have no /tokenizer group
+    const TokenizerInfo t = read_tokenizer_group(f_);
+    if (t.name.empty())
+      fail("dataset file ", w, " declares tokenizer '", ds.tokenizer, "' but holds no /tokenizer ",
+           "group with its model; prepare it again");
+    const TokenizerInfo declared = tokenizer_info(ds);
+    if (t.name != declared.name || t.vocab_size != declared.vocab_size || t.bos_id != declared.bos_id ||
+        t.eos_id != declared.eos_id || t.pad_id != declared.pad_id)
+      fail("dataset file ", w, ": the root attributes (", declared.name, ", vocab_size ",
+           declared.vocab_size, ", bos ", declared.bos_id, ", eos ", declared.eos_id, ", pad ",
+           declared.pad_id, ") disagree with /tokenizer (", t.name, ", ", t.vocab_size, ", ", t.bos_id,
+           ", ", t.eos_id, ", ", t.pad_id, "); the file is damaged or was edited: prepare it again");
+    ds.tokenizer_type = t.type;
+    ds.tokenizer_model = t.model;
+  }
 
   // Integer ids of any width are accepted; out-of-range values fail the vocabulary check.
   const int64_t n_tokens = check_1d(f_, f_.h, "tokens", H5T_INTEGER, -1);

@@ -1,7 +1,7 @@
 // The dataset file (format in README "Dataset file"): token ids in /tokens, document
 // boundaries in /doc_offsets, optional per-token loss weights in /loss_weights, tokenizer
-// description as root attributes, and for synthetic passkey data the answer positions in
-// /passkey.
+// description as root attributes (a sentencepiece dataset also has /tokenizer, its model),
+// and for synthetic passkey data the answer positions in /passkey.
 #pragma once
 #include <memory>
 #include <string>
@@ -34,7 +34,8 @@ void write_dataset_file(const std::string& path, const TokenDataset& ds, const P
 class DatasetWriter {
  public:
   enum class Weights { None, Mask, Float };  // /loss_weights: none, uint8 0/1, float32
-  // `tokenizer` supplies vocab_size, tokenizer and the special ids; `reserve_bytes` of disk
+  // `tokenizer` supplies vocab_size, tokenizer (type and model) and the special ids; finish()
+  // writes /tokenizer when there is a model. `reserve_bytes` of disk
   // are checked and reserved first (an estimate of the stored size; unused blocks are given
   // back at the end).
   DatasetWriter(const std::string& path, const DatasetInfo& tokenizer, bool force, double reserve_bytes,

@@ -31,6 +31,7 @@ hid_t native_type() {
   if constexpr (std::is_same_v<T, int32_t>) return H5T_NATIVE_INT32;
   if constexpr (std::is_same_v<T, int64_t>) return H5T_NATIVE_INT64;
   if constexpr (std::is_same_v<T, uint64_t>) return H5T_NATIVE_UINT64;
+  if constexpr (std::is_same_v<T, uint8_t>) return H5T_NATIVE_UINT8;
 }
 
 Handle string_type() {
@@ -428,6 +429,7 @@ LCT_H5_ARRAY(double)
 LCT_H5_ARRAY(int32_t)
 LCT_H5_ARRAY(int64_t)
 LCT_H5_ARRAY(uint64_t)
+LCT_H5_ARRAY(uint8_t)
 #undef LCT_H5_ARRAY
 
 std::string shape_str(const std::vector<int64_t>& shape) {

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <memory>
 
 #include "common/error.hpp"
 #include "common/stats.hpp"
 #include "data/packing.hpp"
+#include "data/sentencepiece.hpp"
 #include "data/tokenizer.hpp"
 #include "io/dataset_file.hpp"
 #include "io/file_kind.hpp"
@@ -42,6 +44,27 @@ Provenance provenance_of(const std::string& path) {
   return h5::read_provenance(f);
 }
 
+// What a checkpoint was trained with, and for SentencePiece the first pieces the model
+// learned (after unk, BOS, EOS, PAD and the byte pieces), read from the checkpoint alone.
+void print_tokenizer(const TokenizerInfo& t, std::ostream& out) {
+  if (t.name.empty()) {
+    out << "tokenizer: none recorded (model files from init or convert, and older checkpoints, have none)\n";
+    return;
+  }
+  out << "tokenizer: " << t.describe() << " (bos " << t.bos_id << ", eos " << t.eos_id << ", pad "
+      << t.pad_id << ")\n";
+  if (t.name != SentencePieceTokenizer::kName) return;
+  const SentencePieceTokenizer sp(t.model, "the checkpoint's tokenizer");
+  out << "  first learned pieces:";
+  int shown = 0;
+  for (int32_t id = 0; id < t.vocab_size && shown < 12; ++id) {
+    if (!sp.learned(id)) continue;
+    out << " " << id << "=" << sp.piece(id);
+    ++shown;
+  }
+  out << "\n";
+}
+
 void inspect_model(const InspectRequest& req, const std::string& kind, std::ostream& out) {
   const ModelData m = read_model_file(req.path);
   out << "lctrain " << kind << " file '" << req.path << "' (format_version " << kModelFormatVersion
@@ -54,6 +77,7 @@ void inspect_model(const InspectRequest& req, const std::string& kind, std::ostr
       << m.config.head_dim() << "\n";
   out << "parameters: " << m.layout.num_parameters() << " in " << m.layout.tensors.size()
       << " tensors\n";
+  print_tokenizer(m.tokenizer, out);
   if (req.tensors) {
     out << "  " << std::left << std::setw(48) << "tensor" << std::setw(14) << "shape"
         << std::right << std::setw(12) << "l2 norm" << std::setw(12) << "mean" << std::setw(12)
@@ -167,12 +191,13 @@ void inspect_dataset(const InspectRequest& req, std::ostream& out) {
     lo = std::min(lo, ds.doc_length(d));
     hi = std::max(hi, ds.doc_length(d));
   }
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_info(ds), req.path);
   out << "lctrain dataset file '" << req.path << "' (format_version " << stored_dataset_version(req.path)
       << ", offsets, token ids and checksums verified)\n"
       << "  stored as   " << dataset_storage(req.path) << "\n"
       << "  source      " << ds.source << "\n"
-      << "  tokenizer   " << ds.tokenizer << ", vocab_size " << ds.vocab_size << " (bos "
-      << ds.bos_id << ", eos " << ds.eos_id << ", pad " << ds.pad_id << ")\n"
+      << "  tokenizer   " << tokenizer->info().describe() << " (bos " << ds.bos_id << ", eos "
+      << ds.eos_id << ", pad " << ds.pad_id << ")\n"
       << "  documents   " << n << "\n"
       << "  tokens      " << ds.tokens.size() << "\n"
       << "  per document: mean " << std::fixed << std::setprecision(1)
@@ -202,8 +227,9 @@ void inspect_dataset(const InspectRequest& req, std::ostream& out) {
         << " documents longer than a sequence\n";
   }
   const int64_t len0 = ds.doc_length(0);
-  const std::string head = ByteTokenizer::decode(ds.tokens.data(), size_t(std::min<int64_t>(len0, 120)), true);
-  out << "  document 0 starts: " << head << (len0 > 120 ? "..." : "") << "\n";
+  const std::string head = tokenizer->decode(ds.tokens.data(), size_t(std::min<int64_t>(len0, 120)), true);
+  out << "  document 0 starts: " << head << (len0 > 120 ? "..." : "") << " (" << std::min<int64_t>(len0, 120)
+      << " of its " << len0 << " tokens, decoded)\n";
   out.unsetf(std::ios::fixed);
   print_provenance(provenance_of(req.path), out);
 }

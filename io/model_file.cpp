@@ -4,6 +4,7 @@
 #include "common/finite.hpp"
 #include "io/atomic.hpp"
 #include "io/model_schema.hpp"
+#include "io/tokenizer_group.hpp"
 
 namespace lct {
 
@@ -97,6 +98,7 @@ ModelData read_model_file(const std::string& path) {
   m.params = Buffer<float>(m.layout.total);
   read_tensors(f, "", m.config, m.layout, m.params.data());
   check_finite_tensors(f, "", m.layout, m.params.data());
+  m.tokenizer = read_tokenizer_group(f);
   return m;
 }
 

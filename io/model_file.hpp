@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/provenance.hpp"
+#include "data/dataset.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "sys/memory.hpp"
@@ -16,6 +17,9 @@ struct ModelData {
   ModelConfig config;
   ParamLayout layout;
   Buffer<float> params;  // [layout.total]
+  // A checkpoint's /tokenizer group (what it was trained with); no name for a model file
+  // from init or convert, which records none.
+  TokenizerInfo tokenizer;
 };
 
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

@@ -16,9 +16,9 @@ JOBS=${JOBS:-$(nproc)}
 # --- packages: install only what is missing ----------------------------------------------
 build_pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
             libhdf5-openmpi-dev hdf5-tools libnuma-dev numactl libcli11-dev nlohmann-json3-dev
-            libgtest-dev libgmock-dev libbenchmark-dev)
+            libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev pkgconf)
 py_pkgs=(python3-h5py python3-matplotlib)  # reading lctrain's files, plotting them
-[ "$mode" = test ] && py_pkgs+=(python3-torch python3-pandas)  # golden-test reference; README pandas lines
+[ "$mode" = test ] && py_pkgs+=(python3-torch python3-sentencepiece python3-pandas)  # golden-test and tokenizer-test references; README pandas lines
 missing() { for p in "$@"; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done; }
 need_build=$(missing "${build_pkgs[@]}")
 need_py=$(missing "${py_pkgs[@]}")

@@ -56,6 +56,41 @@ DataIdentity identify(const TokenDataset& ds) {
   return identify(s);
 }
 
+TokenizerInfo tokenizer_info(const DatasetInfo& ds) {
+  TokenizerInfo t;
+  t.name = ds.tokenizer;
+  t.type = ds.tokenizer_type;
+  t.vocab_size = ds.vocab_size;
+  t.bos_id = ds.bos_id;
+  t.eos_id = ds.eos_id;
+  t.pad_id = ds.pad_id;
+  t.model = ds.tokenizer_model;
+  return t;
+}
+
+std::string TokenizerInfo::fingerprint() const {
+  Fnv1a f;
+  for (char c : name) f.add(c);
+  f.add('\0');
+  for (char c : model) f.add(c);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.h));
+  return hex;
+}
+
+std::string TokenizerInfo::describe() const {
+  return cat(name, type.empty() ? "" : " (" + type + ")", ", vocab_size ", vocab_size,
+             ", fingerprint ", fingerprint());
+}
+
+void check_same_tokenizer(const TokenizerInfo& model_tok, const std::string& model,
+                          const TokenizerInfo& data_tok, const std::string& data) {
+  if (model_tok.name.empty() || model_tok.same(data_tok)) return;
+  fail("'", model, "' was trained with the tokenizer ", model_tok.describe(), " but dataset '", data,
+       "' was made with ", data_tok.describe(), ": its ids mean other text; prepare the data with ",
+       "the model's tokenizer (prepare --tokenizer-model with its /tokenizer/model bytes)");
+}
+
 std::string DataIdentity::describe() const {
   return cat(documents, " documents, ", tokens, " tokens, fingerprint ", fingerprint, ", from '",
              source, "'");

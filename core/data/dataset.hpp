@@ -16,11 +16,29 @@ struct PasskeyAnswers {
   bool empty() const { return answer_offset.empty(); }
 };
 
-// Everything of a dataset but its per-token arrays: small (8 bytes per document).
+// Which tokenizer made a dataset's ids: what the dataset file and checkpoints record.
+struct TokenizerInfo {
+  std::string name;        // "byte" or "sentencepiece"; "" = not recorded (older files)
+  std::string type;        // sentencepiece: the model's type, "bpe" or "unigram"; "" for byte
+  int64_t vocab_size = 0;
+  int32_t bos_id = -1, eos_id = -1, pad_id = -1;
+  std::string model;       // sentencepiece: the serialized ModelProto (a .model file's bytes)
+  // FNV-1a of the name and model bytes, 16 hex digits: equal fingerprints, equal tokenizers.
+  std::string fingerprint() const;
+  bool same(const TokenizerInfo& o) const {
+    return name == o.name && vocab_size == o.vocab_size && fingerprint() == o.fingerprint();
+  }
+  std::string describe() const;  // "sentencepiece (bpe), vocab_size 1000, fingerprint ..."
+};
+
+// Everything of a dataset but its per-token arrays: small (8 bytes per document, and the
+// tokenizer's model when it is a SentencePiece one).
 struct DatasetInfo {
   std::vector<int64_t> doc_offsets;  // [n_docs + 1] doc d is tokens[offsets[d], offsets[d+1])
   int64_t vocab_size = 0;
-  std::string tokenizer;             // "byte"
+  std::string tokenizer;             // "byte" or "sentencepiece"
+  std::string tokenizer_type;        // sentencepiece: "bpe" or "unigram"
+  std::string tokenizer_model;       // sentencepiece: serialized ModelProto; "" for byte
   int32_t bos_id = -1, eos_id = -1, pad_id = -1;
   std::string source;                // what it was made from, for people
   PasskeyAnswers passkey;
@@ -85,6 +103,13 @@ struct DataIdentity {
 // Reads only the sampled tokens: the same value whichever way the data is held.
 DataIdentity identify(TokenSource& data);
 DataIdentity identify(const TokenDataset& ds);
+TokenizerInfo tokenizer_info(const DatasetInfo& ds);
+
+// Throws unless `data_tok` (of dataset `data`) is the tokenizer `model` (a checkpoint) was
+// trained with; `model_tok` with no name (a model file from init or convert, an older
+// checkpoint) records none and matches any.
+void check_same_tokenizer(const TokenizerInfo& model_tok, const std::string& model,
+                          const TokenizerInfo& data_tok, const std::string& data);
 
 // Checks offsets are monotone and cover the tokens, ids are in [0, vocab), loss weights are
 // finite, non-negative and one per token, passkey arrays match the document count; throws

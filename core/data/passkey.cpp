@@ -48,7 +48,7 @@ TokenDataset make_passkey_dataset(const PasskeySpec& spec,
     fail("passkey: documents of ", spec.doc_length, " tokens cannot hold the task; with ",
          spec.key_digits, "-digit keys they need at least ", min_len, " tokens");
 
-  TokenDataset ds = ByteTokenizer::empty_dataset();
+  TokenDataset ds = ByteTokenizer().empty_dataset();
   ds.source = cat("synthetic passkey: ", spec.num_docs, " documents of ", spec.doc_length,
                   " tokens, ", spec.key_digits, "-digit keys, seed ", spec.seed);
   ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
@@ -64,7 +64,7 @@ TokenDataset make_passkey_dataset(const PasskeySpec& spec,
 
     const std::string text = kIntro + filler(phase, before) + needle(key) +
                              filler(phase + before, filler_total - before) + question() + key;
-    std::vector<int32_t> ids = ByteTokenizer::encode_document(text);
+    std::vector<int32_t> ids = ByteTokenizer::encode_bytes(text);
     ds.passkey.answer_offset.push_back(int64_t(ids.size()) - 1 - spec.key_digits);
     ds.passkey.answer_length.push_back(spec.key_digits);
     ds.passkey.depth.push_back(filler_total ? double(before) / double(filler_total) : 0.0);

@@ -1,7 +1,6 @@
 #include "data/text.hpp"
 
 #include "common/error.hpp"
-#include "data/tokenizer.hpp"
 
 namespace lct {
 
@@ -40,47 +39,6 @@ std::string unescape(const std::string& s) {
     }
   }
   return out;
-}
-
-TokenDataset tokenize_texts(const std::vector<TextSource>& sources, const std::string& separator,
-                            const std::function<void(int64_t, size_t)>& progress) {
-  TokenDataset ds = ByteTokenizer::empty_dataset();
-  size_t bytes_before = 0;  // of the sources before this one
-  auto add = [&](std::string_view doc, size_t end) {
-    if (doc.empty()) return;
-    ds.tokens.push_back(ByteTokenizer::kBos);
-    ByteTokenizer::append_bytes(doc, ds.tokens);
-    ds.tokens.push_back(ByteTokenizer::kEos);
-    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
-    if (progress) progress(ds.num_docs(), bytes_before + end);
-  };
-  for (const TextSource& src : sources) {
-    const size_t bad = first_invalid_utf8(src.text);
-    if (bad != std::string_view::npos)
-      fail("'", src.name, "' is not UTF-8 text: invalid byte 0x", std::hex,
-           unsigned(static_cast<unsigned char>(src.text[bad])), std::dec, " at offset ", bad,
-           "; convert it first (e.g. iconv -f LATIN1 -t UTF-8)");
-    const std::string_view text = src.text;
-    if (separator.empty()) {
-      add(text, text.size());
-      bytes_before += text.size();
-      continue;
-    }
-    for (size_t start = 0; start <= text.size();) {
-      const size_t at = text.find(separator, start);
-      const size_t end = at == std::string_view::npos ? text.size() : at;
-      add(text.substr(start, end - start), end);
-      start = end + separator.size();
-      if (at == std::string_view::npos) break;
-    }
-    bytes_before += text.size();
-  }
-  if (ds.num_docs() == 0) fail("the input holds no text: every file (or piece) is empty");
-  std::string names;
-  for (size_t i = 0; i < sources.size() && i < 3; ++i) names += (i ? ", " : "") + sources[i].name;
-  if (sources.size() > 3) names += cat(" and ", sources.size() - 3, " more");
-  ds.source = cat("text: ", names);
-  return ds;
 }
 
 }  // namespace lct

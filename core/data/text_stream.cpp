@@ -33,21 +33,32 @@ void DocumentSplitter::finish(std::vector<TextDocument>& out) {
   cur_.clear();
 }
 
+void check_utf8(const std::vector<TextDocument>& docs, const std::vector<std::string>& file_names) {
+  const int64_t n = int64_t(docs.size());
+  std::vector<size_t> bad(docs.size());  // first invalid byte per document
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) bad[size_t(i)] = first_invalid_utf8(docs[size_t(i)].text);
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (bad[i] == std::string_view::npos) continue;
+    const TextDocument& d = docs[i];
+    fail("'", file_names[d.file], "' is not UTF-8 text: invalid byte 0x", std::hex,
+         unsigned(static_cast<unsigned char>(d.text[bad[i]])), std::dec, " at offset ", d.offset + bad[i],
+         "; convert it first (e.g. iconv -f LATIN1 -t UTF-8)");
+  }
+}
+
 std::vector<std::vector<int32_t>> encode_documents(const std::vector<TextDocument>& docs,
                                                    const std::vector<std::string>& file_names,
                                                    const EncodeDocument& encode) {
+  check_utf8(docs, file_names);
   const int64_t n = int64_t(docs.size());
   std::vector<std::vector<int32_t>> ids(docs.size());
-  std::vector<size_t> bad(docs.size(), std::string_view::npos);  // first invalid byte per doc
   std::exception_ptr error;  // the encoder's, of the first document in input order
   int64_t error_doc = n;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) {
-    const std::string& text = docs[size_t(i)].text;
-    bad[size_t(i)] = first_invalid_utf8(text);
-    if (bad[size_t(i)] != std::string_view::npos) continue;
     try {
-      ids[size_t(i)] = encode(text);
+      ids[size_t(i)] = encode(docs[size_t(i)].text);
     } catch (...) {
 #pragma omp critical(lct_encode_error)
       if (i < error_doc) {
@@ -56,15 +67,13 @@ std::vector<std::vector<int32_t>> encode_documents(const std::vector<TextDocumen
       }
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    if (i == error_doc) std::rethrow_exception(error);
-    const TextDocument& d = docs[size_t(i)];
-    if (bad[size_t(i)] != std::string_view::npos)
-      fail("'", file_names[d.file], "' is not UTF-8 text: invalid byte 0x", std::hex,
-           unsigned(static_cast<unsigned char>(d.text[bad[size_t(i)]])), std::dec, " at offset ",
-           d.offset + bad[size_t(i)], "; convert it first (e.g. iconv -f LATIN1 -t UTF-8)");
+  if (!error) return ids;
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {  // say which document, so that it can be looked at
+    const TextDocument& d = docs[size_t(error_doc)];
+    fail("'", file_names[d.file], "', the document at offset ", d.offset, ": ", e.what());
   }
-  return ids;
 }
 
 }  // namespace lct

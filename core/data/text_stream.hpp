@@ -35,9 +35,13 @@ class DocumentSplitter {
   size_t file_, cur_offset_ = 0, consumed_ = 0;  // cur_ starts at cur_offset_; bytes fed
 };
 
+// Throws lct::Error naming the file (file_names[doc.file]) and byte offset of the first
+// invalid UTF-8 in input order. Checked on the OpenMP threads.
+void check_utf8(const std::vector<TextDocument>& docs, const std::vector<std::string>& file_names);
+
 // Encodes docs[i] into ids[i] on the OpenMP threads (dynamic schedule: documents differ in
-// length), the output in input order. Throws lct::Error naming the file (file_names[doc.file])
-// and byte offset of the first invalid UTF-8 in input order.
+// length), the output in input order, after check_utf8. An encoder's lct::Error, of the
+// first failing document in input order, is thrown naming that document's file and offset.
 std::vector<std::vector<int32_t>> encode_documents(const std::vector<TextDocument>& docs,
                                                    const std::vector<std::string>& file_names,
                                                    const EncodeDocument& encode);

@@ -74,7 +74,9 @@ std::string cgroup_path(bool v2) {
   for (std::string line; std::getline(in, line);) {
     const size_t a = line.find(':'), b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+    // (Appended piece by piece: GCC 12's -Wrestrict misfires on "," + s + ",".)
+    std::string controllers = ",";
+    controllers.append(line, a + 1, b - a - 1).push_back(',');
     if (v2 ? controllers == ",," : controllers.find(",memory,") != std::string::npos)
       return line.substr(b + 1);
   }

@@ -7,6 +7,15 @@
 
 namespace lct {
 
+// The file a run was initialised from (train --model): its path, and for a checkpoint its
+// step, lineage and data; recorded in every checkpoint of the run (and kept by resumes).
+struct InitOrigin {
+  std::string path;
+  int64_t step = 0;    // 0: a model file
+  std::string run_id;  // "" for a model file
+  DataIdentity data;   // empty for a model file
+};
+
 struct TrainState {
   int64_t step = 0;         // updates done
   int64_t data_epoch = 0;   // where the data loader stands
@@ -20,6 +29,11 @@ struct TrainState {
   // directory's checkpoints of another run are never taken for this one's.
   std::string run_id;
   DataIdentity data;  // what the run trains on
+  InitOrigin init_from;
+  // The tokenizer that made the data's ids (its model included): a resume on data of
+  // another tokenizer is refused, and the checkpoint alone can decode ids. No name when
+  // the checkpoint predates it.
+  TokenizerInfo tokenizer;
 };
 
 // A new lineage id: 16 random hex digits.

@@ -313,7 +313,7 @@ def config_file_and_precedence():
 @case
 def version_names_every_library():
     p = ok("--version")
-    for lib in ["lctrain", "git", "Open MPI", "HDF5", "OpenBLAS", "CLI11"]:
+    for lib in ["lctrain", "git", "Open MPI", "HDF5", "OpenBLAS", "CLI11", "SentencePiece 0."]:
         assert lib in p.stdout, (lib, p.stdout)
     assert "pthread build" in p.stdout or "openmp build" in p.stdout or "sequential build" in p.stdout
 

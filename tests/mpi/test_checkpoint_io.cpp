@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "data/sentencepiece.hpp"
 #include "io/checkpoint.hpp"
 #include "io/timing_file.hpp"
 #include "model/config.hpp"
@@ -62,7 +63,7 @@ struct Fixture {
     s.step = step;
     s.data_epoch = 1;
     s.data_cursor = 7;
-    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, 1, n, 64, 1, 1},
+    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, 1, n, 64, 1, 1, ""},
             {0, r, 1, 7}};
   }
 };
@@ -74,24 +75,64 @@ TEST(CheckpointIo, ParallelWriteReadsBackOnEveryRank) {
   write_checkpoint(path, fx.view(5), {}, MPI_COMM_WORLD);
   std::vector<float> p(fx.layout.total), m(p.size()), v(p.size());
   const CheckpointView c = fx.view(5);
+  RunLayout saved;
   const TrainState s = read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()},
-                                       c.run, rank_of(), c.rank);
+                                       c.run, rank_of(), c.rank, &saved);
+  EXPECT_TRUE(saved == c.run);
   EXPECT_EQ(s.step, 5);
   EXPECT_EQ(s.data_cursor, 7);
   EXPECT_EQ(p, fx.p);
   EXPECT_EQ(m, fx.m);
   EXPECT_EQ(v, fx.v);
-  // Another rank's coordinates, or another layout, are refused.
+  // Another rank's coordinates under the same layout, or another sequence length, are refused.
   RankState other = c.rank;
   other.cp_rank += 1;
   EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, c.run,
-                               rank_of(), other),
+                               rank_of(), other, &saved),
                Error);
   RunLayout bigger = c.run;
   bigger.seq_len *= 2;
   EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, bigger,
-                               rank_of(), c.rank),
+                               rank_of(), c.rank, &saved),
                Error);
+  RunLayout staged = c.run;  // and another sequence-length schedule
+  staged.seq_len_schedule = "32:1";
+  EXPECT_THROW(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, staged,
+                               rank_of(), c.rank, &saved),
+               Error);
+  // Other degrees and batch shape: read whole, whatever the rank's coordinates.
+  RunLayout regrouped = c.run;
+  regrouped.dp = 2 * regrouped.world_size;
+  regrouped.batch_size = 3;
+  std::fill(p.begin(), p.end(), 0.0f);
+  EXPECT_EQ(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, regrouped,
+                            rank_of(), other, &saved).step, 5);
+  EXPECT_TRUE(saved == c.run);
+  EXPECT_EQ(p, fx.p);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_of() == 0) fs::remove_all(dir);
+}
+
+// The tokenizer (a SentencePiece model, trained alike on every rank: training is
+// deterministic) is written once, collectively, and every rank reads the same model back.
+TEST(CheckpointIo, TokenizerModelIsWrittenOnceAndReadBackOnEveryRank) {
+  const std::string dir = shared_dir("ckpt_tok");
+  const Fixture fx(256);
+  std::vector<std::string> text;
+  for (int d = 0; d < 40; ++d)
+    text.push_back("document " + std::to_string(d * 7919) + " of the sea, the ship and the crew");
+  const SentencePieceTokenizer t(train_sentencepiece({text.begin(), text.end()}, "bpe", 300), "model");
+  CheckpointView c = fx.view(3);
+  c.state.tokenizer = t.info();
+  const std::string path = dir + "/c.h5";
+  write_checkpoint(path, c, {}, MPI_COMM_WORLD);
+  std::vector<float> p(fx.layout.total), m(p.size()), v(p.size());
+  RunLayout saved;
+  const TrainState s = read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()},
+                                       c.run, rank_of(), c.rank, &saved);
+  EXPECT_EQ(s.tokenizer.model, t.info().model);
+  EXPECT_TRUE(s.tokenizer.same(t.info()));
+  EXPECT_EQ(s.tokenizer.type, "bpe");
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank_of() == 0) fs::remove_all(dir);
 }

@@ -8,6 +8,7 @@
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
 #include "data/text.hpp"
+#include "data/text_stream.hpp"
 #include "data/tokenizer.hpp"
 
 namespace lct {
@@ -16,12 +17,12 @@ namespace {
 TEST(ByteTokenizer, RoundTripsEveryByteAndUtf8) {
   std::string text = "Grüße, 世界! \xF0\x9F\x98\x80 tab\tnewline\n";
   for (int b = 0; b < 256; ++b) text.push_back(char(b));
-  const auto ids = ByteTokenizer::encode_document(text);
+  const auto ids = ByteTokenizer::encode_bytes(text);
   ASSERT_EQ(ids.size(), text.size() + 2);
   EXPECT_EQ(ids.front(), ByteTokenizer::kBos);
   EXPECT_EQ(ids.back(), ByteTokenizer::kEos);
-  EXPECT_EQ(ByteTokenizer::decode(ids.data(), ids.size()), text);
-  EXPECT_EQ(ByteTokenizer::decode(ids.data(), 3, true), "<bos>Gr");
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ids.data(), ids.size()), text);
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ids.data(), 3, true), "<bos>Gr");
 }
 
 TEST(Utf8, AcceptsValidAndLocatesInvalid) {
@@ -34,24 +35,44 @@ TEST(Utf8, AcceptsValidAndLocatesInvalid) {
   EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);    // above U+10FFFF
 }
 
+// Whole texts (one file each) cut and byte-encoded as prepare does (data/text_stream.hpp).
+TokenDataset encode_texts(const std::vector<std::pair<std::string, std::string>>& files, const std::string& separator) {
+  std::vector<TextDocument> docs;
+  std::vector<std::string> names;
+  for (const auto& [name, text] : files) {
+    DocumentSplitter split(separator, names.size());
+    names.push_back(name);
+    split.feed(text, docs);
+    split.finish(docs);
+  }
+  TokenDataset ds = ByteTokenizer().empty_dataset();
+  const EncodeDocument encode = [](std::string_view t) { return ByteTokenizer::encode_bytes(t); };
+  for (const std::vector<int32_t>& ids : encode_documents(docs, names, encode)) {
+    ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
+    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+  }
+  return ds;
+}
+
 TEST(Text, SplitsOnSeparatorAndSkipsEmptyPieces) {
-  const TokenDataset ds = tokenize_texts({{"a", "one\n\ntwo\n\n\n\nthree"}, {"b", ""}, {"c", "four"}},
-                                         unescape("\\n\\n"));
+  const TokenDataset ds = encode_texts({{"a", "one\n\ntwo\n\n\n\nthree"}, {"b", ""}, {"c", "four"}},
+                                       unescape("\\n\\n"));
   ASSERT_EQ(ds.num_docs(), 4);
-  EXPECT_EQ(ByteTokenizer::decode(ds.tokens.data() + ds.doc_offsets[1], size_t(ds.doc_length(1))), "two");
-  EXPECT_EQ(ByteTokenizer::decode(ds.tokens.data() + ds.doc_offsets[3], size_t(ds.doc_length(3))), "four");
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ds.tokens.data() + ds.doc_offsets[1], size_t(ds.doc_length(1))), "two");
+  EXPECT_EQ(ByteTokenizer::decode_bytes(ds.tokens.data() + ds.doc_offsets[3], size_t(ds.doc_length(3))), "four");
   EXPECT_NO_THROW(validate(ds, "test"));
 }
 
 TEST(Text, RejectsInvalidUtf8NamingFileAndOffset) {
   try {
-    tokenize_texts({{"good.txt", "fine"}, {"bad.txt", "abc\xFF"}}, "");
+    encode_texts({{"good.txt", "fine"}, {"bad.txt", "abc\xFF"}}, "");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'bad.txt' is not UTF-8 text"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("offset 3"), std::string::npos);
   }
-  EXPECT_THROW(tokenize_texts({{"empty", ""}}, ""), Error);
+  // An empty file is no document (prepare refuses input that holds none).
+  EXPECT_EQ(encode_texts({{"empty", ""}}, "").num_docs(), 0);
 }
 
 PasskeySpec spec(uint64_t seed) { return {40, 300, 5, seed}; }
@@ -73,8 +94,8 @@ TEST(Passkey, AnswerIsTheHiddenKeyAtTheEnd) {
   for (int64_t d = 0; d < ds.num_docs(); ++d) {
     ASSERT_EQ(ds.doc_length(d), 300);
     const int32_t* doc = ds.tokens.data() + ds.doc_offsets[d];
-    const std::string text = ByteTokenizer::decode(doc, 300);
-    const std::string key = ByteTokenizer::decode(doc + ds.passkey.answer_offset[d],
+    const std::string text = ByteTokenizer::decode_bytes(doc, 300);
+    const std::string key = ByteTokenizer::decode_bytes(doc + ds.passkey.answer_offset[d],
                                                   size_t(ds.passkey.answer_length[d]));
     ASSERT_EQ(key.size(), 5u);
     EXPECT_EQ(key.find_first_not_of("0123456789"), std::string::npos);

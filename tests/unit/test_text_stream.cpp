@@ -10,7 +10,7 @@
 namespace lct {
 namespace {
 
-// The documents of `text` split whole (the rule of tokenize_texts): pieces between
+// The documents of `text` split whole (the rule prepare follows): pieces between
 // separators, empty ones dropped.
 std::vector<std::string> split_whole(const std::string& text, const std::string& sep) {
   std::vector<std::string> out;
@@ -54,10 +54,10 @@ TEST(TextStream, DocumentsCutFromPiecesOfAnySizeAreThoseOfTheWholeText) {
 TEST(TextStream, ParallelEncodingKeepsInputOrderAndNamesTheFirstInvalidByte) {
   std::vector<TextDocument> docs;
   for (int i = 0; i < 500; ++i) docs.push_back({std::string(size_t(1 + (i * 37) % 300), char('a' + i % 26)), size_t(i), size_t(i % 2)});
-  const EncodeDocument encode = [](std::string_view t) { return ByteTokenizer::encode_document(t); };
+  const EncodeDocument encode = [](std::string_view t) { return ByteTokenizer::encode_bytes(t); };
   const auto ids = encode_documents(docs, {"a.txt", "b.txt"}, encode);
   ASSERT_EQ(ids.size(), docs.size());
-  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(ids[i], ByteTokenizer::encode_document(docs[i].text)) << i;
+  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(ids[i], ByteTokenizer::encode_bytes(docs[i].text)) << i;
   docs[301].text[5] = char(0xff);  // file b.txt, at its offset 301 + 5
   docs[402].text[0] = char(0xc0);  // later in input order: not the one named
   try {
@@ -66,6 +66,22 @@ TEST(TextStream, ParallelEncodingKeepsInputOrderAndNamesTheFirstInvalidByte) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'b.txt' is not UTF-8 text: invalid byte 0xff at offset 306"),
               std::string::npos) << e.what();
+  }
+}
+
+TEST(TextStream, AnEncodersErrorNamesTheFirstFailingDocumentsFileAndOffset) {
+  std::vector<TextDocument> docs;
+  for (int i = 0; i < 64; ++i) docs.push_back({i == 17 || i == 40 ? "bad" : "good", size_t(100 + i), size_t(i % 2)});
+  const EncodeDocument encode = [](std::string_view t) -> std::vector<int32_t> {
+    if (t == "bad") fail("cannot encode");
+    return ByteTokenizer::encode_bytes(t);
+  };
+  try {
+    encode_documents(docs, {"a.txt", "b.txt"}, encode);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'b.txt', the document at offset 117: cannot encode"), std::string::npos)
+        << e.what();
   }
 }
 

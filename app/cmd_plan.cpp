@@ -1,0 +1,321 @@
+// lctrain plan: every layout of a training job on a given machine (ranks per node, cp, dp,
+// ZeRO stage, cp algorithm, checkpointing, micro-batch, precision), ranked by predicted step
+// time, with each one's memory per rank and traffic per step. Memory comes from the same
+// estimate `train` checks at start-up; time from per-core rates measured here on the model's
+// own layers (one layer of it with the embedding and LM head, the attention kernel, AdamW) on
+// one thread and on all of this rank's, and link rates
+// measured here (a copy between ranks of a node is a memcpy) or given (the network).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "app/context.hpp"
+#include "app/train_setup.hpp"
+#include "common/error.hpp"
+#include "common/rng.hpp"
+#include "common/stats.hpp"
+#include "io/model_file.hpp"
+#include "model/flops.hpp"
+#include "model/init.hpp"
+#include "parallel/layout_model.hpp"
+#include "parallel/ulysses_attention.hpp"
+#include "sys/memory.hpp"
+#include "train/optimizer.hpp"
+
+namespace lct {
+
+namespace {
+
+template <class F>
+double median_seconds(int repeats, F&& f) {
+  std::vector<double> t;
+  for (int r = 0; r <= repeats; ++r) {  // the first run warms up, untimed
+    const double t0 = omp_get_wtime();
+    f();
+    if (r > 0) t.push_back(omp_get_wtime() - t0);
+  }
+  return median(t);
+}
+
+// One document of T random tokens.
+Batch calibration_batch(const ModelConfig& mc, int64_t T) {
+  Batch b;
+  b.B = 1;
+  b.S = T;
+  for (int64_t i = 0; i < T; ++i) {
+    b.tokens.push_back(int32_t(mix64(uint64_t(i) + 1) % uint64_t(mc.vocab_size)));
+    b.doc.push_back(0);
+    b.idx.push_back(int32_t(i));
+    b.pos.push_back(int32_t(i));
+  }
+  for (int64_t i = 0; i < T; ++i) b.targets.push_back(i + 1 < T ? b.tokens[size_t(i + 1)] : -1);
+  return b;
+}
+
+struct PassSeconds {
+  double fwd_bwd = 0, fwd = 0;  // attention's time taken out of both
+  double attn = 0, attn_fwd = 0;
+};
+
+// A model of `layers` of mc's layers on T tokens: median seconds of forward+backward and of
+// forward, with attention's share (the clock's attention phases) apart.
+PassSeconds time_passes(ModelConfig mc, int64_t layers, int64_t T, const Context& ctx, Precision p) {
+  mc.num_hidden_layers = layers;
+  const ModelShape shape{T, T, Checkpointing::None, {128, 128}, ctx.attention_isa(p), p};
+  LlamaModel model(mc, shape);
+  llama_init(model.layout(), mc, 1, model.params());
+  const Batch b = calibration_batch(mc, T);
+  PassSeconds s;
+  PhaseClock clock;
+  auto attn = [&] { return clock.seconds[size_t(Phase::AttnFwd)] + clock.seconds[size_t(Phase::AttnBwd)]; };
+  std::vector<double> a, af;
+  s.fwd_bwd = median_seconds(3, [&] {
+    model.zero_grads();
+    clock.reset();
+    model.forward_backward(b, 1.0f / float(T), clock);
+    a.push_back(attn());
+  });
+  s.fwd = median_seconds(3, [&] {
+    clock.reset();
+    model.forward(b, clock);
+    af.push_back(clock.seconds[size_t(Phase::AttnFwd)]);
+  });
+  s.attn = median(a);
+  s.attn_fwd = median(af);
+  s.fwd_bwd -= s.attn;
+  s.fwd -= s.attn_fwd;
+  return s;
+}
+
+// Per-token and per-pair seconds of mc's layers on the current OpenMP threads.
+Rates measure_compute(const ModelConfig& mc, const Context& ctx, Precision p) {
+  // One layer and the rest of the model (embedding, final norm, LM head, loss) on T tokens;
+  // the time outside attention is split between them by their matrix FLOPs (a subtraction
+  // of two timed models would drown in the noise of a shared machine).
+  const int64_t T = 1024;  // products big enough to run at speed
+  const PassSeconds pass = time_passes(mc, 1, T, ctx, p);
+  const double C = double(mc.hidden_size), layer = matmul_params(mc) - double(mc.vocab_size) * C;
+  const double layer_flops = layer / double(mc.num_hidden_layers), rest_flops = double(mc.vocab_size) * C;
+  const double layer_share = layer_flops / (layer_flops + rest_flops);
+  Rates r;
+  r.threads = omp_get_max_threads();
+  r.layer_token_s = pass.fwd_bwd * layer_share / double(T);
+  r.head_token_s = pass.fwd_bwd * (1 - layer_share) / double(T);
+  r.layer_fwd_share = pass.fwd / pass.fwd_bwd;
+
+  // Attention alone, at a length where most tiles are full (long contexts are made of them).
+  const int64_t S = 4096, H = mc.num_attention_heads, KV = mc.num_key_value_heads, D = mc.head_dim();
+  FlashAttention flash({S, S, H, KV, D}, {128, 128}, ctx.attention_isa(p), p);
+  Buffer<float> q(size_t(S * H * D)), k(size_t(S * KV * D)), v(k.size()), o(q.size()), lse(size_t(H * S)),
+      delta(lse.size()), dq(q.size()), dk(k.size()), dv(k.size());
+  for (Buffer<float>* x : {&q, &k, &v, &o})
+    for (size_t i = 0; i < x->size(); ++i) (*x)[i] = float(normal_at(5, uint64_t(x->size()), i));
+  std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
+  for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = int32_t(i);
+  const AttnDims d{S, S, H, KV, D, 0};
+  const TokenTags t{idx.data(), doc.data()};
+  const double fwd = median_seconds(3, [&] { flash.forward(d, q.data(), k.data(), v.data(), t, t, o.data(), lse.data()); });
+  attention_delta(o.data(), q.data(), S, H, D, delta.data());
+  const double bwd = median_seconds(3, [&] {
+    flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), q.data(), t, t, dq.data(),
+                   dk.data(), dv.data());
+  });
+  r.attn_pair_s = (fwd + bwd) / sequence_pairs(S, 0);
+  r.attn_fwd_share = fwd / (fwd + bwd);
+
+  // AdamW over one layer's parameters (clipping's multiply included: it is in the update).
+  ModelConfig one_layer = mc;
+  one_layer.num_hidden_layers = 1;
+  const ParamLayout layout = ParamLayout::llama(one_layer);
+  Buffer<float> w(layout.total), g(layout.total);
+  AdamW opt(layout, AdamWConfig{});
+  int64_t step = 0;
+  r.adam_param_s = median_seconds(3, [&] { opt.step(w.data(), g.data(), ++step, 1e-4, 1.0); }) / double(layout.total);
+  return r;
+}
+
+// A copy of 64 MiB on one thread: what a hop between ranks of a node costs (a CPU copy).
+double measure_copy_gbs() {
+  const size_t n = size_t(64) << 20;
+  Buffer<char> a(n), b(n);
+  const double s = median_seconds(3, [&] { std::memcpy(b.data(), a.data(), n); });
+  return double(n) / s / 1e9;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// "a,b" -> {"a", "b"}, each one of `allowed`, at least one: else one message naming `flag`.
+std::vector<std::string> split_list(const std::string& s, const std::string& flag,
+                                    const std::vector<std::string>& allowed) {
+  std::vector<std::string> out;
+  std::string names;
+  for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+  for (size_t a = 0; a <= s.size();) {
+    const size_t b = std::min(s.find(',', a), s.size());
+    const std::string item = s.substr(a, b - a);
+    if (std::find(allowed.begin(), allowed.end(), item) == allowed.end())
+      fail("plan ", flag, " '", s, "': '", item, "' is not one of ", names, " (a comma-separated list)");
+    out.push_back(item);
+    a = b + 1;
+  }
+  return out;
+}
+
+struct Candidate {
+  Layout layout;
+  RankMemory memory;
+  StepPrediction time;
+};
+
+// The layout as the flags that run it.
+std::string layout_flags(const Layout& l) {
+  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --cp ", l.cp, " --dp ", l.dp,
+             " --zero ", l.zero, l.cp > 1 ? " --cp-algo " + l.cp_algo : std::string(), " --checkpointing ",
+             to_string(l.checkpointing), " --precision ", l.precision == Precision::Bf16 ? "bf16" : "fp32",
+             " --batch-size ", l.micro_batch, " --grad-accum ", l.grad_accum);
+}
+
+}  // namespace
+
+int cmd_plan(Context& ctx) {
+  const PlanOptions& o = ctx.inv.plan;
+  ctx.print_startup("plan", true);
+  if (ctx.world.size != 1) fail("plan runs on one rank (it measures this machine's cores itself); start it without mpirun");
+  const ModelConfig mc = o.model.empty() ? model_preset(o.preset) : read_model_file(o.model).config;
+  std::ostream& out = ctx.out();
+
+  // The machine: given, or this one.
+  const int64_t cores = o.cores_per_node > 0 ? o.cores_per_node : ctx.topo.threads;
+  const double mem_node = o.mem_per_node_gib > 0 ? o.mem_per_node_gib * double(1u << 30) : available_memory().bytes;
+  std::vector<Precision> precisions;
+  for (const std::string& p : split_list(o.precision, "--precision", {"fp32", "bf16"}))
+    precisions.push_back(parse_precision(p));
+  std::vector<Checkpointing> policies;
+  for (const std::string& c : split_list(o.checkpointing, "--checkpointing", {"none", "attention", "full"}))
+    policies.push_back(parse_checkpointing(c));
+  std::vector<int64_t> zeros;
+  for (const std::string& z : split_list(o.zero, "--zero", {"0", "1"})) zeros.push_back(std::stoll(z));
+  // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
+  const std::vector<std::string> algos = split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"});
+
+  // Every layout the flags allow.
+  std::vector<Candidate> fits;
+  int64_t too_big = 0;
+  for (int64_t rpn : divisors(cores))
+    for (Precision precision : precisions)
+      for (int64_t cp : divisors(o.nodes * rpn)) {
+        if (o.seq_len % (2 * cp) != 0 && cp > 1) continue;
+        const int64_t dp = o.nodes * rpn / cp;
+        if (o.global_batch % dp != 0) continue;
+        for (const std::string& algo : algos) {
+          if (cp == 1 && algo != algos.front()) continue;  // no cp: the algorithm is moot
+          if (algo == "ulysses" && cp > 1 &&
+              (mc.num_attention_heads % cp != 0 || (mc.num_key_value_heads % cp != 0 && cp % mc.num_key_value_heads != 0)))
+            continue;
+          for (int64_t zero : zeros)
+            for (Checkpointing ck : policies)
+              for (int64_t mb : divisors(o.global_batch / dp)) {
+                if (zero >= 1 && o.nodes * rpn == 1) continue;
+                Layout l;
+                l.nodes = o.nodes;
+                l.ranks_per_node = rpn;
+                l.threads = cores / rpn;
+                l.cp = cp;
+                l.dp = dp;
+                l.zero = zero;
+                l.cp_algo = algo;
+                l.seq_len = o.seq_len;
+                l.micro_batch = mb;
+                l.grad_accum = o.global_batch / dp / mb;
+                l.checkpointing = ck;
+                l.precision = precision;
+                if (l.local_tokens() > INT32_MAX) continue;
+                const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(l.precision),
+                                       l.precision};
+                Candidate c{l, estimate_rank_memory(mc, shape, l), {}};
+                if (c.memory.total() > 0.95 * mem_node / double(rpn)) {
+                  ++too_big;
+                  continue;
+                }
+                fits.push_back(c);
+              }
+        }
+      }
+  const double tokens = double(o.global_batch) * double(o.seq_len);
+  if (fits.empty())
+    fail("no layout of ", o.global_batch, " x ", o.seq_len, " tokens per step fits in ", gib(mem_node),
+         " per node (", too_big, " need more): use more nodes, a shorter --seq-len or a smaller model");
+
+  // Rates on this machine, per precision.
+  out << "measuring compute rates with the model's own layers on 1 and " << ctx.topo.threads << " thread(s)..." << std::endl;
+  // On one thread and on all of this rank's: a rank of t threads gets rates in between.
+  std::map<Precision, std::pair<Rates, Rates>> rates;
+  const double copy_gbs = o.intra_gbs > 0 ? o.intra_gbs : measure_copy_gbs();
+  const int all = ctx.topo.threads;
+  for (Precision p : precisions) {
+    omp_set_num_threads(1);
+    Rates one = measure_compute(mc, ctx, p);
+    omp_set_num_threads(all);
+    Rates many = all > 1 ? measure_compute(mc, ctx, p) : one;
+    for (Rates* r : {&one, &many}) {
+      r->intra_gbs = copy_gbs;
+      r->inter_gbs = o.inter_gbs;
+      r->inter_latency_s = o.inter_latency_us * 1e-6;
+      out << std::setprecision(3) << (p == Precision::Bf16 ? "bf16" : "fp32") << " on " << r->threads
+          << " thread(s): per layer " << r->layer_token_s * 1e6 * r->threads << " core-us/token (forward "
+          << 100 * r->layer_fwd_share << "%), rest " << r->head_token_s * 1e6 * r->threads
+          << " core-us/token, attention " << r->attn_pair_s * 1e9 * r->threads << " core-ns/pair (forward "
+          << 100 * r->attn_fwd_share << "%), AdamW " << r->adam_param_s * 1e9 * r->threads << " core-ns/parameter\n";
+    }
+    rates[p] = {one, many};
+  }
+  out << "links: between ranks of a node " << copy_gbs << " GB/s (" << (o.intra_gbs > 0 ? "given" : "one memcpy, measured")
+      << "), between nodes " << o.inter_gbs << " GB/s per node, " << o.inter_latency_us << " us per message (given)\n";
+
+  for (Candidate& c : fits) {
+    const auto& [one, many] = rates.at(c.layout.precision);
+    c.time = predict_step(mc, c.layout, rates_for_threads(one, many, int(c.layout.threads)));
+  }
+  std::sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+    return a.time.step_s() != b.time.step_s() ? a.time.step_s() < b.time.step_s()
+                                              : a.memory.total() < b.memory.total();
+  });
+
+  out << "\nplan: " << o.nodes << " node(s) x " << cores << " cores, " << gib(mem_node) << " per node; "
+      << "global batch " << o.global_batch << " x " << o.seq_len << " tokens; " << fits.size()
+      << " layouts fit, " << too_big << " need more memory than a rank's share\n";
+  out << std::right << std::fixed
+      << " #  step s  tokens/s  GiB/rank  compute  cp exposed  grad sync  AdamW  cp MB  grad MB  layout\n";
+  // A larger micro-batch predicts the same time with more memory (the model is linear in
+  // tokens): of layouts that differ only there, the first (least memory) is shown.
+  std::set<std::string> shown;
+  int64_t n = 0;
+  for (const Candidate& c : fits) {
+    Layout key = c.layout;
+    key.micro_batch = key.grad_accum = 0;
+    if (n == o.top || !shown.insert(layout_flags(key)).second) continue;
+    const StepPrediction& t = c.time;
+    out << std::setw(2) << ++n << std::setprecision(2) << std::setw(8) << t.step_s() << std::setprecision(0)
+        << std::setw(10) << tokens / t.step_s() << std::setprecision(2) << std::setw(10)
+        << c.memory.total() / double(1u << 30) << std::setw(9) << t.compute_s << std::setw(12) << t.cp_exposed_s
+        << std::setw(11) << t.grad_s << std::setw(7) << t.optimizer_s << std::setprecision(0) << std::setw(7)
+        << t.cp_bytes / 1e6 << std::setw(9) << t.grad_bytes / 1e6 << "  " << layout_flags(c.layout) << "\n";
+  }
+  out << std::defaultfloat << std::left;
+  out << "predicted from per-core rates measured here (compute scaled by threads per rank) and the link rates above; "
+         "memory is train's own start-up estimate\n";
+  return kExitOk;
+}
+
+}  // namespace lct

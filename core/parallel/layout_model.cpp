@@ -1,0 +1,136 @@
+#include "parallel/layout_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "parallel/hybrid_attention.hpp"
+#include "parallel/ring_attention.hpp"
+#include "parallel/ulysses_attention.hpp"
+
+namespace lct {
+
+RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l) {
+  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads));
+  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
+                D = mc.head_dim();
+  RankMemory r;
+  r.params_grads = double(m.params_grads);
+  r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
+  r.activations = double(m.activations);
+  // A step's micro-batches are all built before its first forward pass (the loss is
+  // normalised by the whole step's targets): 5 int32 per token each, plus the whole
+  // sequences of the one being split over cp.
+  r.batches = 20.0 * (double(l.grad_accum) * double(Tl) + double(l.micro_batch) * double(l.seq_len));
+  const int cp = int(l.cp);
+  const double cp_buffers =
+      cp == 1                   ? 0
+      : l.cp_algo == "ring"     ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
+      : l.cp_algo == "ulysses"  ? UlyssesAttention::buffer_bytes(cp, Tl, H, KV, D, shape.precision)
+      : l.cp_algo == "hybrid"   ? HybridAttention::buffer_bytes(int(l.ulysses_degree), Tl, H, KV, D, shape.precision)
+                                : AllGatherAttention::buffer_bytes(cp, Tl, H, KV, D, shape.precision);
+  r.scratch = double(m.scratch) + cp_buffers;
+  return r;
+}
+
+double sequence_pairs(int64_t S, int64_t window) {
+  const double s = double(S);
+  if (window <= 0 || window >= S) return s * (s + 1) / 2;
+  const double w = double(window);  // positions i < W see i + 1 keys, the rest W
+  return w * (w + 1) / 2 + (s - w) * w;
+}
+
+Rates rates_for_threads(const Rates& one, const Rates& many, int threads) {
+  const double span = std::log2(double(many.threads)) - std::log2(double(one.threads));
+  const double f = span > 0 ? std::clamp((std::log2(double(threads)) - std::log2(double(one.threads))) / span, 0.0, 1.0) : 1.0;
+  // Core-seconds (seconds x threads) blend; the result is for `threads` threads.
+  auto blend = [&](double a, double b) {
+    const double cs = (1 - f) * a * one.threads + f * b * many.threads;
+    return cs / threads;
+  };
+  Rates r = many;
+  r.threads = threads;
+  r.layer_token_s = blend(one.layer_token_s, many.layer_token_s);
+  r.head_token_s = blend(one.head_token_s, many.head_token_s);
+  r.attn_pair_s = blend(one.attn_pair_s, many.attn_pair_s);
+  r.adam_param_s = blend(one.adam_param_s, many.adam_param_s);
+  r.layer_fwd_share = (1 - f) * one.layer_fwd_share + f * many.layer_fwd_share;
+  r.attn_fwd_share = (1 - f) * one.attn_fwd_share + f * many.attn_fwd_share;
+  return r;
+}
+
+namespace {
+
+// Seconds of a transfer of `bytes` between two ranks of a node: a copy the CPU makes.
+double intra_s(const Rates& r, double bytes) { return bytes / (r.intra_gbs * 1e9); }
+
+// The slowest hop of a group of `n` consecutive ranks decides a synchronous exchange: one
+// across nodes when the group does not fit in a node (its ranks share the node's link).
+bool spans_nodes(const Layout& l, int64_t n) { return n > l.ranks_per_node && l.nodes > 1; }
+
+double link_s(const Rates& r, const Layout& l, int64_t n, double bytes, double messages) {
+  if (!spans_nodes(l, n)) return intra_s(r, bytes);
+  const int64_t sharing = std::min(l.ranks_per_node, n);  // ranks of a node on the link at once
+  return bytes * double(sharing) / (r.inter_gbs * 1e9) + messages * r.inter_latency_s;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r) {
+  StepPrediction p;
+  const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads),
+               D = double(mc.head_dim()), H = double(mc.num_attention_heads);
+  const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
+  const double micro = double(l.grad_accum);
+  const double Tl = double(l.local_tokens());
+  const double pairs = double(l.micro_batch) * sequence_pairs(l.seq_len, mc.sliding_window) /
+                       double(l.cp);  // a rank's share: zigzag balances causal work
+  // Recomputation: attention checkpointing runs the attention forward again, full
+  // checkpointing the whole layer's forward.
+  const double attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
+  const double layer_mult = l.checkpointing == Checkpointing::Full ? 1.0 + r.layer_fwd_share : 1.0;
+  const double attn_s = L * pairs * r.attn_pair_s * scale;  // one micro-batch, fwd+bwd
+  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale + attn_s * attn_mult +
+                         Tl * r.head_token_s * scale);
+
+  // Context parallelism, per layer and micro-batch.
+  const double e = l.precision == Precision::Bf16 ? 2.0 : 4.0;
+  if (l.cp > 1) {
+    const double n = double(l.cp);
+    if (l.cp_algo == "ring") {
+      // Forward: K|V (+ int32 idx and doc tags) make cp - 1 hops. Backward: the same, plus
+      // the fp32 dK|dV travelling with them and one hop home. A recomputed forward repeats
+      // the forward's hops.
+      const double kv = Tl * (2 * KV * D * e + 8), dkv = Tl * 2 * KV * D * 4;
+      const double fwd_hops = (n - 1) * (l.checkpointing == Checkpointing::None ? 1 : 2);
+      const double bytes = fwd_hops * kv + (n - 1) * (kv + dkv) + dkv;
+      p.cp_bytes = micro * L * bytes;
+      // Inside a node a hop is a copy the CPU makes: all of it shows. Across nodes the
+      // network moves it while the block in hand is computed: only the excess shows.
+      const double hops = fwd_hops + n;
+      const double comm = link_s(r, l, l.cp, bytes, hops);
+      const double hidden = spans_nodes(l, l.cp) ? attn_s * attn_mult : 0.0;
+      p.cp_exposed_s = micro * L * std::max(0.0, comm - hidden);
+    } else if (l.cp_algo == "ulysses") {
+      // Forward: q, k, v to the head split and o back, (n - 1) / n of each leaves the rank;
+      // backward: dout, q, k, v, o in and dq, dk, dv (fp32) out, about twice that.
+      const double fwd = Tl * (2 * H + 2 * KV) * D * e * (n - 1) / n;
+      const double bwd = Tl * ((3 * H + 2 * KV) * D * e + (H + 2 * KV) * D * 4) * (n - 1) / n;
+      const double bytes = fwd * (l.checkpointing == Checkpointing::None ? 1 : 2) + bwd;
+      p.cp_bytes = micro * L * bytes;
+      p.cp_exposed_s = micro * L * link_s(r, l, l.cp, bytes, 8 * (n - 1));  // all-to-alls block
+    }
+  }
+
+  // Gradients summed over every rank (a ring all-reduce: 2 (W - 1) / W of them leave each
+  // rank), in the wire precision; a sharded optimizer then gathers the updated parameters.
+  const double W = double(l.world()), params = double(ParamLayout::llama(mc).total);
+  if (l.world() > 1) {
+    p.grad_bytes = 2 * (W - 1) / W * params * e;
+    if (l.zero >= 1) p.grad_bytes += (W - 1) / W * params * 4;
+    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, 2 * (W - 1));
+  }
+  p.optimizer_s = params / double(l.ranks_sharing_state()) * r.adam_param_s * scale;
+  return p;
+}
+
+}  // namespace lct

@@ -1,0 +1,82 @@
+// What a parallel layout costs before anything runs: the memory of one rank (the estimate
+// behind the start-up table, `train --dry-run` and `lctrain plan`) and the time of one
+// training step, predicted from per-core compute rates and link rates measured on this
+// machine (or given). One model, so that what `plan` ranks is what `train` checks.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+#include "model/llama.hpp"
+
+namespace lct {
+
+// One way of running a step: the train flags that decide cost. Ranks are laid out tp
+// innermost, then cp, then dp (mesh.hpp): a cp group spans nodes only when cp exceeds the
+// ranks of a node.
+struct Layout {
+  int64_t nodes = 1, ranks_per_node = 1, threads = 1;  // threads per rank
+  int64_t cp = 1, dp = 1;
+  int64_t zero = 0;                 // sharding stage of the optimizer state
+  std::string cp_algo = "ring";     // ring | allgather | ulysses | hybrid
+  int64_t ulysses_degree = 0;       // hybrid only
+  int64_t seq_len = 0;              // S
+  int64_t micro_batch = 1;          // sequences per micro-batch of a dp replica (--batch-size)
+  int64_t grad_accum = 1;           // micro-batches per step
+  Checkpointing checkpointing = Checkpointing::None;
+  Precision precision = Precision::Fp32;
+  int64_t world() const { return nodes * ranks_per_node; }
+  int64_t local_tokens() const { return micro_batch * seq_len / cp; }  // T of one rank's micro-batch
+  int64_t ranks_sharing_state() const { return zero >= 1 ? world() : 1; }  // over which moments split
+};
+
+// Bytes of one rank, by what holds them.
+struct RankMemory {
+  double params_grads = 0;  // fp32 parameters and gradients (+ the bf16 copy)
+  double optimizer = 0;     // AdamW moments (this rank's share)
+  double activations = 0;   // kept for the backward pass, under the checkpointing policy
+  double batches = 0;       // the step's micro-batches (token ids, targets, tags)
+  double scratch = 0;       // workspaces, and the cp attention's buffers
+  double total() const { return params_grads + optimizer + activations + batches + scratch; }
+};
+
+RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l);
+
+// What one core does per second, and what links move, from which a step's time follows.
+// Compute is measured on `threads` threads and assumed to scale with the threads of a rank.
+struct Rates {
+  int threads = 1;                // threads the seconds below were measured on
+  double layer_token_s = 0;       // one layer, everything but attention, forward+backward, per token
+  double layer_fwd_share = 0;     // forward's part of layer_token_s (recomputation costs it)
+  double head_token_s = 0;        // embedding, final norm, LM head and loss, fwd+bwd, per token
+  double attn_pair_s = 0;         // attention of one layer (all heads), fwd+bwd, per visible pair
+  double attn_fwd_share = 0;      // forward's part of attn_pair_s
+  double adam_param_s = 0;        // AdamW update (clipping included) per parameter
+  double intra_gbs = 0;           // GB/s of one copy between ranks of a node (CPU work)
+  double inter_gbs = 0;           // GB/s of a node's network link (shared by its ranks)
+  double inter_latency_s = 0;     // per message across nodes
+  std::string how;                // where the figures come from, for people
+};
+
+// A step's predicted time and traffic per rank.
+struct StepPrediction {
+  double compute_s = 0;        // forward, backward and recomputation of this rank's tokens
+  double cp_bytes = 0;         // sent by one rank per step for context parallelism
+  double cp_exposed_s = 0;     // its time not hidden behind attention
+  double grad_bytes = 0;       // sent by one rank per step to sum gradients (and gather params)
+  double grad_s = 0;           // not overlapped: it follows the backward pass
+  double optimizer_s = 0;      // AdamW over this rank's share of the parameters
+  double step_s() const { return compute_s + cp_exposed_s + grad_s + optimizer_s; }
+};
+
+// Rates for a rank of `threads` threads from rates measured on one thread and on many: the
+// core-seconds of each piece of work interpolated in log2(threads) between the two (a
+// threaded kernel loses some per core; the links are the same).
+Rates rates_for_threads(const Rates& one, const Rates& many, int threads);
+
+// Query-key pairs one sequence of S tokens leaves visible (causal; window W > 0 limits it).
+double sequence_pairs(int64_t S, int64_t window);
+
+StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r);
+
+}  // namespace lct

@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""lctrain plan: the layouts it ranks, their memory against train's own estimate for the same
+flags, and what it refuses.
+
+Each case is one ctest test. Helpers and the runner come from cli_cases.py.
+Run by hand: /usr/bin/python3 tests/cli/plan_cases.py --lctrain build/app/lctrain CASE
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, expect_error, good_model, ok  # noqa: E402
+
+ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+                 r"\s+(\d+)\s+(\d+)\s+(\d+) rank\(s\)/node x --threads (\d+): train (.*)$")
+
+
+def plan_rows(*args):
+    p = ok("plan", *args)
+    rows = [ROW.match(l) for l in p.stdout.splitlines()]
+    return p, [r for r in rows if r]
+
+
+@case
+def plan_ranks_layouts_and_matches_train_memory():
+    """Rows come sorted by predicted step time, every one with flags train accepts, and each
+    row's memory per rank is what train --dry-run prints for the same flags."""
+    good_model("s.h5", "small")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "8", "--doc-length", "512", "-o", "d.h5")
+    p, rows = plan_rows("--model", "s.h5", "--seq-len", "2048", "--global-batch", "2", "--cores-per-node", "2",
+                        "--precision", "fp32", "--top", "100")
+    assert rows, p.stdout
+    steps = [float(r.group(2)) for r in rows]
+    assert steps == sorted(steps), steps
+    seen = {(r.group(11), r.group(13)) for r in rows}
+    assert len(seen) == len(rows), "a layout listed twice"
+    assert any("--cp 2" in r.group(13) for r in rows) and any("--dp 2" in r.group(13) for r in rows), p.stdout
+    assert any("--checkpointing full" in r.group(13) for r in rows), p.stdout
+    checked, per_ranks = 0, {1: 0, 2: 0}
+    for r in rows:
+        ranks, threads, flags = int(r.group(11)), int(r.group(12)), r.group(13).split()
+        if per_ranks[ranks] == 2:
+            continue  # two layouts of each rank count keep the case short
+        per_ranks[ranks] += 1
+        d = ok("--threads", threads, "--oversubscribe", "train", "--model", "s.h5", "--data", "d.h5",
+               "--run-dir", f"run{checked}", "--seq-len", "2048", "--dry-run", *flags, ranks=ranks)
+        m = re.search(r"memory estimate per rank \(\w+\): ([\d.]+) GiB", d.stdout)
+        assert m, d.stdout
+        plan_gib = float(r.group(4))
+        print(f"{ranks} rank(s) {' '.join(flags)}: plan {plan_gib:.2f} GiB, train {m.group(1)} GiB")
+        assert abs(float(m.group(1)) - plan_gib) <= 0.011, (flags, m.group(1), plan_gib)
+        checked += 1
+        if checked == 4:
+            break
+    assert checked == 4, p.stdout
+
+
+@case
+def plan_refuses_bad_input():
+    good_model()
+    expect_error(["plan", "--model", "m.h5", "--precision", "fp16"], "--precision", "'fp16' is not one of fp32, bf16")
+    expect_error(["plan", "--model", "m.h5", "--zero", "0,3"], "--zero", "'3' is not one of 0, 1")
+    expect_error(["plan", "--model", "m.h5", "--cp-algo", "ring,"], "--cp-algo", "'' is not one of")
+    expect_error(["plan", "--model", "m.h5", "--nodes", "0"], "--nodes", code=2)
+    expect_error(["plan", "--model", "nothing.h5"], "nothing.h5")
+    expect_error(["plan", "--model", "m.h5", "--mem-per-node", "0.0001", "--precision", "fp32",
+                  "--checkpointing", "full"], "tokens per step fits in", "use more nodes")
+    expect_error(["plan", "--model", "m.h5", "--seq-len", "600"], "plan runs on one rank", ranks=2)
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
