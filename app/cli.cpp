@@ -333,6 +333,10 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
       ->check(count(2));
   r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey: digits of the key")
       ->check(count(1));
+  r.add(c, "--loss-on", o.loss_on, std::string("all"),
+        "passkey: which targets the training loss counts: all, or answers (the key's digits "
+        "only, stored as a loss mask)")
+      ->check(CLI::IsMember({"all", "answers"}));
   r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed")
       ->check(count(0));
   r.add(c, "--seq-len", o.seq_len, int64_t(4096),

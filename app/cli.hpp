@@ -50,6 +50,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // UTF-8 text files
   std::string separator;            // split files into documents on this string ("" = per file)
   std::string synthetic;            // "passkey" or "" (text files)
+  std::string loss_on;              // "all", or "answers" (passkey: a loss mask on the key's digits)
   std::string tokenizer;            // "byte", or a SentencePiece model to train: "bpe", "unigram"
   int64_t vocab_size;               // bpe/unigram: pieces to learn (0 = not given)
   std::string tokenizer_model;      // an existing SentencePiece .model file ("" = none)

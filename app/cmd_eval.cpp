@@ -43,7 +43,8 @@ int cmd_eval(Context& ctx) {
   if (o.cp > 1 && o.seq_len % (2 * o.cp) != 0)
     fail("--seq-len ", o.seq_len, " is not divisible by 2 x --cp = ", 2 * o.cp, "; use a multiple of it");
   ModelData m = read_model_file(o.model);
-  const TokenDataset ds = read_dataset_file(o.data);
+  const std::unique_ptr<TokenSource> data = open_dataset_file(o.data);  // read a batch at a time
+  const DatasetInfo& ds = data->info();
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
   check_same_tokenizer(m.tokenizer, o.model, tokenizer_info(ds), o.data);
   if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
@@ -76,7 +77,7 @@ int cmd_eval(Context& ctx) {
   std::ostream& out = ctx.out();
   PhaseClock clock;
   Progress progress(out, "eval", o.progress_every);
-  const EvalResult r = evaluate(model, ds, o.seq_len, o.batch_size, o.max_sequences, clock,
+  const EvalResult r = evaluate(model, *data, o.seq_len, o.batch_size, o.max_sequences, clock,
                                 [&](int64_t done, int64_t total) {
                                   progress.update(double(done), double(total), "sequences");
                                 },

@@ -184,7 +184,9 @@ int cmd_train(Context& ctx) {
   Mesh mesh(world, {{"dp", int(dp)}, {"cp", int(cp)}});  // throws alike on every rank
   out << mesh.layout_table();
   ModelData init = read_model_file(o.model);
-  const TokenDataset ds = read_dataset_file(o.data);
+  // Offsets and attributes only: each rank reads the tokens of its own sequences, step by step.
+  const std::unique_ptr<TokenSource> dataset = open_dataset_file(o.data);
+  const DatasetInfo& ds = dataset->info();
   // The model's config, with the context extension's RoPE changes (--rope-*), if any.
   const ModelConfig source_config = init.config;
   apply_rope_options(o.rope, init.config, "train");
@@ -279,7 +281,7 @@ int cmd_train(Context& ctx) {
        {zero3 ? p_whole.data() : model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
-      identify(ds), origin, tokenizer_info(ds), record);
+      identify(*dataset), origin, tokenizer_info(ds), record);
   if (whole) {
     if (zero3) zero3->take_mine(p_whole.data(), zero3->params());
     trainer.load_moments(m_whole.data(), v_whole.data());
@@ -324,8 +326,8 @@ int cmd_train(Context& ctx) {
   prov.config.push_back({"train", "init_from_run_id", from.run_id, "run id of that checkpoint"});
   prov.config.push_back({"train", "init_from_data_fingerprint", from.data.fingerprint,
                          "fingerprint of the data that checkpoint was trained on"});
-  TrainLoop loop{ctx,     o,        mc,    ds,     mesh,   run.get(), model, trainer,
-                 reducer, schedule, data,  state,  record, layout,    where, prov,
+  TrainLoop loop{ctx,     o,        mc,    *dataset, mesh,   run.get(), model, trainer,
+                 reducer, schedule, data,  state,    record, layout,    where, prov,
                  peak,    peak_how, cp_attention.get()};
   return loop.train();
 }

@@ -70,7 +70,7 @@ std::string SeqLenSchedule::describe() const {
   return s;
 }
 
-StagedData::StagedData(const TokenDataset& ds, const SeqLenSchedule& schedule, uint64_t seed)
+StagedData::StagedData(const DatasetInfo& ds, const SeqLenSchedule& schedule, uint64_t seed)
     : ds_(ds), schedule_(schedule), seed_(seed) {}
 
 DataLoader& StagedData::at(int64_t step) {

@@ -47,13 +47,13 @@ class SeqLenSchedule {
 // sequences however a run is stopped and resumed.
 class StagedData {
  public:
-  StagedData(const TokenDataset& ds, const SeqLenSchedule& schedule, uint64_t seed);
+  StagedData(const DatasetInfo& ds, const SeqLenSchedule& schedule, uint64_t seed);
   // The loader of `step` (1-based): a new one, at (0, 0), when `step` enters another stage.
   DataLoader& at(int64_t step);
   size_t stage() const { return stage_; }
 
  private:
-  const TokenDataset& ds_;
+  const DatasetInfo& ds_;  // offsets only: the loaders pack documents, batches read tokens
   const SeqLenSchedule& schedule_;
   uint64_t seed_;
   size_t stage_ = 0;

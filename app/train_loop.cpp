@@ -34,7 +34,7 @@ std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_
     std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
     seqs = {seqs.begin() + where.dp_rank * o.batch_size,
             seqs.begin() + (where.dp_rank + 1) * o.batch_size};
-    Batch full = make_batch(ds, seqs, S);
+    Batch full = make_batch(dataset, seqs, S);
     *visible_pairs_total += visible_pairs(full, mc.sliding_window);
     micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, ulysses_group(o))
                            : std::move(full));

@@ -20,7 +20,7 @@ struct TrainLoop {
   Context& ctx;
   const TrainOptions& o;
   const ModelConfig& mc;
-  const TokenDataset& ds;
+  TokenSource& dataset;  // its tokens read a batch at a time
   const Mesh& mesh;
   RunDirectory* run_dir;  // rank 0's, null elsewhere
   LlamaModel& model;

@@ -30,7 +30,7 @@ std::string gib(double bytes) {
 }
 
 // Everything that can be checked before any rank allocates or writes anything.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp,
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
                   const SeqLenSchedule& schedule) {
   check_fits_model(ds, o.data, mc.vocab_size, o.model);
   if (o.seq_len < 2) fail("--seq-len ", o.seq_len, " is too short: it must be at least 2");
@@ -88,7 +88,7 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDatas
     fail("--run-dir is ", o.run_dir.size(), " characters long; the files lctrain writes in it ",
          "would have names of ", longest, ", past the system's limit of ", PATH_MAX - 1,
          ": choose a shorter path");
-  const int64_t real = int64_t(ds.tokens.size());
+  const int64_t real = ds.num_tokens();
   if (real < o.seq_len)
     fail("dataset '", o.data, "' holds ", real, " tokens, fewer than one sequence of --seq-len ",
          o.seq_len, "; use a shorter --seq-len or more data");

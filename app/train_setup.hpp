@@ -23,7 +23,7 @@ std::string gib(double bytes);  // "1.25 GiB"
 // Everything about the options and inputs that can be checked on every rank alike.
 // `schedule`: the run's lengths (--seq-len-schedule, then --seq-len), each checked as
 // --seq-len is.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const TokenDataset& ds, int64_t cp,
+void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
                   const SeqLenSchedule& schedule);
 
 // {dp, cp} from the flags: dp = 0 takes what cp leaves of the world.

@@ -155,6 +155,34 @@ void print_attributes(const std::string& path, const std::string& group, std::os
     out << "  " << std::left << std::setw(30) << a << " " << to_string(h5::read_attr(g, a, path)) << "\n";
 }
 
+int64_t stored_dataset_version(const std::string& path) {
+  h5::File f = h5::File::open_read(path, "dataset file");
+  return h5::read_int(f.h, "format_version", h5::where(f, ""));
+}
+
+// "uint16 ids in chunks of 32768, compressed (deflate)", and the loss weights' type.
+std::string dataset_storage(const std::string& path) {
+  h5::File f = h5::File::open_read(path, "dataset file");
+  auto describe = [&](const char* name) {
+    const h5::ArrayInfo info = h5::array_info(f, f.h, name);
+    h5::Handle d(H5Dopen2(f.h, name, H5P_DEFAULT), H5Dclose);
+    h5::Handle dcpl(H5Dget_create_plist(d), H5Pclose);
+    std::string s = info.dtype;
+    hsize_t chunk = 0;
+    if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 1, &chunk) == 1) s += cat(" in chunks of ", chunk);
+    bool deflate = false;
+    for (int i = 0; i < H5Pget_nfilters(dcpl); ++i) {
+      unsigned flags = 0, cd[8];
+      size_t ncd = 8;
+      deflate = deflate || H5Pget_filter2(dcpl, unsigned(i), &flags, &ncd, cd, 0, nullptr, nullptr) == H5Z_FILTER_DEFLATE;
+    }
+    return s + (deflate ? ", compressed (deflate)" : ", uncompressed");
+  };
+  std::string s = "ids " + describe("tokens");
+  if (h5::exists(f.h, "loss_weights")) s += "; loss weights " + describe("loss_weights");
+  return s;
+}
+
 void inspect_dataset(const InspectRequest& req, std::ostream& out) {
   const TokenDataset ds = read_dataset_file(req.path);
   const int64_t n = ds.num_docs();
@@ -164,8 +192,9 @@ void inspect_dataset(const InspectRequest& req, std::ostream& out) {
     hi = std::max(hi, ds.doc_length(d));
   }
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_info(ds), req.path);
-  out << "lctrain dataset file '" << req.path << "' (format_version " << kDatasetFormatVersion
+  out << "lctrain dataset file '" << req.path << "' (format_version " << stored_dataset_version(req.path)
       << ", offsets, token ids and checksums verified)\n"
+      << "  stored as   " << dataset_storage(req.path) << "\n"
       << "  source      " << ds.source << "\n"
       << "  tokenizer   " << tokenizer->info().describe() << " (bos " << ds.bos_id << ", eos "
       << ds.eos_id << ", pad " << ds.pad_id << ")\n"
@@ -173,6 +202,17 @@ void inspect_dataset(const InspectRequest& req, std::ostream& out) {
       << "  tokens      " << ds.tokens.size() << "\n"
       << "  per document: mean " << std::fixed << std::setprecision(1)
       << double(ds.tokens.size()) / double(n) << ", min " << lo << ", max " << hi << "\n";
+  if (!ds.loss_weights.empty()) {
+    double sum = 0;
+    int64_t scored = 0, targets = 0;  // targets: every token but each document's first
+    for (int64_t d = 0; d < n; ++d)
+      for (int64_t i = ds.doc_offsets[d] + 1; i < ds.doc_offsets[d + 1]; ++i, ++targets) {
+        sum += ds.loss_weights[size_t(i)];
+        scored += ds.loss_weights[size_t(i)] > 0;
+      }
+    out << "  loss weights: " << scored << " of " << targets << " targets weighted, mean weight "
+        << std::setprecision(3) << (targets ? sum / double(targets) : 0.0) << std::setprecision(1) << "\n";
+  }
   if (!ds.passkey.empty()) {
     int buckets[5] = {0};
     for (double d : ds.passkey.depth) ++buckets[std::min(4, int(d * 5))];

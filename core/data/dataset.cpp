@@ -1,11 +1,29 @@
 #include "data/dataset.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "common/error.hpp"
 
 namespace lct {
+
+void TokenSource::read_points(const std::vector<int64_t>& at, int32_t* out) {
+  for (size_t i = 0; i < at.size(); ++i) read_tokens(at[i], 1, &out[i]);
+}
+
+MemorySource::MemorySource(const TokenDataset& ds) : ds_(ds) {
+  info_ = ds;  // the DatasetInfo part
+  has_weights_ = !ds.loss_weights.empty();
+}
+
+void MemorySource::read_tokens(int64_t begin, int64_t n, int32_t* out) {
+  std::copy(ds_.tokens.begin() + begin, ds_.tokens.begin() + begin + n, out);
+}
+
+void MemorySource::read_weights(int64_t begin, int64_t n, float* out) {
+  std::copy(ds_.loss_weights.begin() + begin, ds_.loss_weights.begin() + begin + n, out);
+}
 
 namespace {
 struct Fnv1a {
@@ -18,17 +36,27 @@ struct Fnv1a {
 };
 }  // namespace
 
-DataIdentity identify(const TokenDataset& ds) {
+DataIdentity identify(TokenSource& data) {
+  const DatasetInfo& info = data.info();
   Fnv1a f;
-  for (int64_t o : ds.doc_offsets) f.add(o);
-  const size_t n = ds.tokens.size(), samples = std::min<size_t>(n, size_t(1) << 20);
-  for (size_t i = 0; i < samples; ++i) f.add(ds.tokens[i * n / samples]);
+  for (int64_t o : info.doc_offsets) f.add(o);
+  const size_t n = size_t(info.num_tokens()), samples = std::min<size_t>(n, size_t(1) << 20);
+  std::vector<int64_t> at(samples);
+  for (size_t i = 0; i < samples; ++i) at[i] = int64_t(i * n / samples);
+  std::vector<int32_t> tokens(samples);
+  data.read_points(at, tokens.data());
+  for (int32_t t : tokens) f.add(t);  // int32, as when the tokens were held whole
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.h));
-  return {ds.num_docs(), int64_t(n), hex, ds.source};
+  return {info.num_docs(), int64_t(n), hex, info.source};
 }
 
-TokenizerInfo tokenizer_info(const TokenDataset& ds) {
+DataIdentity identify(const TokenDataset& ds) {
+  MemorySource s(ds);
+  return identify(s);
+}
+
+TokenizerInfo tokenizer_info(const DatasetInfo& ds) {
   TokenizerInfo t;
   t.name = ds.tokenizer;
   t.type = ds.tokenizer_type;
@@ -68,22 +96,16 @@ std::string DataIdentity::describe() const {
              source, "'");
 }
 
-void validate(const TokenDataset& ds, const std::string& where) {
+void validate_info(const DatasetInfo& ds, int64_t n_tokens, const std::string& where) {
   const auto& off = ds.doc_offsets;
-  if (off.empty() || off.front() != 0 || off.back() != int64_t(ds.tokens.size()))
-    fail(where, ": doc_offsets must start at 0 and end at the token count ", ds.tokens.size(),
+  if (off.empty() || off.front() != 0 || off.back() != n_tokens)
+    fail(where, ": doc_offsets must start at 0 and end at the token count ", n_tokens,
          "; the file is damaged or was not written by lctrain prepare");
   for (size_t d = 1; d < off.size(); ++d)
     if (off[d] < off[d - 1])
       fail(where, ": doc_offsets decrease at document ", d - 1, " (", off[d - 1], " > ", off[d],
            "); offsets must be non-decreasing");
   if (ds.vocab_size <= 0) fail(where, ": vocab_size is ", ds.vocab_size, ", must be positive");
-  for (size_t i = 0; i < ds.tokens.size(); ++i) {
-    const int32_t t = ds.tokens[i];
-    if (t < 0 || t >= ds.vocab_size)
-      fail(where, ": token id ", t, " at position ", i, " is outside the vocabulary [0, ",
-           ds.vocab_size, "); re-create the dataset with the tokenizer it declares");
-  }
   const auto& pk = ds.passkey;
   if (!pk.empty()) {
     const size_t n = size_t(ds.num_docs());
@@ -97,7 +119,26 @@ void validate(const TokenDataset& ds, const std::string& where) {
   }
 }
 
-void check_fits_model(const TokenDataset& ds, const std::string& data, int64_t model_vocab,
+void check_ids(const int32_t* tokens, int64_t n, int64_t first, int64_t vocab, const std::string& where) {
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      fail(where, ": token id ", tokens[i], " at position ", first + i, " is outside the vocabulary [0, ",
+           vocab, "); re-create the dataset with the tokenizer it declares");
+}
+
+void validate(const TokenDataset& ds, const std::string& where) {
+  validate_info(ds, int64_t(ds.tokens.size()), where);
+  check_ids(ds.tokens.data(), int64_t(ds.tokens.size()), 0, ds.vocab_size, where);
+  const auto& w = ds.loss_weights;
+  if (!w.empty() && w.size() != ds.tokens.size())
+    fail(where, ": loss_weights has ", w.size(), " entries for ", ds.tokens.size(),
+         " tokens; it must have one per token");
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!std::isfinite(w[i]) || w[i] < 0)
+      fail(where, ": loss weight ", w[i], " at position ", i, " must be finite and non-negative");
+}
+
+void check_fits_model(const DatasetInfo& ds, const std::string& data, int64_t model_vocab,
                       const std::string& model) {
   if (ds.vocab_size > model_vocab)
     fail("dataset '", data, "' uses a vocabulary of ", ds.vocab_size, " ids but model '", model,

@@ -1,6 +1,8 @@
-// A tokenised corpus in memory: what a dataset file holds.
+// A tokenised corpus: what a dataset file holds. In memory whole (TokenDataset, what prepare
+// builds), or opened for reading range by range (TokenSource, what train and eval use).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,9 @@ struct TokenizerInfo {
   std::string describe() const;  // "sentencepiece (bpe), vocab_size 1000, fingerprint ..."
 };
 
-struct TokenDataset {
-  std::vector<int32_t> tokens;       // [n_tokens] all documents back to back
+// Everything of a dataset but its per-token arrays: small (8 bytes per document, and the
+// tokenizer's model when it is a SentencePiece one).
+struct DatasetInfo {
   std::vector<int64_t> doc_offsets;  // [n_docs + 1] doc d is tokens[offsets[d], offsets[d+1])
   int64_t vocab_size = 0;
   std::string tokenizer;             // "byte" or "sentencepiece"
@@ -42,6 +45,46 @@ struct TokenDataset {
 
   int64_t num_docs() const { return int64_t(doc_offsets.size()) - 1; }
   int64_t doc_length(int64_t d) const { return doc_offsets[d + 1] - doc_offsets[d]; }
+  int64_t num_tokens() const { return doc_offsets.empty() ? 0 : doc_offsets.back(); }
+};
+
+struct TokenDataset : DatasetInfo {
+  std::vector<int32_t> tokens;       // [n_tokens] all documents back to back
+  // [n_tokens] or empty (every target weighs 1): the weight of token i when it is a target,
+  // multiplying its cross-entropy term and counted in the step's normalisation.
+  std::vector<float> loss_weights;
+};
+
+// Reads a dataset's tokens range by range, so that a rank holds only the sequences it trains
+// on: memory does not grow with the dataset (its offsets aside). io/dataset_file.hpp opens a
+// file as one (HDF5 hyperslab reads); MemorySource serves a TokenDataset held whole.
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  const DatasetInfo& info() const { return info_; }
+  bool has_weights() const { return has_weights_; }
+  // tokens[begin, begin + n) into out[n]; throws when an id is outside [0, vocab_size).
+  virtual void read_tokens(int64_t begin, int64_t n, int32_t* out) = 0;
+  // loss_weights[begin, begin + n) into out[n]; only when has_weights().
+  virtual void read_weights(int64_t begin, int64_t n, float* out) = 0;
+  // tokens[at[i]] into out[i], `at` ascending (the fingerprint's samples). One token at a time
+  // unless a source does better.
+  virtual void read_points(const std::vector<int64_t>& at, int32_t* out);
+
+ protected:
+  DatasetInfo info_;
+  bool has_weights_ = false;
+};
+
+// A view of `ds` (which must outlive it); its info is a copy of ds's.
+class MemorySource : public TokenSource {
+ public:
+  explicit MemorySource(const TokenDataset& ds);
+  void read_tokens(int64_t begin, int64_t n, int32_t* out) override;
+  void read_weights(int64_t begin, int64_t n, float* out) override;
+
+ private:
+  const TokenDataset& ds_;
 };
 
 // What a checkpoint remembers of the data it was trained on, so that a resume on other data
@@ -57,8 +100,10 @@ struct DataIdentity {
   }
   std::string describe() const;  // "1024 documents, 524288 tokens, fingerprint ..., from '...'"
 };
+// Reads only the sampled tokens: the same value whichever way the data is held.
+DataIdentity identify(TokenSource& data);
 DataIdentity identify(const TokenDataset& ds);
-TokenizerInfo tokenizer_info(const TokenDataset& ds);
+TokenizerInfo tokenizer_info(const DatasetInfo& ds);
 
 // Throws unless `data_tok` (of dataset `data`) is the tokenizer `model` (a checkpoint) was
 // trained with; `model_tok` with no name (a model file from init or convert, an older
@@ -66,12 +111,18 @@ TokenizerInfo tokenizer_info(const TokenDataset& ds);
 void check_same_tokenizer(const TokenizerInfo& model_tok, const std::string& model,
                           const TokenizerInfo& data_tok, const std::string& data);
 
-// Checks offsets are monotone and cover the tokens, ids are in [0, vocab), passkey arrays
-// match the document count; throws lct::Error naming `where` otherwise.
+// Checks offsets are monotone and cover the tokens, ids are in [0, vocab), loss weights are
+// finite, non-negative and one per token, passkey arrays match the document count; throws
+// lct::Error naming `where` otherwise.
 void validate(const TokenDataset& ds, const std::string& where);
+// The same for what a TokenSource holds before any token is read: offsets (ending at
+// `n_tokens`), vocabulary, passkey arrays.
+void validate_info(const DatasetInfo& info, int64_t n_tokens, const std::string& where);
+// Throws unless every id of tokens[0, n) (starting at `first` in the dataset) is in [0, vocab).
+void check_ids(const int32_t* tokens, int64_t n, int64_t first, int64_t vocab, const std::string& where);
 
-// Throws unless every id of `ds` (read from `data`) fits a model of `model_vocab` ids.
-void check_fits_model(const TokenDataset& ds, const std::string& data, int64_t model_vocab,
+// Throws unless every id of `info` (read from `data`) fits a model of `model_vocab` ids.
+void check_fits_model(const DatasetInfo& info, const std::string& data, int64_t model_vocab,
                       const std::string& model);
 
 }  // namespace lct

@@ -36,23 +36,29 @@ Packing pack_documents(const std::vector<int64_t>& doc_offsets, int64_t seq_len)
   return p;
 }
 
-void fill_sequence(const TokenDataset& ds, const PackedSequence& seq, int64_t seq_len,
-                   int32_t* tokens, int32_t* targets, int32_t* doc_ids, int32_t* pos) {
+void fill_sequence(TokenSource& data, const PackedSequence& seq, int64_t seq_len, int32_t* tokens,
+                   int32_t* targets, int32_t* doc_ids, int32_t* pos, float* weights) {
   int64_t t = 0;
   for (size_t s = 0; s < seq.spans.size(); ++s) {
     const Span& sp = seq.spans[s];
+    data.read_tokens(sp.begin, sp.length, tokens + t);
+    // The target of position i is token i + 1, so its weight is that token's weight.
+    if (weights) {
+      data.read_weights(sp.begin + 1, sp.length - 1, weights + t);
+      weights[t + sp.length - 1] = 0.0f;
+    }
     for (int64_t i = 0; i < sp.length; ++i, ++t) {
-      tokens[t] = ds.tokens[size_t(sp.begin + i)];
-      targets[t] = i + 1 < sp.length ? ds.tokens[size_t(sp.begin + i + 1)] : -1;
+      targets[t] = i + 1 < sp.length ? tokens[t + 1] : -1;
       doc_ids[t] = int32_t(s);
       pos[t] = int32_t(i);
     }
   }
   for (; t < seq_len; ++t) {
-    tokens[t] = ds.pad_id;
+    tokens[t] = data.info().pad_id;
     targets[t] = -1;
     doc_ids[t] = -1;
     pos[t] = 0;
+    if (weights) weights[t] = 0.0f;
   }
 }
 

@@ -40,7 +40,10 @@ Packing pack_documents(const std::vector<int64_t>& doc_offsets, int64_t seq_len)
 //            token of each span and padding)
 //   doc_ids  0, 1, ... per span, -1 on padding: attention is causal within one doc id
 //   pos      position inside the document (RoPE restarts at every document)
-void fill_sequence(const TokenDataset& ds, const PackedSequence& seq, int64_t seq_len,
-                   int32_t* tokens, int32_t* targets, int32_t* doc_ids, int32_t* pos);
+//   weights  (optional) the loss weight of each target (0 where nothing is scored); read only
+//            from a source that has weights
+// Reads each span's tokens (a range) from `data`, and nothing else.
+void fill_sequence(TokenSource& data, const PackedSequence& seq, int64_t seq_len, int32_t* tokens,
+                   int32_t* targets, int32_t* doc_ids, int32_t* pos, float* weights = nullptr);
 
 }  // namespace lct

@@ -1,5 +1,6 @@
 #include "data/passkey.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.hpp"
@@ -72,6 +73,16 @@ TokenDataset make_passkey_dataset(const PasskeySpec& spec,
     if (progress) progress(d + 1);
   }
   return ds;
+}
+
+std::vector<float> passkey_answer_mask(const TokenDataset& ds) {
+  std::vector<float> mask(ds.tokens.size(), 0.0f);
+  const PasskeyAnswers& pk = ds.passkey;
+  for (size_t d = 0; d < pk.answer_offset.size(); ++d) {
+    const int64_t first = ds.doc_offsets[d] + pk.answer_offset[d];
+    std::fill(mask.begin() + first, mask.begin() + first + pk.answer_length[d], 1.0f);
+  }
+  return mask;
 }
 
 }  // namespace lct

@@ -24,4 +24,8 @@ int64_t passkey_min_doc_length(int32_t key_digits);
 TokenDataset make_passkey_dataset(const PasskeySpec& spec,
                                   const std::function<void(int64_t docs)>& progress = {});
 
+// A loss mask for `ds` (made by make_passkey_dataset): 1 on each answer digit, 0 elsewhere,
+// so that training counts only the predictions of the key (TokenDataset::loss_weights).
+std::vector<float> passkey_answer_mask(const TokenDataset& ds);
+
 }  // namespace lct

@@ -31,7 +31,8 @@ size_t LmHeadXent::workspace_bytes_for(int64_t max_tokens, int64_t V, Precision 
 
 template <class X>
 double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T, int64_t C,
-                       float grad_scale, float* dx, float* dw, int32_t* argmax, float* token_loss) {
+                       float grad_scale, float* dx, float* dw, int32_t* argmax, float* token_loss,
+                       const float* weights) {
   const int64_t RC = chunks_.rows, VC = chunks_.vocab, V = V_;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float* logits = logits_.data();
@@ -63,7 +64,10 @@ double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T
     }
     for (int64_t r = 0; r < R; ++r) {
       lse_[size_t(r0 + r)] = max_[size_t(r)] + std::log(sum_[size_t(r)]);
-      const double l = targets[r0 + r] >= 0 ? double(lse_[size_t(r0 + r)]) - double(target_logit_[size_t(r)]) : 0.0;
+      const double wt = weights ? double(weights[r0 + r]) : 1.0;
+      const double l = targets[r0 + r] >= 0
+                           ? (double(lse_[size_t(r0 + r)]) - double(target_logit_[size_t(r)])) * wt
+                           : 0.0;
       loss += l;
       if (token_loss) token_loss[r0 + r] = float(l);
     }
@@ -77,13 +81,15 @@ double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T
       for (int64_t r = 0; r < R; ++r) {
         float* row = logits + r * n;
         const int32_t tg = targets[r0 + r];
-        if (tg < 0) {
+        // d(weighted sum)/dlogits = weight * (softmax - onehot)
+        const float scale = weights ? grad_scale * weights[r0 + r] : grad_scale;
+        if (tg < 0 || scale == 0.0f) {  // masked out: exactly no gradient
           std::fill(row, row + n, 0.0f);
           continue;
         }
         exp_shift_sum(row, n, lse_[size_t(r0 + r)]);
-        for (int64_t j = 0; j < n; ++j) row[j] *= grad_scale;
-        if (tg >= v0 && tg < v0 + n) row[tg - v0] -= grad_scale;
+        for (int64_t j = 0; j < n; ++j) row[j] *= scale;
+        if (tg >= v0 && tg < v0 + n) row[tg - v0] -= scale;
       }
       // dlogits as the products' operand type (fp32 as is; bf16 rounded once)
       const X* dl;
@@ -100,8 +106,8 @@ double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T
 }
 
 template double LmHeadXent::run(const float*, const float*, const int32_t*, int64_t, int64_t, float,
-                                float*, float*, int32_t*, float*);
+                                float*, float*, int32_t*, float*, const float*);
 template double LmHeadXent::run(const bf16*, const bf16*, const int32_t*, int64_t, int64_t, float,
-                                float*, float*, int32_t*, float*);
+                                float*, float*, int32_t*, float*, const float*);
 
 }  // namespace lct

@@ -22,14 +22,16 @@ class LmHeadXent {
 
   // x [T, C] (the final-norm output), w [V, C], targets [T] (-1 = not scored); X is float or
   // bf16. Logits, softmax and loss are fp32. Returns the sum of per-token losses (double)
-  // over scored tokens. When dx is given, also writes dx [T, C] = grad_scale * d(sum)/dx and
-  // adds grad_scale * d(sum)/dw to dw [V, C] (grad_scale = 1 / valid targets of the whole
-  // step). `argmax` [T] (optional) receives the greedy prediction of every row, `token_loss`
-  // [T] (optional) every row's loss (0 where not scored).
+  // over scored tokens, each multiplied by its `weights` [T] entry when given (a weight of
+  // exactly 1 leaves the term bitwise as it is without weights). When dx is given, also
+  // writes dx [T, C] = grad_scale * d(sum)/dx and adds grad_scale * d(sum)/dw to dw [V, C]
+  // (grad_scale = 1 / the summed target weights of the whole step). `argmax` [T] (optional)
+  // receives the greedy prediction of every row, `token_loss` [T] (optional) every row's
+  // weighted loss (0 where not scored).
   template <class X>
   double run(const X* x, const X* w, const int32_t* targets, int64_t T, int64_t C,
              float grad_scale, float* dx, float* dw, int32_t* argmax = nullptr,
-             float* token_loss = nullptr);
+             float* token_loss = nullptr, const float* weights = nullptr);
 
  private:
   int64_t V_;

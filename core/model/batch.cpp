@@ -8,6 +8,13 @@ int64_t Batch::valid_targets() const {
   return n;
 }
 
+double Batch::target_weight() const {
+  if (weights.empty()) return double(valid_targets());
+  double w = 0;
+  for (size_t t = 0; t < targets.size(); ++t) w += targets[t] >= 0 ? double(weights[t]) : 0.0;
+  return w;
+}
+
 int64_t Batch::real_tokens() const {
   int64_t n = 0;
   for (int32_t d : doc) n += d >= 0;
@@ -15,6 +22,11 @@ int64_t Batch::real_tokens() const {
 }
 
 Batch make_batch(const TokenDataset& ds, const std::vector<const PackedSequence*>& seqs, int64_t S) {
+  MemorySource data(ds);
+  return make_batch(data, seqs, S);
+}
+
+Batch make_batch(TokenSource& data, const std::vector<const PackedSequence*>& seqs, int64_t S) {
   Batch b;
   b.B = int64_t(seqs.size());
   b.S = S;
@@ -24,10 +36,12 @@ Batch make_batch(const TokenDataset& ds, const std::vector<const PackedSequence*
   b.doc.resize(T);
   b.idx.resize(T);
   b.pos.resize(T);
+  if (data.has_weights()) b.weights.resize(T);
   int32_t next_doc = 0;
   for (int64_t s = 0; s < b.B; ++s) {
     const size_t o = size_t(s * S);
-    fill_sequence(ds, *seqs[size_t(s)], S, &b.tokens[o], &b.targets[o], &b.doc[o], &b.pos[o]);
+    fill_sequence(data, *seqs[size_t(s)], S, &b.tokens[o], &b.targets[o], &b.doc[o], &b.pos[o],
+                  b.weights.empty() ? nullptr : &b.weights[o]);
     int32_t docs = 0;
     for (size_t t = o; t < o + size_t(S); ++t)
       if (b.doc[t] >= 0) {

@@ -195,7 +195,8 @@ class LlamaPassesOf final : public LlamaPasses {
     const HeadWeights h = head_weights(-1, false, clock);
     final_norm_forward(h, b, clock);
     const double loss = xent_.run(acts_.lnf, h.lm_head, b.targets.data(), T(b),
-                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax, token_loss);
+                                  m_.config_.hidden_size, 0.0f, nullptr, nullptr, argmax, token_loss,
+                                  weights_of(b));
     clock.lap(Phase::Gemm);
     head_done(false, clock);
     return loss;
@@ -208,7 +209,7 @@ class LlamaPassesOf final : public LlamaPasses {
     final_norm_forward(h, b, clock);
     // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
     const double loss = xent_.run(acts_.lnf, h.lm_head, b.targets.data(), n, C, grad_scale,
-                                  sp_.dln, h.g_lm_head);
+                                  sp_.dln, h.g_lm_head, nullptr, nullptr, weights_of(b));
     clock.lap(Phase::Gemm);
     rmsnorm_backward(sp_.dx, h.g_final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, h.final_norm,
                      n, C, false);

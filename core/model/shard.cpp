@@ -40,6 +40,7 @@ Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split, int64_
     b.doc.push_back(full.doc[size_t(i)]);
     b.idx.push_back(full.idx[size_t(i)]);
     b.pos.push_back(full.pos[size_t(i)]);
+    if (!full.weights.empty()) b.weights.push_back(full.weights[size_t(i)]);
   }
   return b;
 }

@@ -6,8 +6,8 @@
 
 namespace lct {
 
-DataLoader::DataLoader(const TokenDataset& ds, int64_t seq_len, uint64_t seed)
-    : ds_(ds), packing_(pack_documents(ds.doc_offsets, seq_len)), seed_(seed) {
+DataLoader::DataLoader(const DatasetInfo& info, int64_t seq_len, uint64_t seed)
+    : packing_(pack_documents(info.doc_offsets, seq_len)), seed_(seed) {
   shuffle();
 }
 

@@ -1,6 +1,7 @@
 // Feeds packed sequences to training: the dataset is packed once (data/packing.hpp), and each
 // epoch visits its sequences in a fresh random order drawn from (seed, epoch). The position
-// (epoch, cursor) is part of a checkpoint, so a resumed run sees exactly the same data.
+// (epoch, cursor) is part of a checkpoint, so a resumed run sees exactly the same data. Only
+// the document offsets are needed: the tokens are read per batch (model/batch.hpp).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,7 +13,7 @@ namespace lct {
 
 class DataLoader {
  public:
-  DataLoader(const TokenDataset& ds, int64_t seq_len, uint64_t seed);
+  DataLoader(const DatasetInfo& info, int64_t seq_len, uint64_t seed);
   // The next n sequences (every rank draws the same ones and keeps its slice).
   std::vector<const PackedSequence*> take(int64_t n);
   int64_t epoch() const { return epoch_; }
@@ -22,7 +23,6 @@ class DataLoader {
 
  private:
   void shuffle();
-  const TokenDataset& ds_;
   Packing packing_;
   uint64_t seed_;
   int64_t epoch_ = 0, cursor_ = 0;

@@ -52,9 +52,10 @@ int position_bucket(int32_t pos) {
 
 int64_t EvalResult::bucket_start(int k) { return k == 0 ? 0 : int64_t(64) << (k - 1); }
 
-EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
+EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64_t B,
                     int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress,
                     const EvalCp& cp) {
+  const DatasetInfo& ds = data.info();
   const Packing packing = pack_documents(ds.doc_offsets, seq_len);
   int64_t n = int64_t(packing.sequences.size());
   if (max_sequences > 0) n = std::min(n, max_sequences);
@@ -64,7 +65,8 @@ EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, 
   for (int64_t s0 = 0; s0 < n; s0 += B) {
     std::vector<const PackedSequence*> seqs;
     for (int64_t s = s0; s < std::min(n, s0 + B); ++s) seqs.push_back(&packing.sequences[size_t(s)]);
-    const Batch b = make_batch(ds, seqs, seq_len);
+    Batch b = make_batch(data, seqs, seq_len);
+    b.weights.clear();
     r.loss_sum += forward(model, b, B, cp, clock, argmax.data(), token_loss.data());
     r.valid_targets += b.valid_targets();
     for (size_t t = 0; t < b.targets.size(); ++t) {

@@ -45,8 +45,9 @@ struct EvalCp {
 };
 
 // Runs over the packed sequences [0, max_sequences) (all when 0), B at a time. With cp,
-// every rank returns the same result.
-EvalResult evaluate(LlamaModel& model, const TokenDataset& ds, int64_t seq_len, int64_t B,
+// every rank returns the same result. Reads only the evaluated sequences' tokens from `data`.
+// Loss weights, a training choice, are not applied: the loss is the mean over every target.
+EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64_t B,
                     int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress = {},
                     const EvalCp& cp = {});
 

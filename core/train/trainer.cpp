@@ -57,15 +57,18 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
   s.step = step;
   for (const Batch& b : micro_batches) {
     s.valid_targets += b.valid_targets();
+    s.target_weight += b.target_weight();
     s.real_tokens += b.real_tokens();
   }
   if (reducer_) {  // the step's loss is the mean over every rank's targets
     s.valid_targets = reducer_->sum(s.valid_targets);
+    s.target_weight = reducer_->sum(s.target_weight);
     s.real_tokens = reducer_->sum(s.real_tokens);
     clock.lap(Phase::Allreduce);
   }
-  // Normalise by the whole step's valid targets, never by per-micro-batch means.
-  const float grad_scale = s.valid_targets > 0 ? 1.0f / float(s.valid_targets) : 0.0f;
+  // Normalise by the whole step's summed target weights (its valid targets when unweighted:
+  // integers, exact in double and in the sums over ranks), never by per-micro-batch means.
+  const float grad_scale = s.target_weight > 0 ? 1.0f / float(s.target_weight) : 0.0f;
   model_.zero_grads();
   clock.lap(Phase::Other);
   double loss_sum = 0;
@@ -77,7 +80,7 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
     loss_sum = reducer_->sum(loss_sum);
     clock.lap(Phase::Allreduce);
   }
-  s.loss = s.valid_targets > 0 ? loss_sum / double(s.valid_targets) : 0.0;
+  s.loss = s.target_weight > 0 ? loss_sum / s.target_weight : 0.0;
 
   // This rank's (summed) gradients: whole, its range (2) or its shard (3).
   ParamShards* ps = model_.param_shards();

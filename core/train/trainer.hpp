@@ -13,8 +13,9 @@ namespace lct {
 
 struct StepStats {
   int64_t step = 0;          // 1-based, after this update
-  double loss = 0;           // mean over valid targets of the step
+  double loss = 0;           // weighted mean over the step's targets (the plain mean unweighted)
   int64_t valid_targets = 0;
+  double target_weight = 0;  // the summed loss weights of the targets (= valid_targets unweighted)
   int64_t real_tokens = 0;
   double grad_norm = 0;      // before clipping
   double lr = 0;

@@ -5,7 +5,6 @@ ranks, non-finite steps, a full disk and an unwritable run directory.
 Each case is one ctest test. Helpers and the runner come from cli_cases.py.
 Run by hand: /usr/bin/python3 tests/cli/ops_cases.py --lctrain build/app/lctrain CASE
 """
-import errno
 import glob
 import os
 import re
@@ -21,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_cases as cc  # noqa: E402
-from cli_cases import case, expect_error, flip_bytes_in, ok, run, timing  # noqa: E402
+from cli_cases import case, expect_error, flip_bytes_in, memory_cgroup_v1, ok, remove_cgroup, run, timing  # noqa: E402
 
 def train_command(lr="3e-3", data="d16.h5"):
     """A run long enough to be interrupted: tiny model, 16 documents, 600-token sequences."""
@@ -724,23 +723,6 @@ def long_run_directory_paths_work_and_too_long_ones_are_refused():
     assert not os.path.exists(f"{deeper}/r")
 
 
-def memory_cgroup_v1(limit_bytes):
-    """A child of this process's v1 memory cgroup with `limit_bytes`, or None (not root,
-    cgroup v2 only, or not writable)."""
-    mine = [l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if ":memory:" in l]
-    base = "/sys/fs/cgroup/memory"
-    if not mine or not os.path.isdir(base):
-        return None
-    path = f"{base}{mine[0].rstrip('/')}/lct_test_{os.getpid()}"
-    try:
-        os.makedirs(path)
-        with open(f"{path}/memory.limit_in_bytes", "w") as f:
-            f.write(str(limit_bytes))
-    except OSError:
-        return None
-    return path
-
-
 @case
 def memory_estimate_counts_grad_accum_and_the_cgroup_limit():
     fixture()
@@ -762,27 +744,6 @@ def memory_estimate_counts_grad_accum_and_the_cgroup_limit():
         assert "this run needs about" in error and "(cgroup " in error and "limit 0.50 GiB" in error, error
     finally:
         remove_cgroup(cg)
-
-
-def remove_cgroup(path):
-    """rmdir a v1 cgroup once its last task has left. Launcher daemons of the run can linger
-    a moment after it returns (rmdir answers EBUSY then): move any that remain to the parent
-    and retry for up to 10 s; the test's result does not depend on it."""
-    for _ in range(100):
-        try:
-            os.rmdir(path)
-            return
-        except OSError as e:
-            if e.errno != errno.EBUSY:
-                raise
-        for pid in open(f"{path}/cgroup.procs").read().split():
-            try:
-                with open(f"{os.path.dirname(path)}/cgroup.procs", "w") as f:
-                    f.write(pid)
-            except OSError:
-                pass  # exited meanwhile
-        time.sleep(0.1)
-    print(f"note: could not remove the test cgroup {path}: {open(f'{path}/cgroup.procs').read()!r} in it")
 
 
 FAKENODES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "tools",

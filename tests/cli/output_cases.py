@@ -176,11 +176,12 @@ def eval_and_prepare_print_progress_with_rates():
     lic = "/usr/share/common-licenses"
     files = sorted(os.path.join(lic, n) for n in os.listdir(lic) if os.path.isfile(os.path.join(lic, n)))
     p = ok("prepare", "-o", "lic.h5", "--separator", "\\n\\n", "--progress-every", "1e-6", *files)
-    read = stamped(p.stdout, r"prepare: reading: [\d.]+ / [\d.]+ MB from (\d+) of (\d+) files")
-    tok = stamped(p.stdout, r"prepare: tokenizing: [\d.]+ / [\d.]+ MB into (\d+) documents")
-    assert read and int(read[-1][1].group(2)) == len(files), p.stdout  # the last line: every file
-    assert tok and int(tok[-1][1].group(2)) > len(files), p.stdout
-    print(lines[0][1].group(0), "|", gen[0][1].group(0), "|", read[0][1].group(0), "|", tok[-1][1].group(0))
+    # one phase: files read in pieces and tokenized as they are read
+    tok = stamped(p.stdout, r"prepare: tokenizing: [\d.]+ / [\d.]+ MB from (\d+) of (\d+) files into (\d+) "
+                            r"documents, \d+ documents/s \([\d.]+%\), [\d.]+ MB/s, \S+ so far, eta \S+$")
+    assert tok and int(tok[-1][1].group(2)) == int(tok[-1][1].group(3)) == len(files), p.stdout  # the last: every file
+    assert int(tok[-1][1].group(4)) > 0, p.stdout
+    print(lines[0][1].group(0), "|", gen[0][1].group(0), "|", tok[-1][1].group(0))
 
 
 def plot(*args):

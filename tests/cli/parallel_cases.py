@@ -14,9 +14,9 @@ import cli_cases as cc  # noqa: E402
 from cli_cases import case, expect_error, good_model, ok, timing  # noqa: E402
 
 
-def mpi_run(ranks, run_dir, *extra, steps=5, model="m.h5"):
+def mpi_run(ranks, run_dir, *extra, steps=5, model="m.h5", data="d16.h5"):
     """tiny training run on `ranks` ranks (oversubscribed: functional, not fast)."""
-    return ok("--oversubscribe", "train", "--model", model, "--data", "d16.h5", "--run-dir", run_dir,
+    return ok("--oversubscribe", "train", "--model", model, "--data", data, "--run-dir", run_dir,
               "--seq-len", "600", "--steps", str(steps), "--lr", "3e-3", "--warmup-steps", "2",
               "--block-q", "32", "--block-k", "32", "--peak-gflops", "100", *extra, ranks=ranks)
 
@@ -103,6 +103,21 @@ def parallel_dp2_cp2_and_allgather_match_one_rank():
     assert_same_losses(ref, "ag", "cp=2 allgather")
     mpi_run(2, "dp2", "--dp", "2", "--batch-size", "1")
     assert_same_losses(ref, "dp2", "dp=2")
+
+
+@case
+def parallel_loss_mask_dp2_cp2_matches_one_rank():
+    """A loss mask (prepare --loss-on answers): the weighted terms and their normalisation by
+    the summed weights of every rank's targets train the single rank's losses on dp=2 x cp=2."""
+    parallel_fixture()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "--loss-on", "answers",
+       "-o", "d16m.h5")
+    ok("train", "--model", "m.h5", "--data", "d16m.h5", "--run-dir", "onem", "--seq-len", "600", "--steps", "5",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2")
+    ref = timing("onem")[0]["loss"]
+    assert not np.allclose(ref, timing("one")[0]["loss"], rtol=1e-2), "the mask changes the loss"
+    mpi_run(4, "m4", "--cp", "2", "--dp", "2", "--batch-size", "1", data="d16m.h5")
+    assert_same_losses(ref, "m4", "loss mask, dp=2 x cp=2")
 
 
 @case

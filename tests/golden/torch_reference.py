@@ -26,6 +26,8 @@ def load(model_path, batch_path):
                   for k in f.keys() if k.endswith(".weight")}
     with h5py.File(batch_path, "r") as f:
         batch = {k: torch.tensor(f[k][:].astype(np.int64)) for k in ["tokens", "targets", "doc", "idx", "pos"]}
+        if "weights" in f:  # per-target loss weights (optional)
+            batch["weights"] = torch.tensor(f["weights"][:], dtype=DT)
         opt = {k: f.attrs[k] for k in f.attrs}
     return cfg, params, batch, opt
 
@@ -117,7 +119,10 @@ def loss_sum(cfg, P, b, seq_len):
         h = rms(x, P[p + "post_attention_layernorm.weight"])
         x = x + (F.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)) @ P[p + "mlp.down_proj.weight"].T
     logits = rms(x, P["model.norm.weight"]) @ lm_head.T
-    return F.cross_entropy(logits, b["targets"], ignore_index=-1, reduction="sum")
+    if "weights" not in b:
+        return F.cross_entropy(logits, b["targets"], ignore_index=-1, reduction="sum")
+    per_target = F.cross_entropy(logits, b["targets"], ignore_index=-1, reduction="none")  # 0 where ignored
+    return (per_target * b["weights"]).sum()
 
 
 def lr_at(o, step):
@@ -135,7 +140,8 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     cfg, P, b, o = load(a.model, a.batch)
-    valid = int((b["targets"] >= 0).sum())
+    # the normalisation: the scored targets' count, or the sum of their weights
+    valid = float(b["weights"][b["targets"] >= 0].sum()) if "weights" in b else int((b["targets"] >= 0).sum())
     seq_len = int(o.get("seq_len", int(b["pos"].max()) + 1))  # what the run's RoPE table spans
 
     loss = loss_sum(cfg, P, b, seq_len) / valid

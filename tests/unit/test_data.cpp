@@ -8,6 +8,7 @@
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
 #include "data/text.hpp"
+#include "data/text_stream.hpp"
 #include "data/tokenizer.hpp"
 
 namespace lct {
@@ -34,9 +35,28 @@ TEST(Utf8, AcceptsValidAndLocatesInvalid) {
   EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);    // above U+10FFFF
 }
 
+// Whole texts (one file each) cut and byte-encoded as prepare does (data/text_stream.hpp).
+TokenDataset encode_texts(const std::vector<std::pair<std::string, std::string>>& files, const std::string& separator) {
+  std::vector<TextDocument> docs;
+  std::vector<std::string> names;
+  for (const auto& [name, text] : files) {
+    DocumentSplitter split(separator, names.size());
+    names.push_back(name);
+    split.feed(text, docs);
+    split.finish(docs);
+  }
+  TokenDataset ds = ByteTokenizer().empty_dataset();
+  const EncodeDocument encode = [](std::string_view t) { return ByteTokenizer::encode_bytes(t); };
+  for (const std::vector<int32_t>& ids : encode_documents(docs, names, encode)) {
+    ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
+    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+  }
+  return ds;
+}
+
 TEST(Text, SplitsOnSeparatorAndSkipsEmptyPieces) {
-  const TokenDataset ds = tokenize_texts({{"a", "one\n\ntwo\n\n\n\nthree"}, {"b", ""}, {"c", "four"}},
-                                         unescape("\\n\\n"));
+  const TokenDataset ds = encode_texts({{"a", "one\n\ntwo\n\n\n\nthree"}, {"b", ""}, {"c", "four"}},
+                                       unescape("\\n\\n"));
   ASSERT_EQ(ds.num_docs(), 4);
   EXPECT_EQ(ByteTokenizer::decode_bytes(ds.tokens.data() + ds.doc_offsets[1], size_t(ds.doc_length(1))), "two");
   EXPECT_EQ(ByteTokenizer::decode_bytes(ds.tokens.data() + ds.doc_offsets[3], size_t(ds.doc_length(3))), "four");
@@ -45,13 +65,14 @@ TEST(Text, SplitsOnSeparatorAndSkipsEmptyPieces) {
 
 TEST(Text, RejectsInvalidUtf8NamingFileAndOffset) {
   try {
-    tokenize_texts({{"good.txt", "fine"}, {"bad.txt", "abc\xFF"}}, "");
+    encode_texts({{"good.txt", "fine"}, {"bad.txt", "abc\xFF"}}, "");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'bad.txt' is not UTF-8 text"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("offset 3"), std::string::npos);
   }
-  EXPECT_THROW(tokenize_texts({{"empty", ""}}, ""), Error);
+  // An empty file is no document (prepare refuses input that holds none).
+  EXPECT_EQ(encode_texts({{"empty", ""}}, "").num_docs(), 0);
 }
 
 PasskeySpec spec(uint64_t seed) { return {40, 300, 5, seed}; }
@@ -128,7 +149,8 @@ TEST(Packing, FillSequenceMasksDocumentEndsAndPadding) {
   const Packing p = pack_documents(ds.doc_offsets, 7);
   ASSERT_EQ(p.sequences.size(), 1u);
   std::vector<int32_t> tok(7), tgt(7), doc(7), pos(7);
-  fill_sequence(ds, p.sequences[0], 7, tok.data(), tgt.data(), doc.data(), pos.data());
+  MemorySource data(ds);
+  fill_sequence(data, p.sequences[0], 7, tok.data(), tgt.data(), doc.data(), pos.data());
   EXPECT_EQ(tok, (std::vector<int32_t>{10, 11, 12, 20, 21, 99, 99}));
   EXPECT_EQ(tgt, (std::vector<int32_t>{11, 12, -1, 21, -1, -1, -1}));
   EXPECT_EQ(doc, (std::vector<int32_t>{0, 0, 0, 1, 1, -1, -1}));

@@ -36,6 +36,7 @@ struct GoldenCase {
   int64_t window = 0;  // sliding_window
   RopeScaling rope = {};  // rope_scaling (none by default)
   int64_t max_pos = 0;    // max_position_embeddings; 0 = the preset's (4096)
+  bool weighted = false;  // per-target loss weights (0 to 1.5, some 0)
 };
 
 RopeScaling yarn_mscale(double factor, int64_t original, double mscale, double mscale_all_dim,
@@ -82,8 +83,13 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
   const Packing packing = pack_documents(ds.doc_offsets, S);
   std::vector<const PackedSequence*> seqs;
   for (const auto& s : packing.sequences) seqs.push_back(&s);
-  const Batch batch = make_batch(ds, seqs, S);
+  Batch batch = make_batch(ds, seqs, S);
   ASSERT_GE(batch.B, 3);
+  if (gc.weighted) {
+    batch.weights.assign(batch.targets.size(), 0.0f);
+    for (size_t t = 0; t < batch.targets.size(); ++t)
+      if (batch.targets[t] >= 0) batch.weights[t] = float(gen() % 7) * 0.25f;
+  }
 
   LlamaModel model(c, {batch.tokens_total(), S, gc.checkpointing, {16, 16}, test_isa(), gc.precision});
   // Against the fp64 reference: fp32 agrees to rounding; bf16 products (8-bit mantissas) to
@@ -104,9 +110,10 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
   const auto i32 = [&](const char* n, const std::vector<int32_t>& v) {
     return NamedArray{n, {int64_t(v.size())}, {}, v, {}};
   };
-  write_array_file(batch_file,
-                   {i32("tokens", batch.tokens), i32("targets", batch.targets), i32("doc", batch.doc),
-                    i32("idx", batch.idx), i32("pos", batch.pos)},
+  std::vector<NamedArray> arrays = {i32("tokens", batch.tokens), i32("targets", batch.targets),
+                                    i32("doc", batch.doc), i32("idx", batch.idx), i32("pos", batch.pos)};
+  if (gc.weighted) arrays.push_back({"weights", {int64_t(batch.weights.size())}, batch.weights, {}, {}});
+  write_array_file(batch_file, arrays,
                    {{"lr", opt.lr}, {"min_lr", opt.min_lr}, {"warmup_steps", opt.warmup_steps},
                     {"total_steps", opt.total_steps}, {"beta1", opt.beta1}, {"beta2", opt.beta2},
                     {"eps", opt.eps}, {"weight_decay", opt.weight_decay}, {"grad_clip", opt.grad_clip},
@@ -119,8 +126,9 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
   // Loss and gradients of the first step.
   PhaseClock clock;
   model.zero_grads();
-  const double loss = model.forward_backward(batch, 1.0f / float(batch.valid_targets()), clock) /
-                      double(batch.valid_targets());
+  // Normalised as the trainer does: by the summed target weights (the count when unweighted).
+  const double loss = model.forward_backward(batch, 1.0f / float(batch.target_weight()), clock) /
+                      batch.target_weight();
   const double ref_loss = read_array_f64(ref_file, "loss")[0];
   std::printf("%s: loss %.8f, torch %.8f, rel diff %.2e\n", gc.name, loss, ref_loss,
               std::abs(loss - ref_loss) / ref_loss);
@@ -149,7 +157,7 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
     EXPECT_LT(std::abs(st.loss - ref_losses[size_t(s - 1)]) / ref_losses[size_t(s - 1)], loss_tol);
     EXPECT_LT(std::abs(st.grad_norm - ref_norms[size_t(s - 1)]) / ref_norms[size_t(s - 1)], grad_tol);
   }
-  const double final_loss = model.forward(batch, clock) / double(batch.valid_targets());
+  const double final_loss = model.forward(batch, clock) / batch.target_weight();
   std::printf("  after %lld steps loss %.8f torch %.8f\n", (long long)steps, final_loss, ref_losses.back());
   EXPECT_LT(std::abs(final_loss - ref_losses.back()) / ref_losses.back(), loss_tol);
   EXPECT_LT(final_loss, ref_losses.front());  // the steps did learn
@@ -169,6 +177,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GoldenCase{"gqa4_window9_attnckpt", 4, 1, false, Checkpointing::Attention,
                                  Precision::Fp32, 9},
                       GoldenCase{"gqa2_window5_bf16", 4, 2, false, Checkpointing::None, Precision::Bf16, 5},
+                      // Loss weights: weighted terms, normalised by the summed weights.
+                      GoldenCase{"gqa2_loss_weights", 4, 2, false, Checkpointing::None, Precision::Fp32, 0,
+                                 {}, 0, true},
                       // Hugging Face's rope_scaling on sequences of 48 (rope_theta 500, D 16).
                       GoldenCase{"gqa2_rope_linear", 4, 2, false, Checkpointing::None,
                                  Precision::Fp32, 0, rope_scaling("linear", 4)},
