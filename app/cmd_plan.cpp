@@ -190,6 +190,7 @@ std::string layout_flags(const Layout& l) {
 
 int cmd_plan(Context& ctx) {
   const PlanOptions& o = ctx.inv.plan;
+  const double process_bytes = peak_rss_mib() * double(1 << 20);  // what a rank holds before it reads anything
   ctx.print_startup("plan", true);
   if (ctx.world.size != 1) fail("plan runs on one rank (it measures this machine's cores itself); start it without mpirun");
   const ModelConfig mc = o.model.empty() ? model_preset(o.preset) : read_model_file(o.model).config;
@@ -241,6 +242,7 @@ int cmd_plan(Context& ctx) {
                 l.grad_accum = o.global_batch / dp / mb;
                 l.checkpointing = ck;
                 l.precision = precision;
+                l.process_bytes = process_bytes;
                 if (l.local_tokens() > INT32_MAX) continue;
                 const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(l.precision),
                                        l.precision};

@@ -29,6 +29,7 @@
 #include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/zero3.hpp"
+#include "sys/memory.hpp"
 #include "sys/stop.hpp"
 #include "train/data_loader.hpp"
 #include "train/trainer.hpp"
@@ -169,6 +170,7 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
 }  // namespace
 
 int cmd_train(Context& ctx) {
+  const double process_bytes = peak_rss_mib() * double(1 << 20);  // before anything is read
   const TrainOptions& o = ctx.inv.train;
   const World& world = ctx.world;
   std::ostream& out = ctx.out();
@@ -218,7 +220,7 @@ int cmd_train(Context& ctx) {
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
   const int shards = o.zero >= 1 ? world.size : 1;  // ranks the ZeRO state is split over
-  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size);
+  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size, process_bytes);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
     return kExitOk;

@@ -103,8 +103,10 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size) {
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size,
+                  double process_bytes) {
   Layout l;  // the node split does not change memory: the world as one node
+  l.process_bytes = process_bytes;
   l.ranks_per_node = world_size;
   l.threads = threads;
   l.cp = cp;
@@ -125,7 +127,8 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
       << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
-      << gib(mem.scratch) << "; " << gib(avail) << " available per rank (" << budget.source
+      << gib(mem.scratch) << ", at start-up or a checkpoint " << gib(mem.transient) << ", the process "
+      << gib(mem.process) << "; " << gib(avail) << " available per rank (" << budget.source
       << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << ")\n";
   if (avail > 0 && need > 0.95 * avail)
     fail("this run needs about ", gib(need), " per rank but ", gib(avail), " are available (",

@@ -33,9 +33,11 @@ std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
 // micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may
 // use: the node's available memory, or its cgroup's limit (Slurm --mem), shared by the
 // `node_size` ranks of the node. The world size and --zero decide the ranks the AdamW moments
-// are split over. The estimate is `lctrain plan`'s too (parallel/layout_model.hpp).
+// are split over. `process_bytes`: what the process held before it read anything (code,
+// libraries, MPI). The estimate is `lctrain plan`'s too (parallel/layout_model.hpp).
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size);
+                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size,
+                  double process_bytes);
 
 // Rank 0 locks the run directory for the whole run, removes what killed writers left, and
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its

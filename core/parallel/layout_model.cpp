@@ -38,6 +38,13 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // The gradient reduction's buffers (MPI's scratch included) by stage.
   r.scratch = double(m.scratch) + cp_buffers +
               double(MpiStepReducer::scratch_bytes(layout.total, world, int(l.zero), shape.precision));
+  // The larger of what start-up and checkpoints hold besides: the model file's fp32 weights
+  // until the model has copied them (ZeRO-3 takes its shard and frees them first), or, under
+  // a sharded optimizer, both moments gathered whole for a checkpoint (ZeRO-3: the weights too).
+  const double P = double(layout.total) * 4;
+  const bool sharded = l.ranks_sharing_state() > 1;
+  r.transient = !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
+  r.process = l.process_bytes;
   return r;
 }
 

@@ -18,6 +18,7 @@ struct Layout {
   int64_t nodes = 1, ranks_per_node = 1, threads = 1;  // threads per rank
   int64_t cp = 1, dp = 1;
   int64_t zero = 0;                 // sharding stage of the optimizer state
+  double process_bytes = 0;         // the process itself (code, libraries, MPI): measured by the caller
   std::string cp_algo = "ring";     // ring | allgather | ulysses | hybrid
   int64_t ulysses_degree = 0;       // hybrid only
   int64_t seq_len = 0;              // S
@@ -37,7 +38,10 @@ struct RankMemory {
   double activations = 0;   // kept for the backward pass, under the checkpointing policy
   double batches = 0;       // the step's micro-batches (token ids, targets, tags)
   double scratch = 0;       // workspaces, and the cp attention's buffers
-  double total() const { return params_grads + optimizer + activations + batches + scratch; }
+  double transient = 0;     // held for a moment: the model file's weights while the model is
+                            // built, or whole moments (and ZeRO-3 weights) for a checkpoint
+  double process = 0;       // Layout::process_bytes
+  double total() const { return params_grads + optimizer + activations + batches + scratch + transient + process; }
 };
 
 RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l);

