@@ -104,8 +104,8 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   // checkpointing the whole layer's forward.
   const double attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
   const double layer_mult = l.checkpointing == Checkpointing::Full ? 1.0 + r.layer_fwd_share : 1.0;
-  const double attn_s = L * pairs * r.attn_pair_s * scale;  // one micro-batch, fwd+bwd
-  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale + attn_s * attn_mult +
+  const double attn_s = pairs * r.attn_pair_s * scale;  // one layer of one micro-batch, fwd+bwd
+  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale + L * attn_s * attn_mult +
                          Tl * r.head_token_s * scale);
 
   // Context parallelism, per layer and micro-batch.
@@ -124,7 +124,7 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
       // network moves it while the block in hand is computed: only the excess shows.
       const double hops = fwd_hops + n;
       const double comm = link_s(r, l, l.cp, bytes, hops);
-      const double hidden = spans_nodes(l, l.cp) ? attn_s * attn_mult : 0.0;
+      const double hidden = spans_nodes(l, l.cp) ? attn_s * attn_mult : 0.0;  // this layer's attention
       p.cp_exposed_s = micro * L * std::max(0.0, comm - hidden);
     } else if (l.cp_algo == "ulysses") {
       // Forward: q, k, v to the head split and o back, (n - 1) / n of each leaves the rank;
