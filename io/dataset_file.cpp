@@ -206,7 +206,8 @@ class FileSource : public TokenSource {
 
  private:
   // Reads the selection `sel` of `d` (n elements) into out as `mem_type`.
-  void read(const h5::Handle& d, const char* name, hid_t file_space, int64_t n, hid_t mem_type, void* out);
+  // Ids or weights [begin, begin + n) of dataset `d` into out, as mem_type.
+  void read_range(const h5::Handle& d, const char* name, int64_t begin, int64_t n, hid_t mem_type, void* out);
   h5::Handle open(const char* name, size_t cache_bytes);
   h5::File f_;
   std::string where_;
@@ -282,30 +283,26 @@ FileSource::FileSource(const std::string& path, size_t cache_bytes)
   }
 }
 
-void FileSource::read(const h5::Handle& d, const char* name, hid_t file_space, int64_t n, hid_t mem_type,
-                      void* out) {
-  const hsize_t count = hsize_t(n);
+void FileSource::read_range(const h5::Handle& d, const char* name, int64_t begin, int64_t n, hid_t mem_type,
+                            void* out) {
+  h5::Handle space(H5Dget_space(d), H5Sclose);
+  const hsize_t start = hsize_t(begin), count = hsize_t(n);
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
   h5::Handle mem(H5Screate_simple(1, &count, nullptr), H5Sclose);
-  if (H5Dread(d, mem_type, mem, file_space, H5P_DEFAULT, out) < 0)
+  if (H5Dread(d, mem_type, mem, space, H5P_DEFAULT, out) < 0)
     throw Error(cat(h5::where(f_, name), ": read failed: the data is corrupt or truncated (checksum ",
                     "or I/O error) (HDF5: ", h5::last_error(), ")"));
 }
 
 void FileSource::read_tokens(int64_t begin, int64_t n, int32_t* out) {
   if (n <= 0) return;
-  h5::Handle space(H5Dget_space(tokens_), H5Sclose);
-  const hsize_t start = hsize_t(begin), count = hsize_t(n);
-  H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
-  read(tokens_, "tokens", space, n, H5T_NATIVE_INT32, out);
+  read_range(tokens_, "tokens", begin, n, H5T_NATIVE_INT32, out);
   check_ids(out, n, begin, info_.vocab_size, cat("dataset file ", where_));
 }
 
 void FileSource::read_weights(int64_t begin, int64_t n, float* out) {
   if (n <= 0) return;
-  h5::Handle space(H5Dget_space(weights_), H5Sclose);
-  const hsize_t start = hsize_t(begin), count = hsize_t(n);
-  H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
-  read(weights_, "loss_weights", space, n, H5T_NATIVE_FLOAT, out);
+  read_range(weights_, "loss_weights", begin, n, H5T_NATIVE_FLOAT, out);
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(out[i]) || out[i] < 0.0f)
       fail("dataset file ", where_, ": loss weight ", out[i], " at position ", begin + i,
