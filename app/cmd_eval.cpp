@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "app/context.hpp"
+#include "app/eval_setup.hpp"
 #include "app/progress.hpp"
 #include "common/error.hpp"
 #include "io/arrays.hpp"
@@ -62,13 +63,7 @@ int cmd_eval(Context& ctx) {
     ring = std::make_unique<RingAttention>(world.comm, shape.max_tokens, c.num_attention_heads,
                                            c.num_key_value_heads, c.head_dim(), shape.blocks, shape.isa,
                                            precision);
-    cp = {o.cp, world.rank, choose_cp_split("auto", c.sliding_window, o.seq_len, o.cp),
-          [&](double x) { return sums.sum(x); },
-          [&](const std::vector<int32_t>& mine) {
-            std::vector<int32_t> all;
-            for (const auto& v : allgather_varying(mine, world.comm, "eval's argmax rows")) all.insert(all.end(), v.begin(), v.end());
-            return all;
-          }};
+    cp = mpi_eval_cp(world.comm, choose_cp_split("auto", c.sliding_window, o.seq_len, o.cp), 1, sums);
     ctx.out() << "eval over " << o.cp << " ranks (" << cp_split_name(cp.split) << " split, ring: "
               << ring->hops() << ")\n";
   }

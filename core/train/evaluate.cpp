@@ -14,7 +14,7 @@ void gather_rows(const Batch& b, const EvalCp& cp, const std::vector<T>& mine, T
   std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(T));
   const std::vector<int32_t> all = cp.allgather(bits);  // rank after rank, Tl each
   for (int64_t r = 0; r < cp.ranks; ++r) {
-    const std::vector<int64_t> rows = shard_indices(b.B, b.S, cp.ranks, r, cp.split);
+    const std::vector<int64_t> rows = shard_indices(b.B, b.S, cp.ranks, r, cp.split, cp.group);
     for (size_t i = 0; i < rows.size(); ++i) std::memcpy(&full[rows[i]], &all[size_t(r) * mine.size() + i], sizeof(T));
   }
 }
@@ -33,7 +33,7 @@ double forward(LlamaModel& model, Batch b, int64_t B, const EvalCp& cp, PhaseClo
     b.pos.push_back(0);
   }
   b.B = B;
-  const Batch mine = shard_batch(b, cp.ranks, cp.rank, cp.split);
+  const Batch mine = shard_batch(b, cp.ranks, cp.rank, cp.split, cp.group);
   std::vector<int32_t> local(mine.tokens.size());
   std::vector<float> local_loss(mine.tokens.size());
   const double loss = cp.sum(model.forward(mine, clock, local.data(), local_loss.data()));
@@ -51,6 +51,18 @@ int position_bucket(int32_t pos) {
 }  // namespace
 
 int64_t EvalResult::bucket_start(int k) { return k == 0 ? 0 : int64_t(64) << (k - 1); }
+
+int64_t EvalResult::keys_asked() const {
+  int64_t n = 0;
+  for (int64_t a : asked) n += a;
+  return n;
+}
+
+int64_t EvalResult::keys_retrieved() const {
+  int64_t n = 0;
+  for (int64_t g : retrieved) n += g;
+  return n;
+}
 
 EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64_t B,
                     int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress,

@@ -29,6 +29,8 @@ struct EvalResult {
   int64_t asked[kBuckets] = {0}, retrieved[kBuckets] = {0};
   int64_t split_docs = 0;  // passkey documents longer than a sequence: not scored
   double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
+  int64_t keys_asked() const;      // over every depth
+  int64_t keys_retrieved() const;
 };
 
 // Sequences done so far and in all, after each forward pass (for progress lines).
@@ -36,10 +38,12 @@ using EvalProgress = std::function<void(int64_t done, int64_t total)>;
 
 // Context parallelism: every batch cut over `ranks` ranks (this one `rank`), the model's
 // attention spanning them; the sum over the ranks and the gather of every rank's argmax
-// rows (rank after rank) are the caller's (MPI).
+// rows (rank after rank) are the caller's (MPI). `group`: the cp ranks of one Ulysses group
+// (train --cp-algo hybrid), which shard_batch keeps together.
 struct EvalCp {
   int64_t ranks = 1, rank = 0;
   CpSplit split = CpSplit::Zigzag;
+  int64_t group = 1;
   std::function<double(double)> sum;
   std::function<std::vector<int32_t>(const std::vector<int32_t>& mine)> allgather;
 };

@@ -1,0 +1,30 @@
+#include "app/eval_setup.hpp"
+
+#include <cstdio>
+
+#include "parallel/world.hpp"
+
+namespace lct {
+
+EvalCp mpi_eval_cp(MPI_Comm comm, CpSplit split, int64_t group, MpiStepReducer& sums) {
+  int ranks = 1, rank = 0;
+  MPI_Comm_size(comm, &ranks);
+  MPI_Comm_rank(comm, &rank);
+  return {ranks, rank, split, group, [&sums](double x) { return sums.sum(x); },
+          [comm](const std::vector<int32_t>& mine) {
+            std::vector<int32_t> all;
+            for (const auto& v : allgather_varying(mine, comm, "eval's argmax rows")) all.insert(all.end(), v.begin(), v.end());
+            return all;
+          }};
+}
+
+std::string passkey_summary(const EvalResult& r) {
+  const int64_t asked = r.keys_asked(), got = r.keys_retrieved();
+  if (asked == 0) return "";
+  char s[96];
+  std::snprintf(s, sizeof s, "passkeys %lld/%lld (%.1f%%)", (long long)got, (long long)asked,
+                100.0 * double(got) / double(asked));
+  return s;
+}
+
+}  // namespace lct
