@@ -174,12 +174,12 @@ Invocation parse_command_line(int argc, char** argv) {
   }
   const CLI::App* chosen = app.get_subcommands().at(0);
   inv.command = chosen->get_name();
-  // The one rule that ties two options together.
-  if (inv.command == "train" && inv.train.min_lr > inv.train.lr) {
-    inv.exit_code = 2;
-    inv.error = cat("--min-lr ", inv.train.min_lr, " is above --lr ", inv.train.lr,
-                    ": the cosine decay goes from --lr down to --min-lr; lower --min-lr\n");
-    return inv;
+  if (inv.command == "train") {
+    if (std::string rule = train_rule(inv.train); !rule.empty()) {
+      inv.exit_code = 2;
+      inv.error = rule + "\n";
+      return inv;
+    }
   }
   if (inv.command == "prepare") {
     if (std::string rule = prepare_rule(inv.prepare); !rule.empty()) {

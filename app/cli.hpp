@@ -92,6 +92,9 @@ struct TrainOptions {
   int64_t ulysses_degree;     // hybrid: Ulysses ranks per ring position; 0 = not given
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
   std::string precision;      // fp32 | bf16
+  int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
+  std::string eval_data;      // held-out dataset file for --eval-every
+  int64_t eval_sequences;     // its first K packed sequences
 };
 
 struct EvalOptions {

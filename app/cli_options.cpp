@@ -297,6 +297,15 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "
         "accumulation)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  r.add(c, "--eval-every", o.eval_every, int64_t(0),
+        "every N steps and at the last, evaluate the model as lctrain eval does (loss, next "
+        "token, passkey retrieval) on --eval-data into the timing table (0 = never)")
+      ->check(count(0));
+  r.add(c, "--eval-data", o.eval_data, std::string(),
+        "held-out dataset file (lctrain prepare) for --eval-every, packed at --seq-len");
+  r.add(c, "--eval-sequences", o.eval_sequences, int64_t(16),
+        "--eval-every evaluates the first K packed sequences of --eval-data")
+      ->check(count(1));
   r.add(c, "--dry-run", o.dry_run, false,
         "check everything and print the start-up table and memory estimate, then stop");
 }
@@ -416,6 +425,16 @@ std::string convert_rule(const ConvertOptions& o) {
     return "convert --from-hf DIR writes the model file -o MODEL.h5: give -o (and no --model)";
   if (!o.to_hf.empty() && (o.model.empty() || !o.out.empty()))
     return "convert --to-hf DIR reads the model file --model MODEL.h5: give --model (and no -o)";
+  return "";
+}
+
+// train's options that belong together: --min-lr below --lr; --eval-every with --eval-data.
+std::string train_rule(const TrainOptions& o) {
+  if (o.min_lr > o.lr)
+    return cat("--min-lr ", o.min_lr, " is above --lr ", o.lr,
+               ": the cosine decay goes from --lr down to --min-lr; lower --min-lr");
+  if ((o.eval_every > 0) != !o.eval_data.empty())
+    return "--eval-every N evaluates on --eval-data FILE: give both, or neither";
   return "";
 }
 

@@ -134,5 +134,6 @@ void declare_convert(Registry& r, CLI::App* c, ConvertOptions& o);
 // Options that belong together: "" or what is wrong and how to fix it.
 std::string convert_rule(const ConvertOptions& o);
 std::string prepare_rule(const PrepareOptions& o);
+std::string train_rule(const TrainOptions& o);
 
 }  // namespace lct::cli_detail
