@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <ostream>
 
+#include "app/eval_setup.hpp"
 #include "app/progress.hpp"
 #include "common/stats.hpp"
 #include "sys/memory.hpp"
@@ -47,6 +48,9 @@ const ColumnSpec kColumns[] = {
     {"exposed_comm_frac", "", "mean over ranks of comm_s / seconds"},
     {"imbalance", "", "max / mean over ranks of the busy time (seconds - comm - allreduce)"},
     {"peak_rss_mib", "MiB", "process high-water resident memory (rank 0)"},
+    {"eval_loss", "nats", "--eval-every: mean loss on --eval-data's first sequences (NaN: no evaluation)"},
+    {"eval_accuracy", "", "--eval-every: share of its targets whose argmax is the target (greedy next token)"},
+    {"eval_retrieval", "", "--eval-every: share of its passkeys retrieved exactly (NaN: no passkeys)"},
 };
 // One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kBytesSent).
 const ColumnSpec kRankColumns[] = {
@@ -88,12 +92,20 @@ TrainRecord::TrainRecord(int ranks) : ranks_(ranks), width_(ranks) {
 }
 
 bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
-  // A table of an lctrain from before sequence-length schedules has no seq_len column: every
-  // row of it was at the run's one length, which a resume keeps.
-  if (!previous.find("seq_len") && previous.columns.size() + 1 == table_.columns.size()) {
-    const size_t at = size_t(&table_.column("seq_len") - table_.columns.data());
+  // Columns later lctrains added, and what an older table's rows hold in them: seq_len (from
+  // before sequence-length schedules) the run's one length, which a resume keeps; the eval
+  // columns (from before --eval-every) NaN, no evaluation. In table order, so that each goes
+  // where this run's table has it.
+  const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
+                                                  {"eval_loss", std::nan("")},
+                                                  {"eval_accuracy", std::nan("")},
+                                                  {"eval_retrieval", std::nan("")}};
+  for (const auto& [name, fill] : added) {
+    if (previous.find(name)) continue;
+    const size_t at = size_t(&table_.column(name) - table_.columns.data());
+    if (at > previous.columns.size()) return false;
     TimingColumn c = table_.columns[at];
-    c.values.assign(previous.rows(), double(seq_len));
+    c.values.assign(previous.rows(), fill);
     previous.columns.insert(previous.columns.begin() + long(at), std::move(c));
   }
   if (previous.columns.size() != table_.columns.size()) return false;
@@ -135,7 +147,8 @@ void TrainRecord::add(const StepFigures& f) {
                         f.gflops / f.peak_gflops, phase(Phase::AttnFwd), phase(Phase::AttnBwd),
                         phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
-                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), peak_rss_mib()};
+                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), peak_rss_mib(),
+                        f.eval_loss, f.eval_accuracy, f.eval_retrieval};
   static_assert(std::size(row) == std::size(kColumns));
   static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
@@ -210,6 +223,23 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                 : "note: MFU above 100% means the start-up peak probe ran slower than the steps did "
                   "(other work on these cores while it ran?); pass --peak-gflops with this "
                   "machine's peak to compare runs\n");
+}
+
+std::string eval_line(int64_t step, const EvalResult& r) {
+  char line[160];
+  const std::string keys = passkey_summary(r);
+  std::snprintf(line, sizeof line, "eval at step %lld: loss %.4f, next token %.1f%%%s%s", (long long)step,
+                r.mean_loss(), 100 * eval_accuracy(r), keys.empty() ? "" : ", ", keys.c_str());
+  return timestamp() + line;
+}
+
+double eval_accuracy(const EvalResult& r) {
+  return r.valid_targets ? double(r.correct) / double(r.valid_targets) : std::nan("");
+}
+
+double eval_retrieval(const EvalResult& r) {
+  const int64_t asked = r.keys_asked();
+  return asked ? double(r.keys_retrieved()) / double(asked) : std::nan("");
 }
 
 std::string checkpoint_line(const std::string& path, double seconds) {

@@ -3,12 +3,14 @@
 // merit at the end. A resumed run continues the table it finds, tagging its rows with the
 // restart count; a step repeated after a restart appears once per run that took it.
 #pragma once
+#include <cmath>
 #include <iosfwd>
 #include <string>
 #include <vector>
 
 #include "common/clock.hpp"
 #include "io/timing_file.hpp"
+#include "train/evaluate.hpp"
 #include "train/trainer.hpp"
 
 namespace lct {
@@ -38,6 +40,8 @@ struct StepFigures {
   const RankFigures* ranks = nullptr;
   int64_t seq_len = 0;        // of the step's sequences
   bool show_seq_len = false;  // in the step line (a --seq-len-schedule run)
+  // --eval-every's figures at this step (eval_accuracy(), eval_retrieval()); NaN without one.
+  double eval_loss = std::nan(""), eval_accuracy = std::nan(""), eval_retrieval = std::nan("");
 };
 
 class TrainRecord {
@@ -47,7 +51,8 @@ class TrainRecord {
   // may differ: per-rank columns then widen to the larger, NaN where a row had no such
   // rank); false (and the table left as it was) when the columns do not match. `seq_len`:
   // the length of the earlier rows of a table without a seq_len column (written before
-  // --seq-len-schedule existed).
+  // --seq-len-schedule existed); a table without the eval columns (before --eval-every) gets
+  // them NaN.
   bool continue_from(TimingTable previous, int64_t seq_len);
   void add(const StepFigures& f);
   std::string step_line(const StepFigures& f, double eta_seconds) const;
@@ -62,6 +67,14 @@ class TrainRecord {
   int ranks_;
   int64_t width_;  // of the per-rank columns: ranks_, or more after a resume from more ranks
 };
+
+// "[2026-11-22 22:36:03] eval at step 200: loss 1.2340, next token 45.6%, passkeys 12/16
+// (75.0%)": rank 0's line after an --eval-every evaluation (no passkeys part without them).
+std::string eval_line(int64_t step, const EvalResult& r);
+// The timing table's eval_accuracy (share of targets predicted) and eval_retrieval (share of
+// passkeys retrieved exactly; NaN when none were asked) of an evaluation.
+double eval_accuracy(const EvalResult& r);
+double eval_retrieval(const EvalResult& r);
 
 // "[2026-11-22 22:36:03] checkpoint RUN/checkpoints/step_00000200.h5: 35.7 MiB in 0.09 s
 // (385 MiB/s)": rank 0's line after a checkpoint write that took `seconds`.
