@@ -196,6 +196,12 @@ int cmd_train(Context& ctx) {
   const SeqLenSchedule schedule(o.seq_len_schedule, o.seq_len, o.steps);
   check_inputs(o, init.config, ds, cp, schedule);
   check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(ds), o.data);
+  // --eval-data must fit the model as --data must (read a batch at a time, at each evaluation).
+  const std::unique_ptr<TokenSource> eval_data = o.eval_every > 0 ? open_dataset_file(o.eval_data) : nullptr;
+  if (eval_data) {
+    check_fits_model(eval_data->info(), o.eval_data, init.config.vocab_size, o.model);
+    check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(eval_data->info()), o.eval_data);
+  }
   const std::optional<TrainState> source = read_checkpoint_state(o.model);
   if (o.init_moments && !source)
     fail("--init-moments takes the AdamW moments of a checkpoint, but --model '", o.model,
@@ -330,7 +336,7 @@ int cmd_train(Context& ctx) {
                          "fingerprint of the data that checkpoint was trained on"});
   TrainLoop loop{ctx,     o,        mc,    *dataset, mesh,   run.get(), model, trainer,
                  reducer, schedule, data,  state,    record, layout,    where, prov,
-                 peak,    peak_how, cp_attention.get()};
+                 peak,    peak_how, cp_attention.get(), eval_data.get()};
   return loop.train();
 }
 

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <ostream>
 
+#include "app/eval_setup.hpp"
 #include "app/train_checkpoint.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
@@ -46,9 +47,7 @@ std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_
 // close to --time-limit for another step and a checkpoint, --stop-at), in one collective.
 RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   const auto& ph = clock.seconds;
-  const double bytes =
-      (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent) +
-      (model.param_shards() ? double(model.param_shards()->bytes_sent()) : 0);
+  const double bytes = bytes_sent();
   slowest_step_ = std::max(slowest_step_, clock.total());
   const bool near_limit =
       o.time_limit > 0 && process_seconds() + 1.5 * (slowest_step_ + last_io_) + 2 > o.time_limit;
@@ -63,6 +62,29 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   bytes_before_ = bytes;
   return {allgather(mine, ctx.world.comm, "the allgather of the step's per-rank figures"),
           ctx.world.size};
+}
+
+double TrainLoop::bytes_sent() const {
+  return (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent) +
+         (model.param_shards() ? double(model.param_shards()->bytes_sent()) : 0);
+}
+
+// lctrain eval's evaluation of the model as it is after this step, forward only in the
+// training model itself (no copy of the weights), over this rank's cp group as eval --cp runs
+// it. Every dp replica evaluates the same sequences, so every rank has the whole result and
+// no sum over dp is needed (the simplest correct choice; with ZeRO-3 every rank also takes part
+// in the same parameter gathers). It reads only --eval-data: the training loader, the
+// gradients and the optimizer are untouched, so the training goes on bit for bit as without.
+EvalResult TrainLoop::evaluate_held_out() {
+  const MPI_Comm cp_comm = mesh.comm("cp");
+  MpiStepReducer sums(cp_comm);
+  const EvalCp cp = layout.cp > 1 ? mpi_eval_cp(cp_comm, cp_split_of(o, mc, layout.cp, o.seq_len),
+                                                ulysses_group(o), sums)
+                                  : EvalCp{};
+  PhaseClock clock;  // the step's phases are recorded already; evaluation is not one of them
+  const EvalResult r = evaluate(model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp);
+  bytes_before_ = bytes_sent();  // its traffic is no step's
+  return r;
 }
 
 // "SIGTERM on every rank", "SIGUSR1 on rank 3", "--time-limit near on rank 0", "--stop-at".
@@ -158,13 +180,24 @@ int TrainLoop::train() {
 
       const double secs = clock.total();
       const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
-      const StepFigures fig{st,   state.restarts, o.steps, secs, f.total() / double(layout.cp) / secs / 1e9,
-                            peak, &clock,         &ranks,  S,    schedule.staged()};
+      StepFigures fig{st,   state.restarts, o.steps, secs, f.total() / double(layout.cp) / secs / 1e9,
+                      peak, &clock,         &ranks,  S,    schedule.staged()};
+      // After the step and its checkpoint, outside the step's time; decided alike on every rank.
+      // Not when the run must stop now (it may be near --time-limit).
+      std::string eval_said;
+      if (eval_data && (step % o.eval_every == 0 || step == o.steps) && !stop) {
+        const EvalResult r = evaluate_held_out();
+        fig.eval_loss = r.mean_loss();
+        fig.eval_accuracy = eval_accuracy(r);
+        fig.eval_retrieval = eval_retrieval(r);
+        eval_said = eval_line(step, r);
+      }
       record.add(fig);
       if (step % o.log_every == 0 || step == first_step || step == o.steps || stop)
         out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *
                                          double(o.steps - step))
             << std::endl;
+      if (!eval_said.empty()) out << eval_said << std::endl;
       if (state.consecutive_skips >= o.max_skips) {  // every rank sees the same reduced loss
         write_timing();
         throw AgreedError(cat(

@@ -12,6 +12,7 @@
 #include "model/attention_op.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
+#include "train/evaluate.hpp"
 #include "train/trainer.hpp"
 
 namespace lct {
@@ -36,6 +37,7 @@ struct TrainLoop {
   double peak;
   std::string peak_how;
   const AttentionOp* cp_attention;
+  TokenSource* eval_data;  // --eval-data (read a batch at a time); null without --eval-every
 
   // Trains from state.step + 1 to --steps: kExitOk, or kExitRequeue after a stop request
   // (signal, --time-limit, --stop-at) with its checkpoint written. Throws AgreedError.
@@ -44,6 +46,8 @@ struct TrainLoop {
   // The loop's own; the rest above is what it works with.
   std::vector<Batch> micro_batches(int64_t step, double* visible_pairs);
   RankFigures gather_figures(const PhaseClock& clock, int64_t step);
+  double bytes_sent() const;  // by this rank so far: cp attention, gradient reduction, ZeRO-3
+  EvalResult evaluate_held_out();
   void checkpoint();
   void write_timing();
   std::string stop_reason(const RankFigures& ranks, int64_t step) const;

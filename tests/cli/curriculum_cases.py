@@ -267,18 +267,21 @@ def bad_curriculum_inputs():
 @case
 def resume_of_a_run_from_before_schedules_continues_its_table():
     """A table and checkpoint of an lctrain without seq_len column or schedule attribute (both
-    removed here) resume: the earlier rows were all at --seq-len."""
+    removed here, with the eval columns, later still) resume: the earlier rows were all at
+    --seq-len, and had no evaluation."""
     fixture()
     p = train("old", "--seq-len", "200", "--steps", "4", "--stop-at", "2")
     assert p.returncode == 85, p.stderr
     with h5py.File("old/timing.h5", "a") as f:
-        del f["steps/seq_len"]
-        f["steps"].attrs["columns"] = f["steps"].attrs["columns"].replace(" seq_len", "")
+        for c in ("seq_len", "eval_loss", "eval_accuracy", "eval_retrieval"):
+            del f[f"steps/{c}"]
+            f["steps"].attrs["columns"] = f["steps"].attrs["columns"].replace(f" {c}", "")
     with h5py.File(ckpt("old", 2), "a") as f:
         del f["train_state"].attrs["seq_len_schedule"]
     p = train("old", "--seq-len", "200", "--steps", "4", "--resume", "auto")
     assert p.returncode == 0, p.stderr
     assert list(losses("old", "seq_len").values()) == [200] * 4
+    assert np.all(np.isnan(list(losses("old", "eval_loss").values())))
 
 
 if __name__ == "__main__":

@@ -853,6 +853,91 @@ def hybrid_degrees_that_do_not_fit_give_one_clear_error():
     cc.expect_error([*base, "--ulysses-degree", "2"], "--ulysses-degree 2 is only for --cp-algo hybrid",
                     "this run has --cp-algo ring")
 
+EVAL = ["--eval-every", "2", "--eval-data", "ev.h5", "--eval-sequences", "4"]
+
+
+def eval_fixture():
+    """fixture() and ev.h5: held-out passkey documents (another seed than d16.h5's)."""
+    fixture()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "8", "--doc-length", "300", "--seed", "7", "-o", "ev.h5")
+
+
+EVAL_COLUMNS = ("eval_loss", "eval_accuracy", "eval_retrieval")
+
+
+@case
+def eval_every_records_held_out_loss_on_its_steps():
+    eval_fixture()
+    p = train("e", "--steps", "5", *EVAL)
+    assert p.returncode == 0, p.stderr
+    steps = timing("e")[0]
+    evaluated = [int(s) for s, v in zip(steps["step"], steps["eval_loss"]) if np.isfinite(v)]
+    assert evaluated == [2, 4, 5], steps["eval_loss"]  # every 2 steps and the last
+    for c in EVAL_COLUMNS:
+        assert np.all(np.isnan(steps[c][[0, 2]])), (c, steps[c])
+    assert re.search(r"\] eval at step 4: loss [0-9.]+, next token [0-9.]+%, passkeys \d+/8 \(", p.stdout), p.stdout
+    # The last step's figures are lctrain eval's on the final checkpoint, same sequences.
+    ok("eval", "--model", "e/checkpoints/step_00000005.h5", "--data", "ev.h5", "--seq-len", "600",
+       "--max-sequences", "4", "--block-q", "32", "--block-k", "32", "--out", "ev_out.h5")
+    with h5py.File("ev_out.h5", "r") as f:
+        a = dict(f.attrs)
+    print("eval at step 5:", steps["eval_loss"][-1], "lctrain eval:", a["mean_loss"])
+    assert abs(steps["eval_loss"][-1] - a["mean_loss"]) <= 1e-6 * a["mean_loss"], (steps["eval_loss"][-1], a)
+    assert steps["eval_accuracy"][-1] == a["next_token_correct"] / a["valid_targets"], a
+    assert a["passkey_asked"] == 8 and steps["eval_retrieval"][-1] == a["passkey_retrieved"] / 8, a
+
+
+@case
+def eval_every_leaves_training_bit_exact():
+    eval_fixture()
+    assert train("plain", "--steps", "5").returncode == 0
+    assert train("e", "--steps", "5", *EVAL).returncode == 0
+    a, b = last_per_step("plain"), last_per_step("e")
+    assert list(a) == [1, 2, 3, 4, 5] and a == b, (a, b)  # identical floats, every step
+    ta, tb = tensors("plain/checkpoints/step_00000005.h5"), tensors("e/checkpoints/step_00000005.h5")
+    assert ta.keys() == tb.keys() and all(np.array_equal(ta[k], tb[k]) for k in ta)  # weights and moments
+
+
+@case
+def eval_every_resumes_a_table_from_before_its_columns():
+    """A table without the eval columns (removed here, as an older lctrain wrote it) continues
+    with them: NaN on its earlier rows, the evaluations of the resumed steps after."""
+    eval_fixture()
+    assert train("old", "--steps", "4", "--stop-at", "2").returncode == 85
+    with h5py.File("old/timing.h5", "a") as f:
+        for c in EVAL_COLUMNS:
+            del f[f"steps/{c}"]
+            f["steps"].attrs["columns"] = f["steps"].attrs["columns"].replace(f" {c}", "")
+    p = train("old", "--steps", "4", "--resume", "auto", *EVAL)
+    assert p.returncode == 0, p.stderr
+    v = last_per_step("old", "eval_loss")
+    assert list(v) == [1, 2, 3, 4] and np.isnan([v[1], v[2], v[3]]).all() and np.isfinite(v[4]), v
+
+
+@case
+def eval_every_over_cp_ranks_matches_one_rank():
+    eval_fixture()
+    assert train("one", "--steps", "4", *EVAL).returncode == 0
+    p = train("cp2", "--steps", "4", "--cp", "2", *EVAL, ranks=2)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    one, two = timing("one")[0], timing("cp2")[0]
+    for c in EVAL_COLUMNS:
+        print(c, one[c], two[c])
+        assert np.array_equal(np.isnan(one[c]), np.isnan(two[c])), c
+        ok_ = np.isfinite(one[c])
+        assert np.all(np.abs(one[c][ok_] - two[c][ok_]) <= 1e-5 * np.abs(one[c][ok_])), c
+
+
+@case
+def eval_every_bad_inputs_give_one_clear_error():
+    eval_fixture()
+    base = [*TRAIN, "--run-dir", "bad", "--steps", "2"]
+    expect_error([*base, "--eval-every", "2"], "--eval-every N evaluates on --eval-data FILE", code=2)
+    expect_error([*base, "--eval-data", "ev.h5"], "--eval-every N evaluates on --eval-data FILE", code=2)
+    expect_error([*base, *EVAL[:2], "--eval-data", "missing.h5"], "missing.h5")
+    cc.edit("ev.h5", lambda f: f.attrs.__setitem__("vocab_size", 100000))
+    expect_error([*base, *EVAL], "dataset 'ev.h5' uses a vocabulary of 100000 ids but model 'm.h5'")
+
 
 if __name__ == "__main__":
     sys.exit(cc.main())
