@@ -6,7 +6,9 @@
 For each table, one PNG of eight panels: loss vs tokens (restarts marked), the stacked time
 breakdown per step, tokens/s, MFU, learning rate and gradient norm (skipped steps marked)
 vs step, and per rank the exposed communication and the busy time over the mean of the
-ranks (the imbalance), each axis scaled to its data. With several tables (a sweep, e.g.
+ranks (the imbalance), each axis scaled to its data. A run with train --eval-every gets two
+more: the held-out loss (with the training loss) and the held-out next-token accuracy and
+passkey retrieval vs step. With several tables (a sweep, e.g.
 jobs/sweep.sbatch): scaling efficiency vs cp at each sequence length, where efficiency =
 tokens/s(cp) / (cp x tokens/s(cp = 1)) for the same dp and sequence length.
 
@@ -166,11 +168,34 @@ def rank_panels(a_comm, a_busy, t):
     a_busy.legend(fontsize=7)
 
 
+def evaluated(t):
+    """The rows with an --eval-every evaluation (none in a table from before its columns)."""
+    return np.isfinite(t["eval_loss"]) if "eval_loss" in t else np.zeros(len(t["step"]), bool)
+
+
+def eval_panels(a_loss, a_rate, t):
+    """--eval-every: held-out loss against the training loss, and the held-out next-token
+    accuracy and passkey retrieval (when the data has passkeys), vs step."""
+    e = evaluated(t)
+    a_loss.plot(t["step"], t["loss"], color="C0", alpha=0.4, label="training loss")
+    line_panel(a_loss, t["step"][e], t["eval_loss"][e], "held-out loss (--eval-data)", "held-out loss",
+               color="C3", marker="o")
+    a_loss.set(ylabel="nats")
+    a_rate.plot(t["step"][e], 100 * t["eval_accuracy"][e], "o-", color="C2", label="next token right")
+    keys = e & np.isfinite(t["eval_retrieval"])
+    if keys.any():
+        a_rate.plot(t["step"][keys], 100 * t["eval_retrieval"][keys], "s-", color="C4",
+                    label="passkeys retrieved exactly")
+    a_rate.set(xlabel="step", ylabel="%", title="held-out next token and passkeys", ylim=(0, 100))
+    a_rate.legend(fontsize=7)
+
+
 def run_figure(path, name):
-    """The eight panels of one table (tests inspect the figure)."""
+    """The eight panels of one table, ten with evaluations (tests inspect the figure)."""
     t, attrs, config = load(path)
     step = t["step"]
-    fig, ax = plt.subplots(4, 2, figsize=(12, 13))
+    evals = evaluated(t).any()
+    fig, ax = plt.subplots(5 if evals else 4, 2, figsize=(12, 16 if evals else 13))
     dp, cp = degrees(t, attrs, config)
     fig.suptitle(f"{name}: dp={dp} cp={cp} seq_len={config.get('train.seq_len', '?')}, {len(step)} steps")
     loss_panel(ax[0, 0], t)
@@ -182,6 +207,8 @@ def run_figure(path, name):
     grad_panel(ax[2, 1], t, config)
     if "rank_seconds" in t:
         rank_panels(ax[3, 0], ax[3, 1], t)
+    if evals:
+        eval_panels(ax[4, 0], ax[4, 1], t)
     fig.tight_layout()
     return fig
 

@@ -249,5 +249,24 @@ def plot_panels_have_legends_and_scale_to_the_data():
     print(f"busy time panel from {lo:.4f} to {hi:.4f}; panels: {sorted(p)}")
 
 
+@case
+def plot_shows_held_out_evaluations_when_the_table_has_them():
+    fixture()
+    train("e", "--steps", "4", "--eval-every", "2", "--eval-data", "d16.h5", "--eval-sequences", "2")
+    spec = importlib.util.spec_from_file_location("plot_timing", PLOT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = panels(mod.run_figure("e/timing.h5", "e"))
+    for title, a in p.items():
+        assert a.get_legend() is not None, f"panel '{title}' has no legend"
+    loss, rate = p["held-out loss"], p["held-out next token and passkeys"]
+    held_out = next(l for l in loss.lines if l.get_label().startswith("held-out loss"))
+    assert list(held_out.get_xdata()) == [2, 4], held_out.get_xdata()  # the evaluated steps only
+    assert {l.get_label() for l in rate.lines} == {"next token right", "passkeys retrieved exactly"}
+    # A run without evaluations keeps its eight panels.
+    train("plain", "--steps", "2")
+    assert "held-out loss" not in panels(mod.run_figure("plain/timing.h5", "plain"))
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())
