@@ -50,7 +50,8 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   const double bytes = bytes_sent();
   slowest_step_ = std::max(slowest_step_, clock.total());
   const bool near_limit =
-      o.time_limit > 0 && process_seconds() + 1.5 * (slowest_step_ + last_io_) + 2 > o.time_limit;
+      o.time_limit > 0 &&
+      process_seconds() + 1.5 * (slowest_step_ + last_io_ + last_eval_) + 2 > o.time_limit;
   const double why = stop_signal() ? double(stop_signal())
                      : near_limit   ? kStopTimeLimit
                      : step == o.stop_at ? kStopAt
@@ -82,8 +83,11 @@ EvalResult TrainLoop::evaluate_held_out() {
                                                 ulysses_group(o), sums)
                                   : EvalCp{};
   PhaseClock clock;  // the step's phases are recorded already; evaluation is not one of them
+  const double t0 = omp_get_wtime();
   const EvalResult r = evaluate(model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp);
   bytes_before_ = bytes_sent();  // its traffic is no step's
+  // The next step may be followed by an evaluation too: --time-limit keeps room for one.
+  last_eval_ = omp_get_wtime() - t0;
   return r;
 }
 

@@ -52,7 +52,7 @@ struct TrainLoop {
   void write_timing();
   std::string stop_reason(const RankFigures& ranks, int64_t step) const;
 
-  double bytes_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0;
+  double bytes_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
 };
 
 }  // namespace lct
