@@ -914,18 +914,34 @@ def eval_every_resumes_a_table_from_before_its_columns():
     assert list(v) == [1, 2, 3, 4] and np.isnan([v[1], v[2], v[3]]).all() and np.isfinite(v[4]), v
 
 
+def assert_same_evaluations(one, other):
+    """The eval columns of two runs: NaN on the same steps, within 1e-5 elsewhere."""
+    a, b = timing(one)[0], timing(other)[0]
+    for c in EVAL_COLUMNS:
+        print(c, a[c], b[c])
+        assert np.array_equal(np.isnan(a[c]), np.isnan(b[c])), c
+        ok_ = np.isfinite(a[c])
+        assert np.all(np.abs(a[c][ok_] - b[c][ok_]) <= 1e-5 * np.abs(a[c][ok_])), c
+
+
 @case
 def eval_every_over_cp_ranks_matches_one_rank():
     eval_fixture()
     assert train("one", "--steps", "4", *EVAL).returncode == 0
     p = train("cp2", "--steps", "4", "--cp", "2", *EVAL, ranks=2)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
-    one, two = timing("one")[0], timing("cp2")[0]
-    for c in EVAL_COLUMNS:
-        print(c, one[c], two[c])
-        assert np.array_equal(np.isnan(one[c]), np.isnan(two[c])), c
-        ok_ = np.isfinite(one[c])
-        assert np.all(np.abs(one[c][ok_] - two[c][ok_]) <= 1e-5 * np.abs(one[c][ok_])), c
+    assert_same_evaluations("one", "cp2")
+
+
+@case
+def eval_every_on_dp_replicas_matches_one_rank():
+    """dp 2 (every replica evaluates the same sequences) against one rank taking the same 2
+    sequences a step."""
+    eval_fixture()
+    assert train("one", "--steps", "4", "--batch-size", "2", *EVAL).returncode == 0
+    p = train("dp2", "--steps", "4", *EVAL, ranks=2)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert_same_evaluations("one", "dp2")
 
 
 @case
