@@ -35,18 +35,6 @@ void fill_random(Buffer<float>& x, uint64_t stream) {
   for (int64_t i = 0; i < n; ++i) p[i] = float(normal_at(7, stream, uint64_t(i)));
 }
 
-// The median of `repeats` timed runs of f, after one untimed run.
-template <class F>
-double median_seconds(int64_t repeats, F&& f) {
-  std::vector<double> t;
-  for (int64_t r = 0; r <= repeats; ++r) {
-    const double t0 = omp_get_wtime();
-    f();
-    if (r > 0) t.push_back(omp_get_wtime() - t0);
-  }
-  return median(t);
-}
-
 struct Table {
   TimingTable data;
   explicit Table(std::initializer_list<const char*> columns) {

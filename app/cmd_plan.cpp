@@ -32,17 +32,6 @@ namespace lct {
 
 namespace {
 
-template <class F>
-double median_seconds(int repeats, F&& f) {
-  std::vector<double> t;
-  for (int r = 0; r <= repeats; ++r) {  // the first run warms up, untimed
-    const double t0 = omp_get_wtime();
-    f();
-    if (r > 0) t.push_back(omp_get_wtime() - t0);
-  }
-  return median(t);
-}
-
 // One document of T random tokens.
 Batch calibration_batch(const ModelConfig& mc, int64_t T) {
   Batch b;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 #include <omp.h>
 
@@ -92,6 +93,16 @@ TEST(LlamaInit, NormalMatricesUnitNormsIndependentOfThreads) {
 // ZeRO-1's pieces: the shard ranges cover the array in order, on whole cache lines; AdamW
 // over shards updates each parameter exactly as over the whole array (same bits), and its
 // moments are the whole one's ranges.
+// Parameters and gradients for the optimizer tests: deterministic, of both signs, varied.
+std::pair<std::vector<float>, std::vector<float>> adam_inputs(size_t n) {
+  std::vector<float> p(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = float(std::sin(double(i)));
+    g[i] = float(std::cos(double(i) * 0.7));
+  }
+  return {p, g};
+}
+
 TEST(AdamW, ShardsUpdateBitwiseLikeTheWholeArray) {
   for (int n : {1, 2, 3, 7}) {
     const std::vector<size_t> b = shard_bounds(1000, n);
@@ -107,11 +118,7 @@ TEST(AdamW, ShardsUpdateBitwiseLikeTheWholeArray) {
   }
   const ModelConfig c = model_preset("tiny");
   const ParamLayout layout = ParamLayout::llama(c);
-  std::vector<float> p0(layout.total), g(layout.total);
-  for (size_t i = 0; i < layout.total; ++i) {
-    p0[i] = float(std::sin(double(i)));
-    g[i] = float(std::cos(double(i) * 0.7));
-  }
+  const auto [p0, g] = adam_inputs(layout.total);
   const AdamWConfig cfg;
   AdamW whole(layout, cfg);
   std::vector<float> pw = p0, ps = p0;
@@ -165,11 +172,7 @@ TEST(AdamW, PackedPiecesUpdateBitwiseLikeTheWholeArray) {
   const ModelConfig c = model_preset("tiny");
   const ParamLayout layout = ParamLayout::llama(c);
   const std::vector<size_t> u = unit_bounds(layout, c);
-  std::vector<float> p0(layout.total), g(layout.total);
-  for (size_t i = 0; i < layout.total; ++i) {
-    p0[i] = float(std::sin(double(i)));
-    g[i] = float(std::cos(double(i) * 0.7));
-  }
+  const auto [p0, g] = adam_inputs(layout.total);
   const AdamWConfig cfg;
   AdamW whole(layout, cfg);
   std::vector<float> pw = p0;
