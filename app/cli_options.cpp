@@ -130,8 +130,9 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "split each file into documents at this string (\"\" = one document per file; "
         "\\n is a newline)");
   r.add(c, "--synthetic", o.synthetic, std::string(),
-        "generate data instead of reading files: passkey")
-      ->check(CLI::IsMember({"", "passkey"}));
+        "generate data instead of reading files: passkey (one key hidden in filler, asked for at "
+        "the end), or recall (dense key-value statements whose keys are asked for again)")
+      ->check(CLI::IsMember({"", "passkey", "recall"}));
   r.add(c, "--tokenizer", o.tokenizer, std::string("byte"),
         "byte (ids 0-255 are bytes, then BOS, EOS, PAD), or train a SentencePiece model on the "
         "input texts: bpe or unigram (with --vocab-size; byte fallback, unk 0, BOS 1, EOS 2, PAD 3)")
@@ -148,11 +149,11 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--doc-length", o.doc_length, int64_t(1024),
         "synthetic: tokens per document, BOS and EOS included")
       ->check(count(2));
-  r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey: digits of the key")
+  r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey, recall: digits of each key")
       ->check(count(1));
   r.add(c, "--loss-on", o.loss_on, std::string("all"),
-        "passkey: which targets the training loss counts: all, or answers (the key's digits "
-        "only, stored as a loss mask)")
+        "passkey, recall: which targets the training loss counts: all, or answers (the digits of "
+        "the keys asked for, stored as a loss mask)")
       ->check(CLI::IsMember({"all", "answers"}));
   r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed")
       ->check(count(0));
@@ -443,8 +444,8 @@ std::string train_rule(const TrainOptions& o) {
 std::string prepare_rule(const PrepareOptions& o) {
   const bool train = o.tokenizer != "byte", given = !o.tokenizer_model.empty();
   if (!o.synthetic.empty() && (train || given))
-    return "--synthetic passkey generates byte-tokenized documents (its answers are byte positions): "
-           "drop --tokenizer and --tokenizer-model";
+    return cat("--synthetic ", o.synthetic, " generates byte-tokenized documents (its answers are byte ",
+               "positions): drop --tokenizer and --tokenizer-model");
   if (given && train)
     return cat("--tokenizer-model ", o.tokenizer_model, " is the tokenizer (its type is in the model): ",
                "drop --tokenizer ", o.tokenizer, ", or drop --tokenizer-model to train a new one");

@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
+#include "data/recall.hpp"
 #include "data/sentencepiece.hpp"
 #include "data/text.hpp"
 #include "data/text_stream.hpp"
@@ -30,9 +31,10 @@ namespace {
 // --loss-on answers: the mask, as floats), plus one
 // document's text and ids (about 10 bytes per token) while it is generated. Counted in
 // double, so that sizes past 64 bits are refused too instead of overflowing.
-void check_passkey_fits_memory(const PrepareOptions& o) {
+void check_synthetic_fits_memory(const PrepareOptions& o) {
   const double tokens = double(o.num_docs) * double(o.doc_length);
-  const double per_token = o.loss_on == "answers" ? 8.0 : 4.0;  // ids, and the mask as floats
+  // ids, and the mask as floats (recall makes its mask in any case)
+  const double per_token = o.loss_on == "answers" || o.synthetic == "recall" ? 8.0 : 4.0;
   const double need = per_token * tokens + 10.0 * double(o.doc_length) + 28.0 * double(o.num_docs);
   const double avail = available_memory().bytes;
   if (avail <= 0 || need <= 0.95 * avail) return;
@@ -42,18 +44,23 @@ void check_passkey_fits_memory(const PrepareOptions& o) {
        " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
 }
 
-// Passkey data is generated whole in memory (progress: documents generated), then written.
-DatasetInfo prepare_passkey(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
+// Synthetic data (passkey, recall) is generated whole in memory (progress: documents
+// generated), then written.
+DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
   if (!o.inputs.empty())
-    fail("prepare: --synthetic passkey generates its data; drop the input files, or drop ",
-         "--synthetic to tokenize them");
-  check_passkey_fits_memory(o);
+    fail("prepare: --synthetic ", o.synthetic, " generates its data; drop the input files, or ",
+         "drop --synthetic to tokenize them");
+  check_synthetic_fits_memory(o);
   Progress gen(out, "prepare: generating", o.progress_every);
-  const PasskeySpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
-  TokenDataset ds = make_passkey_dataset(spec, [&](int64_t docs) {
-    gen.update(double(docs), double(o.num_docs), "documents");
-  });
-  if (o.loss_on == "answers") ds.loss_weights = passkey_answer_mask(ds);
+  const auto done = [&](int64_t docs) { gen.update(double(docs), double(o.num_docs), "documents"); };
+  TokenDataset ds;
+  if (o.synthetic == "recall") {
+    ds = make_recall_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)}, done);
+    if (o.loss_on == "all") ds.loss_weights.clear();
+  } else {
+    ds = make_passkey_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)}, done);
+    if (o.loss_on == "answers") ds.loss_weights = passkey_answer_mask(ds);
+  }
   write_dataset_file(o.out, ds, prov, o.force);
   return ds;
 }
@@ -159,7 +166,7 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
 DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
   if (o.loss_on != "all")
     fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey ",
-         "marks; drop --loss-on for text files");
+         "and recall mark; drop --loss-on for text files");
   if (o.inputs.empty())
     fail("prepare: no input: give UTF-8 text files, or --synthetic passkey");
   double all_bytes = 0;
@@ -236,8 +243,8 @@ int cmd_prepare(Context& ctx) {
   if (!ctx.world.root()) return kExitOk;
   const PrepareOptions& o = ctx.inv.prepare;
   const double t0 = omp_get_wtime();
-  const DatasetInfo ds = o.synthetic == "passkey" ? prepare_passkey(o, ctx.out(), ctx.provenance())
-                                                  : prepare_texts(o, ctx.out(), ctx.provenance());
+  const DatasetInfo ds = o.synthetic.empty() ? prepare_texts(o, ctx.out(), ctx.provenance())
+                                             : prepare_synthetic(o, ctx.out(), ctx.provenance());
   const double secs = omp_get_wtime() - t0;
 
   int64_t longest = 0;

@@ -85,4 +85,7 @@ std::vector<float> passkey_answer_mask(const TokenDataset& ds) {
   return mask;
 }
 
+std::string passkey_filler(size_t phase, size_t n) { return filler(phase, n); }
+size_t passkey_filler_period() { return kFiller.size(); }
+
 }  // namespace lct

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "data/dataset.hpp"
 
@@ -15,6 +16,11 @@ struct PasskeySpec {
   int32_t key_digits = 5;
   uint64_t seed = 0;
 };
+
+// `n` characters of the passkey's filler text, starting `phase` characters into its cycle
+// (the recall generator writes the same filler between its statements).
+std::string passkey_filler(size_t phase, size_t n);
+size_t passkey_filler_period();
 
 // The shortest document that holds the instructions, the key and the question.
 int64_t passkey_min_doc_length(int32_t key_digits);

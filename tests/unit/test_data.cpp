@@ -1,12 +1,14 @@
-// Tokenizer, UTF-8 checks, passkey generation and packing.
+// Tokenizer, UTF-8 checks, passkey and recall generation, and packing.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "common/error.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
+#include "data/recall.hpp"
 #include "data/text.hpp"
 #include "data/text_stream.hpp"
 #include "data/tokenizer.hpp"
@@ -123,6 +125,45 @@ TEST(Passkey, AnswerIsTheHiddenKeyAtTheEnd) {
 TEST(Passkey, RejectsDocumentsTooShortForTheTask) {
   EXPECT_THROW(make_passkey_dataset({4, passkey_min_doc_length(5) - 1, 5, 1}), Error);
   EXPECT_NO_THROW(make_passkey_dataset({4, passkey_min_doc_length(5), 5, 1}));
+}
+
+TEST(Recall, IsDeterministicAndEveryDocumentHasItsLength) {
+  const RecallSpec spec{30, 400, 5, 7};
+  const TokenDataset a = make_recall_dataset(spec), b = make_recall_dataset(spec);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.loss_weights, b.loss_weights);
+  EXPECT_NE(a.tokens, make_recall_dataset({30, 400, 5, 8}).tokens);
+  EXPECT_NO_THROW(validate(a, "recall"));
+  ASSERT_EQ(a.num_docs(), 30);
+  for (int64_t d = 0; d < a.num_docs(); ++d) EXPECT_EQ(a.doc_length(d), 400);
+  EXPECT_THROW(make_recall_dataset({4, recall_min_doc_length(5) - 1, 5, 1}), Error);
+  EXPECT_NO_THROW(make_recall_dataset({4, recall_min_doc_length(5), 5, 1}));
+}
+
+// Every scored run of digits is the key the same name was given where it was first said,
+// and nothing else is scored: the mask is exactly the recalled keys.
+TEST(Recall, ScoredDigitsAreTheKeyGivenEarlierToTheSameName) {
+  const TokenDataset ds = make_recall_dataset({20, 700, 4, 3});
+  ASSERT_EQ(ds.loss_weights.size(), ds.tokens.size());
+  int64_t recalled = 0, scored = 0;
+  for (float w : ds.loss_weights) scored += w > 0;
+  for (int64_t d = 0; d < ds.num_docs(); ++d) {
+    const int64_t begin = ds.doc_offsets[d], n = ds.doc_length(d);
+    const std::string text = ByteTokenizer::decode_bytes(ds.tokens.data() + begin, size_t(n));
+    ASSERT_EQ(text.size(), size_t(n) - 2);  // BOS and EOS decode to nothing
+    std::map<std::string, std::string> keys;  // name -> key, as first said
+    for (size_t at = text.find("The "); at != std::string::npos; at = text.find("The ", at + 1)) {
+      if (at + 20 > text.size() || text.compare(at + 8, 8, " key is ") != 0) continue;  // filler
+      const std::string name = text.substr(at + 4, 4), key = text.substr(at + 16, 4);
+      const bool scored_here = ds.loss_weights[size_t(begin + 1 + int64_t(at) + 16)] > 0;
+      auto [it, first] = keys.emplace(name, key);
+      EXPECT_EQ(scored_here, !first) << "document " << d << " at " << at;
+      EXPECT_EQ(it->second, key) << "document " << d << ": " << name << " changed its key";
+      recalled += !first;
+    }
+  }
+  EXPECT_EQ(scored, 4 * recalled);
+  EXPECT_GT(recalled, 20 * 5);  // dense: several recalls in every 700-token document
 }
 
 TEST(Packing, NextFitKeepsOrderPadsAndSplitsLongDocuments) {

@@ -1,0 +1,110 @@
+#include "data/recall.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/rng.hpp"
+#include "data/passkey.hpp"
+#include "data/tokenizer.hpp"
+
+namespace lct {
+
+namespace {
+
+// The mix, fixed so that a dataset is a function of its spec: about one statement in three
+// introduces a name (the rest recall one, so most statements are scored), half the recalls
+// are asked as the passkey's question, and up to 48 filler characters separate statements
+// (the filler's "The sky is blue." must be told apart from "The qwzr key is").
+constexpr double kNewFraction = 0.35;
+constexpr double kQuestionFraction = 0.5;
+constexpr uint64_t kMaxGap = 48;
+constexpr int kNameLetters = 4;
+
+std::string statement(const std::string& name, const std::string& key) {
+  return "The " + name + " key is " + key + ". ";
+}
+std::string question(const std::string& name) {
+  return "What is the " + name + " key? The " + name + " key is ";
+}
+
+std::string random_key(Rng& rng, int32_t digits) {
+  std::string key(1, char('1' + rng.below(9)));  // no leading zero, as passkeys
+  for (int32_t i = 1; i < digits; ++i) key.push_back(char('0' + rng.below(10)));
+  return key;
+}
+
+std::string random_name(Rng& rng) {
+  std::string name;
+  for (int i = 0; i < kNameLetters; ++i) name.push_back(char('a' + rng.below(26)));
+  return name;
+}
+
+}  // namespace
+
+int64_t recall_min_doc_length(int32_t key_digits) {
+  const std::string key(size_t(key_digits), '0'), name(kNameLetters, 'a');
+  return int64_t(2 + statement(name, key).size() + question(name).size() + key.size() + 2);
+}
+
+TokenDataset make_recall_dataset(const RecallSpec& spec,
+                                 const std::function<void(int64_t)>& progress) {
+  if (spec.key_digits < 1 || spec.key_digits > 18)
+    fail("recall: key digits ", spec.key_digits, " must be between 1 and 18");
+  if (spec.num_docs < 1) fail("recall: the number of documents must be at least 1");
+  const int64_t min_len = recall_min_doc_length(spec.key_digits);
+  if (spec.doc_length < min_len)
+    fail("recall: documents of ", spec.doc_length, " tokens cannot hold a statement and its ",
+         "recall; with ", spec.key_digits, "-digit keys they need at least ", min_len, " tokens");
+
+  TokenDataset ds = ByteTokenizer().empty_dataset();
+  ds.source = cat("synthetic recall: ", spec.num_docs, " documents of ", spec.doc_length,
+                  " tokens, ", spec.key_digits, "-digit keys, seed ", spec.seed);
+  ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
+  ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
+
+  const size_t budget = size_t(spec.doc_length - 2);  // text bytes between BOS and EOS
+  for (int64_t d = 0; d < spec.num_docs; ++d) {
+    Rng rng(spec.seed, uint64_t(d));
+    std::vector<std::string> names, keys;
+    std::vector<size_t> answers;  // byte offsets of scored key digits in `text`
+    std::string text;
+    size_t phase = size_t(rng.below(passkey_filler_period()));
+    for (;;) {
+      const size_t gap = size_t(rng.below(kMaxGap + 1));
+      std::string s;
+      size_t answer_at = std::string::npos;  // offset of the scored key inside s
+      if (names.empty() || rng.uniform() < kNewFraction) {
+        std::string name = random_name(rng);
+        while (std::find(names.begin(), names.end(), name) != names.end()) name = random_name(rng);
+        names.push_back(name);
+        keys.push_back(random_key(rng, spec.key_digits));
+        s = statement(names.back(), keys.back());
+      } else {
+        const size_t i = size_t(rng.below(names.size()));
+        s = rng.uniform() < kQuestionFraction ? question(names[i]) : "The " + names[i] + " key is ";
+        answer_at = s.size();
+        s += keys[i] + ". ";
+      }
+      if (text.size() + gap + s.size() > budget) break;
+      text += passkey_filler(phase, gap);
+      phase += gap;
+      if (answer_at != std::string::npos)
+        for (int32_t k = 0; k < spec.key_digits; ++k) answers.push_back(text.size() + answer_at + k);
+      text += s;
+    }
+    text += passkey_filler(phase, budget - text.size());
+
+    std::vector<int32_t> ids = ByteTokenizer::encode_bytes(text);  // BOS text EOS
+    std::vector<float> weights(ids.size(), 0.0f);
+    for (size_t a : answers) weights[1 + a] = 1.0f;  // +1: the BOS before the text
+    ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
+    ds.loss_weights.insert(ds.loss_weights.end(), weights.begin(), weights.end());
+    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+    if (progress) progress(d + 1);
+  }
+  return ds;
+}
+
+}  // namespace lct
