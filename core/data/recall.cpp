@@ -45,7 +45,7 @@ std::string random_name(Rng& rng) {
 
 int64_t recall_min_doc_length(int32_t key_digits) {
   const std::string key(size_t(key_digits), '0'), name(kNameLetters, 'a');
-  return int64_t(2 + statement(name, key).size() + question(name).size() + key.size() + 2);
+  return int64_t(2 + kMaxGap + statement(name, key).size() + question(name).size() + key.size());
 }
 
 TokenDataset make_recall_dataset(const RecallSpec& spec,
@@ -65,36 +65,50 @@ TokenDataset make_recall_dataset(const RecallSpec& spec,
   ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
 
   const size_t budget = size_t(spec.doc_length - 2);  // text bytes between BOS and EOS
+  // Every document ends as a passkey document does, asking for a key (of a random name said
+  // before) with nothing after it: that last recall is its passkey answer.
+  const std::string any_name(kNameLetters, 'a'), any_key(size_t(spec.key_digits), '0');
+  const size_t statement_size = statement(any_name, any_key).size();  // also a plain recall
+  const size_t last_question = question(any_name).size() + any_key.size();
   for (int64_t d = 0; d < spec.num_docs; ++d) {
     Rng rng(spec.seed, uint64_t(d));
     std::vector<std::string> names, keys;
+    std::vector<size_t> said_at;  // byte offset in `text` where each name was first said
     std::vector<size_t> answers;  // byte offsets of scored key digits in `text`
     std::string text;
     size_t phase = size_t(rng.below(passkey_filler_period()));
+    const auto recall = [&](size_t i, bool as_question) {
+      text += as_question ? question(names[i]) : "The " + names[i] + " key is ";
+      for (int32_t k = 0; k < spec.key_digits; ++k) answers.push_back(text.size() + size_t(k));
+      text += keys[i];
+    };
     for (;;) {
       const size_t gap = size_t(rng.below(kMaxGap + 1));
-      std::string s;
-      size_t answer_at = std::string::npos;  // offset of the scored key inside s
-      if (names.empty() || rng.uniform() < kNewFraction) {
-        std::string name = random_name(rng);
-        while (std::find(names.begin(), names.end(), name) != names.end()) name = random_name(rng);
-        names.push_back(name);
-        keys.push_back(random_key(rng, spec.key_digits));
-        s = statement(names.back(), keys.back());
-      } else {
-        const size_t i = size_t(rng.below(names.size()));
-        s = rng.uniform() < kQuestionFraction ? question(names[i]) : "The " + names[i] + " key is ";
-        answer_at = s.size();
-        s += keys[i] + ". ";
-      }
-      if (text.size() + gap + s.size() > budget) break;
+      const bool fresh = names.empty() || rng.uniform() < kNewFraction;
+      std::string name = fresh ? random_name(rng) : std::string();
+      while (fresh && std::find(names.begin(), names.end(), name) != names.end()) name = random_name(rng);
+      const size_t i = fresh ? names.size() : size_t(rng.below(names.size()));
+      const bool as_question = !fresh && rng.uniform() < kQuestionFraction;
+      const size_t length = as_question ? last_question + 2 : statement_size;
+      if (text.size() + gap + length + last_question > budget) break;
       text += passkey_filler(phase, gap);
       phase += gap;
-      if (answer_at != std::string::npos)
-        for (int32_t k = 0; k < spec.key_digits; ++k) answers.push_back(text.size() + answer_at + k);
-      text += s;
+      if (fresh) {
+        names.push_back(name);
+        keys.push_back(random_key(rng, spec.key_digits));
+        said_at.push_back(text.size());
+        text += statement(name, keys.back());
+      } else {
+        recall(i, as_question);
+        text += ". ";
+      }
     }
-    text += passkey_filler(phase, budget - text.size());
+    const size_t asked = size_t(rng.below(names.size()));
+    text += passkey_filler(phase, budget - last_question - text.size());
+    recall(asked, true);
+    ds.passkey.answer_offset.push_back(int64_t(1 + answers.back() + 1) - spec.key_digits);
+    ds.passkey.answer_length.push_back(spec.key_digits);
+    ds.passkey.depth.push_back(double(said_at[asked]) / double(budget));
 
     std::vector<int32_t> ids = ByteTokenizer::encode_bytes(text);  // BOS text EOS
     std::vector<float> weights(ids.size(), 0.0f);

@@ -161,6 +161,9 @@ TEST(Recall, ScoredDigitsAreTheKeyGivenEarlierToTheSameName) {
       EXPECT_EQ(it->second, key) << "document " << d << ": " << name << " changed its key";
       recalled += !first;
     }
+    // Its passkey answer is the last recall, asked as the passkey's question at the very end.
+    EXPECT_EQ(ds.passkey.answer_offset[size_t(d)] + 4, n - 1);
+    EXPECT_EQ(text.rfind("? The "), size_t(n - 2 - 4 - 18));  // "? The qwzr key is 1234"
   }
   EXPECT_EQ(scored, 4 * recalled);
   EXPECT_GT(recalled, 20 * 5);  // dense: several recalls in every 700-token document
