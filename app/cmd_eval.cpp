@@ -32,8 +32,7 @@ void check_finite_loss(const EvalResult& r, const std::string& model) {
        "is a checkpoint its run's timing table shows where the loss went");
 }
 
-
-// "  all            " or "  depth  20- 40%": the row labels of the passkey table.
+// The passkey table: a row label ("  depth  20- 40%", "  all") and cells "retrieved / asked  %".
 constexpr int kLabelWidth = 16, kCellWidth = 21;
 
 std::string passkey_cell(int64_t got, int64_t asked) {
@@ -61,6 +60,12 @@ void print_passkey_table(const EvalResult& r, std::ostream& out) {
   };
   out << "passkey retrieval (exact key, greedy) by depth of the key"
       << (L > 1 ? " and document length" : "") << ":\n";
+  const std::string split =
+      r.split_docs ? cat("  (", r.split_docs, " documents longer than a sequence not scored)\n") : "";
+  if (L == 0) {
+    out << "  no passkey document scored\n" << split;
+    return;
+  }
   char head[64];
   row("", [&](size_t l) {
         std::snprintf(head, sizeof head, "%*lld tokens", kCellWidth - 7, (long long)t.lengths[l]);
@@ -81,20 +86,19 @@ void print_passkey_table(const EvalResult& r, std::ostream& out) {
   };
   row("  all", [&](size_t l) { return passkey_cell(sum(t.correct, l), sum(t.total, l)); },
       passkey_cell(r.keys_retrieved(), r.keys_asked()));
-  if (L == 0) out << "  no passkey document scored\n";
-  if (r.split_docs) out << "  (" << r.split_docs << " documents longer than a sequence not scored)\n";
+  out << split;
 }
 
 // The table as [lengths x depth buckets] arrays of --out (h5py reads them as they are).
 void add_passkey_table_arrays(const PasskeyTable& t, std::vector<NamedArray>& arrays) {
   const int64_t L = int64_t(t.lengths.size()), B = PasskeyTable::kBuckets;
+  if (L == 0) return;  // no document scored: no table
   std::vector<int32_t> lengths(t.lengths.begin(), t.lengths.end()), total(t.total.begin(), t.total.end()),
       correct(t.correct.begin(), t.correct.end());
   std::vector<double> edges, accuracy;
   for (int k = 0; k <= B; ++k) edges.push_back(PasskeyTable::depth_edge(k));
   for (size_t i = 0; i < t.total.size(); ++i)
     accuracy.push_back(t.total[i] ? double(t.correct[i]) / double(t.total[i]) : std::nan(""));
-  if (L == 0) return;  // no document scored: no table
   const std::string cells = "[lengths, depth buckets]: row l is the documents of lengths[l] tokens, column b "
                             "the keys at depth [depth_edges[b], depth_edges[b+1])";
   arrays.push_back({"passkey/lengths", {L}, {}, lengths, {},

@@ -363,6 +363,10 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
     assert list(one["lengths"]) == [300] and one["total"].shape == (1, 5) and one["total"].sum() == 4, one
     expect_error(["prepare", "--synthetic", "passkey", "--doc-lengths", "300,0", "-o", "bad.h5"],
                  "--doc-lengths '300,0'", "'0' is not a positive integer")
+    with open("t.txt", "w") as f:
+        f.write("some text")
+    expect_error(["prepare", "t.txt", "--doc-lengths", "300,400", "-o", "bad.h5"],
+                 "--doc-lengths sets the lengths of --synthetic passkey documents", "drop --doc-lengths")
 
 
 if __name__ == "__main__":
