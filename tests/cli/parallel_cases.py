@@ -367,6 +367,8 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
         f.write("some text")
     expect_error(["prepare", "t.txt", "--doc-lengths", "300,400", "-o", "bad.h5"],
                  "--doc-lengths sets the lengths of --synthetic passkey documents", "drop --doc-lengths")
+    expect_error(["prepare", "--synthetic", "recall", "--doc-lengths", "700,800", "-o", "bad.h5"],
+                 "--doc-lengths sets the lengths of --synthetic passkey documents", "recall documents take --doc-length")
 
 
 if __name__ == "__main__":
