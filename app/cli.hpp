@@ -55,6 +55,7 @@ struct PrepareOptions {
   int64_t vocab_size;               // bpe/unigram: pieces to learn (0 = not given)
   std::string tokenizer_model;      // an existing SentencePiece .model file ("" = none)
   int64_t num_docs, doc_length, key_digits, seed;
+  std::string doc_lengths;          // passkey: comma-separated lengths taken in turn ("" = doc_length)
   int64_t seq_len;                  // report packing efficiency at this length
   double progress_every;            // seconds between progress lines; 0 = none
   bool force;

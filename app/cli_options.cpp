@@ -149,6 +149,9 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--doc-length", o.doc_length, int64_t(1024),
         "synthetic: tokens per document, BOS and EOS included")
       ->check(count(2));
+  r.add(c, "--doc-lengths", o.doc_lengths, std::string(),
+        "passkey: several document lengths, comma-separated (\"512,1024,2048\"): the documents "
+        "take them in turn, --num-docs in all; replaces --doc-length (\"\" = --doc-length only)");
   r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey, recall: digits of each key")
       ->check(count(1));
   r.add(c, "--loss-on", o.loss_on, std::string("all"),

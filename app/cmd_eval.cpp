@@ -1,6 +1,7 @@
 // lctrain eval: loss and passkey retrieval of a model (or checkpoint) on a dataset.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -29,6 +30,89 @@ void check_finite_loss(const EvalResult& r, const std::string& model) {
        ": the model's forward pass overflowed float32 (its weights are finite, checked on reading, ",
        "but some are too large); 'lctrain inspect ", model, "' shows each tensor's norm, and if it ",
        "is a checkpoint its run's timing table shows where the loss went");
+}
+
+// The passkey table: a row label ("  depth  20- 40%", "  all") and cells "retrieved / asked  %".
+constexpr int kLabelWidth = 16, kCellWidth = 21;
+
+std::string passkey_cell(int64_t got, int64_t asked) {
+  char cell[64];
+  if (asked == 0) std::snprintf(cell, sizeof cell, "%*s", kCellWidth, "-");
+  else
+    std::snprintf(cell, sizeof cell, "%5lld / %5lld  %5.1f%%", (long long)got, (long long)asked,
+                  100.0 * double(got) / double(asked));
+  return cell;
+}
+
+// Passkey retrieval by depth of the key (rows) and document length (columns; with several
+// lengths, a last column over all of them), each cell "retrieved / asked  percent".
+void print_passkey_table(const EvalResult& r, std::ostream& out) {
+  const PasskeyTable& t = r.passkey;
+  const size_t L = t.lengths.size();
+  const bool all_column = L > 1;
+  auto row = [&](const std::string& label, const std::function<std::string(size_t)>& cell,
+                 const std::string& last) {
+    std::string s = label;
+    s.resize(kLabelWidth, ' ');
+    for (size_t l = 0; l < L; ++l) s += "  " + cell(l);
+    if (all_column) s += "  " + last;
+    out << s << "\n";
+  };
+  out << "passkey retrieval (exact key, greedy) by depth of the key"
+      << (L > 1 ? " and document length" : "") << ":\n";
+  const std::string split =
+      r.split_docs ? cat("  (", r.split_docs, " documents longer than a sequence not scored)\n") : "";
+  if (L == 0) {
+    out << "  no passkey document scored\n" << split;
+    return;
+  }
+  char head[64];
+  row("", [&](size_t l) {
+        std::snprintf(head, sizeof head, "%*lld tokens", kCellWidth - 7, (long long)t.lengths[l]);
+        return std::string(head);
+      },
+      cat(std::string(kCellWidth - 11, ' '), "all lengths"));
+  for (int b = 0; b < PasskeyTable::kBuckets; ++b) {
+    char label[32];
+    std::snprintf(label, sizeof label, "  depth %3d-%3d%%", int(std::lround(100 * PasskeyTable::depth_edge(b))),
+                  int(std::lround(100 * PasskeyTable::depth_edge(b + 1))));
+    row(label, [&](size_t l) { return passkey_cell(t.correct[t.at(l, b)], t.total[t.at(l, b)]); },
+        passkey_cell(r.retrieved[b], r.asked[b]));
+  }
+  auto sum = [&](const std::vector<int64_t>& v, size_t l) {
+    int64_t n = 0;
+    for (int b = 0; b < PasskeyTable::kBuckets; ++b) n += v[t.at(l, b)];
+    return n;
+  };
+  row("  all", [&](size_t l) { return passkey_cell(sum(t.correct, l), sum(t.total, l)); },
+      passkey_cell(r.keys_retrieved(), r.keys_asked()));
+  out << split;
+}
+
+// The table as [lengths x depth buckets] arrays of --out (h5py reads them as they are).
+void add_passkey_table_arrays(const PasskeyTable& t, std::vector<NamedArray>& arrays) {
+  const int64_t L = int64_t(t.lengths.size()), B = PasskeyTable::kBuckets;
+  if (L == 0) return;  // no document scored: no table
+  std::vector<int32_t> lengths(t.lengths.begin(), t.lengths.end()), total(t.total.begin(), t.total.end()),
+      correct(t.correct.begin(), t.correct.end());
+  std::vector<double> edges, accuracy;
+  for (int k = 0; k <= B; ++k) edges.push_back(PasskeyTable::depth_edge(k));
+  for (size_t i = 0; i < t.total.size(); ++i)
+    accuracy.push_back(t.total[i] ? double(t.correct[i]) / double(t.total[i]) : std::nan(""));
+  const std::string cells = "[lengths, depth buckets]: row l is the documents of lengths[l] tokens, column b "
+                            "the keys at depth [depth_edges[b], depth_edges[b+1])";
+  arrays.push_back({"passkey/lengths", {L}, {}, lengths, {},
+                    {{"description", std::string("document length in tokens (BOS and EOS included) of "
+                                                 "each row of the table, ascending")}}});
+  arrays.push_back({"passkey/depth_edges", {B + 1}, {}, {}, edges,
+                    {{"description", std::string("depth bucket edges: where the key sits in the filler, "
+                                                 "0 = start, 1 = end; the last bucket includes 1")}}});
+  arrays.push_back({"passkey/correct", {L, B}, {}, correct, {},
+                    {{"description", "keys retrieved exactly (greedy decoding) " + cells}}});
+  arrays.push_back({"passkey/total", {L, B}, {}, total, {},
+                    {{"description", "keys asked (documents scored) " + cells}}});
+  arrays.push_back({"passkey/accuracy", {L, B}, {}, {}, accuracy,
+                    {{"description", "correct / total " + cells + "; NaN where total is 0"}}});
 }
 
 }  // namespace
@@ -105,21 +189,14 @@ int cmd_eval(Context& ctx) {
   std::vector<double> rate;
   std::vector<int32_t> asked_v, got_v;
   if (!ds.passkey.empty()) {
-    out << "passkey retrieval (exact key, greedy) by depth of the key:\n";
     for (int b = 0; b < EvalResult::kBuckets; ++b) {
       asked += r.asked[b];
       got += r.retrieved[b];
       rate.push_back(r.asked[b] ? double(r.retrieved[b]) / double(r.asked[b]) : 0.0);
       asked_v.push_back(int32_t(r.asked[b]));
       got_v.push_back(int32_t(r.retrieved[b]));
-      std::snprintf(line, sizeof line, "  depth %3d-%3d%%  %5lld / %5lld  %5.1f%%\n", b * 20, b * 20 + 20,
-                    (long long)r.retrieved[b], (long long)r.asked[b], 100 * rate.back());
-      out << line;
     }
-    std::snprintf(line, sizeof line, "  all            %5lld / %5lld  %5.1f%%%s\n", (long long)got,
-                  (long long)asked, asked ? 100.0 * double(got) / double(asked) : 0.0,
-                  r.split_docs ? "  (documents longer than a sequence not scored)" : "");
-    out << line;
+    print_passkey_table(r, out);
   }
   out << std::flush;
   if (!o.out.empty() && ctx.world.root()) {
@@ -136,13 +213,15 @@ int cmd_eval(Context& ctx) {
       arrays.push_back({"passkey/asked", {int64_t(asked_v.size())}, {}, asked_v, {}});
       arrays.push_back({"passkey/retrieved", {int64_t(got_v.size())}, {}, got_v, {}});
       arrays.push_back({"passkey/rate", {int64_t(rate.size())}, {}, {}, rate});
+      add_passkey_table_arrays(r.passkey, arrays);
     }
     write_array_file(o.out, arrays,
                      {{"lctrain_file", std::string("eval")}, {"format_version", int64_t(1)},
                       {"mean_loss", r.mean_loss()}, {"valid_targets", r.valid_targets},
                       {"next_token_correct", r.correct}, {"cp", o.cp},
                       {"sequences", r.sequences}, {"seq_len", o.seq_len},
-                      {"passkey_retrieved", got}, {"passkey_asked", asked}},
+                      {"passkey_retrieved", got}, {"passkey_asked", asked}, {"model", o.model},
+                      {"data", o.data}},
                      o.force, &prov);
     out << "wrote " << o.out << std::endl;
   }

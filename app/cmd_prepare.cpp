@@ -31,17 +31,24 @@ namespace {
 // --loss-on answers: the mask, as floats), plus one
 // document's text and ids (about 10 bytes per token) while it is generated. Counted in
 // double, so that sizes past 64 bits are refused too instead of overflowing.
-void check_synthetic_fits_memory(const PrepareOptions& o) {
-  const double tokens = double(o.num_docs) * double(o.doc_length);
+void check_synthetic_fits_memory(const PrepareOptions& o, const std::vector<int64_t>& lengths) {
+  double tokens = 0, longest = 0;  // the documents take the lengths in turn
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    tokens += double(lengths[i]) * double((o.num_docs - int64_t(i) + int64_t(lengths.size()) - 1) /
+                                          int64_t(lengths.size()));
+    longest = std::max(longest, double(lengths[i]));
+  }
   // ids, and the mask as floats (recall makes its mask in any case)
   const double per_token = o.loss_on == "answers" || o.synthetic == "recall" ? 8.0 : 4.0;
-  const double need = per_token * tokens + 10.0 * double(o.doc_length) + 28.0 * double(o.num_docs);
+  const double need = per_token * tokens + 10.0 * longest + 28.0 * double(o.num_docs);
   const double avail = available_memory().bytes;
   if (avail <= 0 || need <= 0.95 * avail) return;
-  fail("prepare: --num-docs ", o.num_docs, " x --doc-length ", o.doc_length, " = ", tokens,
+  const char* length_flag = o.doc_lengths.empty() ? "--doc-length" : "--doc-lengths";
+  fail("prepare: --num-docs ", o.num_docs, o.doc_lengths.empty() ? " x --doc-length " : " documents of --doc-lengths ",
+       o.doc_lengths.empty() ? std::to_string(o.doc_length) : o.doc_lengths, " = ", tokens,
        " tokens need about ", gib(need), " of memory (the dataset is built whole before it is ",
        "written, ", per_token, " bytes per token) but ", gib(avail),
-       " are available; use fewer documents (--num-docs) or shorter ones (--doc-length)");
+       " are available; use fewer documents (--num-docs) or shorter ones (", length_flag, ")");
 }
 
 // Synthetic data (passkey, recall) is generated whole in memory (progress: documents
@@ -50,7 +57,13 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   if (!o.inputs.empty())
     fail("prepare: --synthetic ", o.synthetic, " generates its data; drop the input files, or ",
          "drop --synthetic to tokenize them");
-  check_synthetic_fits_memory(o);
+  if (!o.doc_lengths.empty() && o.synthetic != "passkey")
+    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; ", o.synthetic,
+         " documents take --doc-length: drop --doc-lengths");
+  // --doc-lengths: the documents take the lengths in turn (document d: lengths[d % n]).
+  const std::vector<int64_t> lengths =
+      o.doc_lengths.empty() ? std::vector<int64_t>{o.doc_length} : parse_int_list(o.doc_lengths, "--doc-lengths");
+  check_synthetic_fits_memory(o, lengths);
   Progress gen(out, "prepare: generating", o.progress_every);
   const auto done = [&](int64_t docs) { gen.update(double(docs), double(o.num_docs), "documents"); };
   TokenDataset ds;
@@ -58,7 +71,9 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
     ds = make_recall_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)}, done);
     if (o.loss_on == "all") ds.loss_weights.clear();
   } else {
-    ds = make_passkey_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)}, done);
+    PasskeySpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
+    if (!o.doc_lengths.empty()) spec.doc_lengths = lengths;
+    ds = make_passkey_dataset(spec, done);
     if (o.loss_on == "answers") ds.loss_weights = passkey_answer_mask(ds);
   }
   write_dataset_file(o.out, ds, prov, o.force);
@@ -167,6 +182,9 @@ DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Prov
   if (o.loss_on != "all")
     fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey ",
          "and recall mark; drop --loss-on for text files");
+  if (!o.doc_lengths.empty())
+    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; text files keep ",
+         "their own: drop --doc-lengths");
   if (o.inputs.empty())
     fail("prepare: no input: give UTF-8 text files, or --synthetic passkey");
   double all_bytes = 0;

@@ -21,6 +21,11 @@ void write_array_file(const std::string& path, const std::vector<NamedArray>& ar
       if (!a.f32.empty()) h5::write_array(f, f.h, a.name, a.f32.data(), a.shape);
       else if (!a.i32.empty()) h5::write_array(f, f.h, a.name, a.i32.data(), a.shape);
       else h5::write_array(f, f.h, a.name, a.f64.data(), a.shape);
+      if (!a.attrs.empty()) {
+        const h5::Handle d(H5Dopen2(f.h, a.name.c_str(), H5P_DEFAULT), H5Dclose);
+        if (!d.valid()) fail(h5::where(f, a.name), ": cannot open the dataset just written");
+        for (const auto& [k, v] : a.attrs) h5::write_attr(d, k, v);
+      }
     }
     if (prov) h5::write_provenance(f, *prov);
     f.close();

@@ -14,6 +14,7 @@ struct NamedArray {
   std::vector<float> f32;       // exactly one of these holds the data
   std::vector<int32_t> i32;
   std::vector<double> f64;
+  std::vector<std::pair<std::string, Value>> attrs = {};  // on the dataset (what it holds, units)
 };
 
 void write_array_file(const std::string& path, const std::vector<NamedArray>& arrays,

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "common/stats.hpp"
 #include "data/packing.hpp"
+#include "data/passkey.hpp"
 #include "data/sentencepiece.hpp"
 #include "data/tokenizer.hpp"
 #include "io/dataset_file.hpp"
@@ -215,7 +216,7 @@ void inspect_dataset(const InspectRequest& req, std::ostream& out) {
   }
   if (!ds.passkey.empty()) {
     int buckets[5] = {0};
-    for (double d : ds.passkey.depth) ++buckets[std::min(4, int(d * 5))];
+    for (double d : ds.passkey.depth) ++buckets[passkey_depth_bucket(d, 5)];
     out << "  passkey depth buckets (0-20%, ..., 80-100%):";
     for (int b : buckets) out << " " << b;
     out << "\n";

@@ -33,6 +33,10 @@ std::string filler(size_t phase, size_t n) {
 
 }  // namespace
 
+int passkey_depth_bucket(double depth, int buckets) {
+  return std::clamp(int(depth * buckets), 0, buckets - 1);
+}
+
 int64_t passkey_min_doc_length(int32_t key_digits) {
   const std::string key(size_t(key_digits), '0');
   return int64_t(2 + kIntro.size() + needle(key).size() + question().size() + key.size());
@@ -44,17 +48,26 @@ TokenDataset make_passkey_dataset(const PasskeySpec& spec,
     fail("passkey: key digits ", spec.key_digits, " must be between 1 and 18");
   if (spec.num_docs < 1) fail("passkey: the number of documents must be at least 1");
   const int64_t min_len = passkey_min_doc_length(spec.key_digits);
-  if (spec.doc_length < min_len)
-    fail("passkey: documents of ", spec.doc_length, " tokens cannot hold the task; with ",
-         spec.key_digits, "-digit keys they need at least ", min_len, " tokens");
+  const std::vector<int64_t> lengths = spec.doc_lengths.empty() ? std::vector<int64_t>{spec.doc_length}
+                                                                 : spec.doc_lengths;
+  std::string sizes;
+  for (int64_t len : lengths) {
+    if (len < min_len)
+      fail("passkey: documents of ", len, " tokens cannot hold the task; with ", spec.key_digits,
+           "-digit keys they need at least ", min_len, " tokens");
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(len);
+  }
 
   TokenDataset ds = ByteTokenizer().empty_dataset();
-  ds.source = cat("synthetic passkey: ", spec.num_docs, " documents of ", spec.doc_length,
-                  " tokens, ", spec.key_digits, "-digit keys, seed ", spec.seed);
-  ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
+  ds.source = cat("synthetic passkey: ", spec.num_docs, " documents of ", sizes, " tokens",
+                  lengths.size() > 1 ? " (in turn)" : "", ", ", spec.key_digits, "-digit keys, seed ",
+                  spec.seed);
+  double total = 0;
+  for (int64_t d = 0; d < spec.num_docs; ++d) total += double(lengths[size_t(d) % lengths.size()]);
+  ds.tokens.reserve(size_t(total));
 
-  const size_t filler_total = size_t(spec.doc_length - min_len);
   for (int64_t d = 0; d < spec.num_docs; ++d) {
+    const size_t filler_total = size_t(lengths[size_t(d) % lengths.size()] - min_len);
     Rng rng(spec.seed, uint64_t(d));
     std::string key;
     key.push_back(char('1' + rng.below(9)));  // no leading zero

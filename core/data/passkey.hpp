@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "data/dataset.hpp"
 
@@ -15,12 +16,19 @@ struct PasskeySpec {
   int64_t doc_length = 0;  // tokens per document, BOS and EOS included
   int32_t key_digits = 5;
   uint64_t seed = 0;
+  // Several context lengths in one dataset: document d has doc_lengths[d % size] tokens (the
+  // lengths cycle, so any prefix of the documents holds every length); empty = doc_length.
+  std::vector<int64_t> doc_lengths = {};
 };
 
 // `n` characters of the passkey's filler text, starting `phase` characters into its cycle
 // (the recall generator writes the same filler between its statements).
 std::string passkey_filler(size_t phase, size_t n);
 size_t passkey_filler_period();
+
+// The depth bucket of a key at `depth` (0 = start, 1 = end) among `buckets` equal ones:
+// [0, 1/B), [1/B, 2/B), ..., [(B-1)/B, 1]; the last one holds depth 1.
+int passkey_depth_bucket(double depth, int buckets);
 
 // The shortest document that holds the instructions, the key and the question.
 int64_t passkey_min_doc_length(int32_t key_digits);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "data/passkey.hpp"
+
 namespace lct {
 
 namespace {
@@ -49,6 +51,19 @@ int position_bucket(int32_t pos) {
   return k;
 }
 }  // namespace
+
+void PasskeyTable::add(int64_t length, double depth, bool retrieved) {
+  const auto it = std::lower_bound(lengths.begin(), lengths.end(), length);
+  const size_t row = size_t(it - lengths.begin());
+  if (it == lengths.end() || *it != length) {
+    lengths.insert(it, length);
+    total.insert(total.begin() + std::ptrdiff_t(row * kBuckets), kBuckets, 0);
+    correct.insert(correct.begin() + std::ptrdiff_t(row * kBuckets), kBuckets, 0);
+  }
+  const size_t k = at(row, passkey_depth_bucket(depth, kBuckets));
+  ++total[k];
+  correct[k] += retrieved;
+}
 
 int64_t EvalResult::bucket_start(int k) { return k == 0 ? 0 : int64_t(64) << (k - 1); }
 
@@ -106,10 +121,11 @@ EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64
           bool ok = true;
           for (int64_t k = 0; k < ds.passkey.answer_length[size_t(d)]; ++k)
             ok = ok && argmax[size_t(a + k - 1)] == b.tokens[size_t(a + k)];
-          const int bucket = std::min(EvalResult::kBuckets - 1,
-                                      int(ds.passkey.depth[size_t(d)] * EvalResult::kBuckets));
+          const double depth = ds.passkey.depth[size_t(d)];
+          const int bucket = passkey_depth_bucket(depth, EvalResult::kBuckets);
           ++r.asked[bucket];
           r.retrieved[bucket] += ok;
+          r.passkey.add(sp.length, depth, ok);
         }
         at += sp.length;
       }

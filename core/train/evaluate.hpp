@@ -15,6 +15,17 @@
 
 namespace lct {
 
+// Passkey retrieval grouped by (document length, depth bucket of the key): the accuracy by
+// depth x context length. A document's length is its token count (doc_offsets give it).
+struct PasskeyTable {
+  static constexpr int kBuckets = 5;  // key depth 0-20%, ..., 80-100% (passkey_depth_bucket)
+  std::vector<int64_t> lengths;       // the lengths of the documents scored, ascending
+  std::vector<int64_t> total, correct;  // [lengths.size() x kBuckets], row by row
+  void add(int64_t length, double depth, bool retrieved);  // a new length gets its row
+  static size_t at(size_t length_index, int bucket) { return length_index * kBuckets + size_t(bucket); }
+  static double depth_edge(int k) { return double(k) / kBuckets; }  // k = 0..kBuckets
+};
+
 struct EvalResult {
   double loss_sum = 0;
   int64_t valid_targets = 0;
@@ -25,9 +36,10 @@ struct EvalResult {
   std::vector<int64_t> position_targets;
   static int64_t bucket_start(int k);
   int64_t sequences = 0;
-  static constexpr int kBuckets = 5;  // key depth 0-20%, ..., 80-100%
+  static constexpr int kBuckets = PasskeyTable::kBuckets;  // key depth 0-20%, ..., 80-100%
   int64_t asked[kBuckets] = {0}, retrieved[kBuckets] = {0};
   int64_t split_docs = 0;  // passkey documents longer than a sequence: not scored
+  PasskeyTable passkey;    // asked/retrieved again, by document length too
   double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
   int64_t keys_asked() const;      // over every depth
   int64_t keys_retrieved() const;

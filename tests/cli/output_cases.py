@@ -24,6 +24,7 @@ from cli_cases import case, good_model, ok, run, timing  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 PLOT = os.path.join(ROOT, "bench", "plot_timing.py")
+PLOT_PASSKEY = os.path.join(ROOT, "bench", "plot_passkey.py")
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
          "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
 RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent"]
@@ -266,6 +267,35 @@ def plot_shows_held_out_evaluations_when_the_table_has_them():
     # A run without evaluations keeps its eight panels.
     train("plain", "--steps", "2")
     assert "held-out loss" not in panels(mod.run_figure("plain/timing.h5", "plain"))
+
+
+@case
+def plot_passkey_heat_map_and_one_error_line():
+    """bench/plot_passkey.py draws eval's passkey table (depth x context length) as a PNG named
+    after the eval file; a file without that table is one error line and exit 1, no PNG."""
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "6", "--doc-lengths", "300,400", "-o", "pk.h5")
+    ok("eval", "--model", "m.h5", "--data", "pk.h5", "--seq-len", "400", "--out", "e.h5")
+    p = subprocess.run([sys.executable, PLOT_PASSKEY, "e.h5"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "wrote e-passkey.png", (p.stdout, p.stderr)
+    with open("e-passkey.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize("e-passkey.png") > 10000
+    with open("texts.txt", "w") as f:
+        f.write("Plain text without any passkey in it. " * 20)
+    ok("prepare", "texts.txt", "-o", "text.h5")
+    ok("eval", "--model", "m.h5", "--data", "text.h5", "--seq-len", "400", "--out", "no_keys.h5")
+    with open("junk.h5", "w") as f:
+        f.write("not HDF5")
+    for bad, needle in [("missing.h5", "'missing.h5' does not exist"),
+                        ("pk.h5", "'pk.h5' is not an lctrain eval file (lctrain_file = 'dataset')"),
+                        ("no_keys.h5", "'no_keys.h5' holds no passkey results by depth x length"),
+                        ("junk.h5", "'junk.h5' cannot be read as HDF5")]:
+        p = subprocess.run([sys.executable, PLOT_PASSKEY, bad, "--out", "bad.png"], capture_output=True, text=True)
+        lines = p.stderr.splitlines()
+        assert p.returncode == 1 and len(lines) == 1, (bad, p.returncode, p.stderr)
+        assert lines[0].startswith(f"plot_passkey.py: error: {needle}"), lines
+        assert not os.path.exists("bad.png")
+    print("e-passkey.png; one error line each, e.g.:", lines[0])
 
 
 if __name__ == "__main__":

@@ -311,5 +311,65 @@ def eval_over_cp_ranks_equals_one_rank():
                  "eval splits every sequence over --cp 1 ranks but runs on 2", ranks=2)
 
 
+@case
+def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
+    """prepare --doc-lengths makes one passkey set of three lengths (the documents take them in
+    turn); eval prints accuracy by depth with a column per length and writes the table
+    [lengths x depth buckets] to --out: its totals count every document once, correct never
+    exceeds total, and eval --cp 2 gives the same counts as one rank. The model is trained a
+    few steps on 1-digit keys (loss on the answers) so that some keys are right."""
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "30", "--doc-lengths", "256,400,600",
+       "--key-digits", "1", "--loss-on", "answers", "-o", "k.h5")
+    with h5py.File("k.h5", "r") as f:
+        off = f["doc_offsets"][:]
+    assert list(np.diff(off)) == [256, 400, 600] * 10, np.diff(off)
+    ok("train", "--model", "m.h5", "--data", "k.h5", "--run-dir", "t", "--seq-len", "600", "--steps", "8",
+       "--lr", "1e-2", "--warmup-steps", "1", "--block-q", "32", "--block-k", "32", "--batch-size", "2")
+    model = "t/checkpoints/step_00000008.h5"
+    def table(path):
+        with h5py.File(path, "r") as f:
+            g = f["passkey"]
+            return {k: g[k][:] for k in ("lengths", "depth_edges", "correct", "total", "accuracy")}, dict(f.attrs)
+    runs = {}
+    for cp in (1, 2):
+        p = ok("--oversubscribe", "eval", "--model", model, "--data", "k.h5", "--seq-len", "600", "--batch-size", "3",
+               "--cp", str(cp), "--out", f"e{cp}.h5", ranks=cp if cp > 1 else None)
+        runs[cp] = table(f"e{cp}.h5")
+        lines = p.stdout[p.stdout.index("passkey retrieval"):].splitlines()
+        assert lines[0] == "passkey retrieval (exact key, greedy) by depth of the key and document length:", lines
+        assert lines[1].split() == ["256", "tokens", "400", "tokens", "600", "tokens", "all", "lengths"], lines
+        assert [l.split()[1] for l in lines[2:7]] == ["0-", "20-", "40-", "60-", "80-100%"], lines
+        assert lines[7].split()[0] == "all", lines
+    t, attrs = runs[1]
+    print("\n".join(lines))
+    assert list(t["lengths"]) == [256, 400, 600] and t["total"].shape == t["correct"].shape == (3, 5), t
+    assert t["accuracy"].shape == (3, 5) and list(t["depth_edges"]) == [0, 0.2, 0.4, 0.6, 0.8, 1.0], t
+    assert t["total"].sum() == 30 and list(t["total"].sum(axis=1)) == [10, 10, 10], t["total"]
+    assert np.all(t["correct"] <= t["total"]) and t["correct"].sum() > 0, t
+    assert t["correct"].sum() == attrs["passkey_retrieved"] and t["total"].sum() == attrs["passkey_asked"]
+    seen = t["total"] > 0
+    assert np.allclose(t["accuracy"][seen], t["correct"][seen] / t["total"][seen])
+    assert np.all(np.isnan(t["accuracy"][~seen]))
+    t2 = runs[2][0]
+    for k in ("lengths", "correct", "total"):
+        assert np.array_equal(t2[k], t[k]), (k, t2[k], t[k])
+    # One length (--doc-length, as before): the same table with one column and no "all lengths".
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "4", "--doc-length", "300", "-o", "one.h5")
+    p = ok("eval", "--model", model, "--data", "one.h5", "--seq-len", "600", "--out", "one_e.h5")
+    lines = p.stdout[p.stdout.index("passkey retrieval"):].splitlines()
+    assert lines[0] == "passkey retrieval (exact key, greedy) by depth of the key:" and lines[1].split() == ["300", "tokens"]
+    one, _ = table("one_e.h5")
+    assert list(one["lengths"]) == [300] and one["total"].shape == (1, 5) and one["total"].sum() == 4, one
+    expect_error(["prepare", "--synthetic", "passkey", "--doc-lengths", "300,0", "-o", "bad.h5"],
+                 "--doc-lengths '300,0'", "'0' is not a positive integer")
+    with open("t.txt", "w") as f:
+        f.write("some text")
+    expect_error(["prepare", "t.txt", "--doc-lengths", "300,400", "-o", "bad.h5"],
+                 "--doc-lengths sets the lengths of --synthetic passkey documents", "drop --doc-lengths")
+    expect_error(["prepare", "--synthetic", "recall", "--doc-lengths", "700,800", "-o", "bad.h5"],
+                 "--doc-lengths sets the lengths of --synthetic passkey documents", "recall documents take --doc-length")
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())

@@ -12,6 +12,7 @@
 #include "data/text.hpp"
 #include "data/text_stream.hpp"
 #include "data/tokenizer.hpp"
+#include "train/evaluate.hpp"
 
 namespace lct {
 namespace {
@@ -167,6 +168,60 @@ TEST(Recall, ScoredDigitsAreTheKeyGivenEarlierToTheSameName) {
   }
   EXPECT_EQ(scored, 4 * recalled);
   EXPECT_GT(recalled, 20 * 5);  // dense: several recalls in every 700-token document
+}
+
+// --doc-lengths: the documents take the lengths in turn, each a whole passkey document of its
+// length; one length is the same data as --doc-length.
+TEST(Passkey, DocumentsTakeTheLengthsInTurn) {
+  PasskeySpec several = spec(5);
+  several.num_docs = 7;
+  several.doc_lengths = {300, 420, 512};
+  const TokenDataset ds = make_passkey_dataset(several);
+  EXPECT_NO_THROW(validate(ds, "passkey"));
+  ASSERT_EQ(ds.num_docs(), 7);
+  for (int64_t d = 0; d < 7; ++d) {
+    const int64_t len = several.doc_lengths[size_t(d % 3)];
+    ASSERT_EQ(ds.doc_length(d), len);
+    EXPECT_EQ(ds.passkey.answer_offset[size_t(d)] + 5, len - 1);  // the key ends the document
+  }
+  EXPECT_NE(ds.source.find("documents of 300, 420, 512 tokens (in turn)"), std::string::npos);
+  PasskeySpec one = spec(5);
+  one.doc_lengths = {300};
+  const TokenDataset a = make_passkey_dataset(one), b = make_passkey_dataset(spec(5));
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.passkey.depth, b.passkey.depth);
+  EXPECT_EQ(a.source, b.source);
+  several.doc_lengths = {300, passkey_min_doc_length(5) - 1};
+  EXPECT_THROW(make_passkey_dataset(several), Error);
+}
+
+TEST(Passkey, DepthBucketsAreEqualFifthsWithTheEndInTheLast) {
+  EXPECT_EQ(passkey_depth_bucket(0.0, 5), 0);
+  EXPECT_EQ(passkey_depth_bucket(0.1999, 5), 0);
+  EXPECT_EQ(passkey_depth_bucket(0.2, 5), 1);
+  EXPECT_EQ(passkey_depth_bucket(0.7999, 5), 3);
+  EXPECT_EQ(passkey_depth_bucket(0.8, 5), 4);
+  EXPECT_EQ(passkey_depth_bucket(1.0, 5), 4);
+  EXPECT_EQ(passkey_depth_bucket(0.5, 2), 1);
+}
+
+// eval's accuracy by depth x context length: one row per document length, ascending, however
+// the lengths arrive.
+TEST(PasskeyTable, GroupsByLengthAndDepthBucket) {
+  PasskeyTable t;
+  t.add(1024, 0.5, true);
+  t.add(512, 0.0, false);
+  t.add(1024, 1.0, false);
+  t.add(2048, 0.9, true);
+  t.add(512, 0.1, true);
+  ASSERT_EQ(t.lengths, (std::vector<int64_t>{512, 1024, 2048}));
+  ASSERT_EQ(t.total.size(), 3u * PasskeyTable::kBuckets);
+  const std::vector<int64_t> total = {2, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1};
+  const std::vector<int64_t> correct = {1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1};
+  EXPECT_EQ(t.total, total);
+  EXPECT_EQ(t.correct, correct);
+  EXPECT_EQ(t.total[PasskeyTable::at(1, 4)], 1);
+  EXPECT_DOUBLE_EQ(PasskeyTable::depth_edge(PasskeyTable::kBuckets), 1.0);
 }
 
 TEST(Packing, NextFitKeepsOrderPadsAndSplitsLongDocuments) {
