@@ -35,11 +35,15 @@ std::string random_key(Rng& rng, int32_t digits) {
   return key;
 }
 
-std::string random_name(Rng& rng) {
-  std::string name;
-  for (int i = 0; i < kNameLetters; ++i) name.push_back(char('a' + rng.below(26)));
-  return name;
-}
+// Names of keys: a fixed vocabulary of 4-letter words, "pass" among them, so that each
+// name is a pattern the model can learn to look for (as the passkey's "pass key is" is).
+const char* const kNames[] = {"pass", "door", "safe", "bank", "gate", "room", "shed", "desk",
+                              "lock", "boat", "barn", "mail", "shop", "tent", "wall", "yard",
+                              "cafe", "club", "dock", "farm", "fort", "hall", "hive", "lamp",
+                              "mill", "mine", "park", "pool", "ring", "silo", "tomb", "well"};
+constexpr size_t kNumNames = sizeof(kNames) / sizeof(kNames[0]);
+
+std::string random_name(Rng& rng) { return kNames[rng.below(kNumNames)]; }
 
 }  // namespace
 
@@ -84,7 +88,7 @@ TokenDataset make_recall_dataset(const RecallSpec& spec,
     };
     for (;;) {
       const size_t gap = size_t(rng.below(kMaxGap + 1));
-      const bool fresh = names.empty() || rng.uniform() < kNewFraction;
+      const bool fresh = names.empty() || (names.size() < kNumNames && rng.uniform() < kNewFraction);
       std::string name = fresh ? random_name(rng) : std::string();
       while (fresh && std::find(names.begin(), names.end(), name) != names.end()) name = random_name(rng);
       const size_t i = fresh ? names.size() : size_t(rng.below(names.size()));
