@@ -80,14 +80,13 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
   }
   if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
     fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
-  // The longest name lctrain writes in the run directory must stay under the system's
-  // limit, or the failure comes from deep inside MPI-IO or HDF5 on the first checkpoint.
-  const size_t longest = o.run_dir.size() + std::string("/checkpoints/step_00000000.h5").size() +
-                         unique_suffix().size();
+  // The longest name lctrain writes in the run directory, as the absolute path MPI-IO opens,
+  // must stay under the system's limit, or the first checkpoint dies inside MPI-IO or HDF5.
+  const size_t longest = RunDirectory::longest_name(o.run_dir);
   if (longest >= PATH_MAX)
-    fail("--run-dir is ", o.run_dir.size(), " characters long; the files lctrain writes in it ",
-         "would have names of ", longest, ", past the system's limit of ", PATH_MAX - 1,
-         ": choose a shorter path");
+    fail("--run-dir '", o.run_dir.substr(0, 60), "...' is too long: the files lctrain writes in it ",
+         "(a checkpoint's temporary, one set aside by --force) would have absolute names of ", longest,
+         " characters, past the system's limit of ", PATH_MAX - 1, ": choose a shorter path");
   const int64_t real = ds.num_tokens();
   if (real < o.seq_len)
     fail("dataset '", o.data, "' holds ", real, " tokens, fewer than one sequence of --seq-len ",

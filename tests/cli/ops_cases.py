@@ -724,6 +724,27 @@ def long_run_directory_paths_work_and_too_long_ones_are_refused():
 
 
 @case
+def a_relative_run_directory_is_measured_by_its_absolute_path():
+    """MPI-IO opens a checkpoint by its absolute name: a relative --run-dir whose own length
+    fits, and whose absolute one does not, is refused up front (it used to pass the check and
+    die with SIGSEGV inside MPI_File_open at the first checkpoint)."""
+    fixture()
+    import socket
+    # The longest temporary name counted on the relative path alone stays under 4,096 even
+    # for a 7-digit pid; in this case's directory (/tmp/lct_..._XXXX/) it does not.
+    suffix = len(f".tmp-{socket.gethostname()}-1234567-01234567")
+    length = 4095 - len("/r/checkpoints/step_00000000.h5") - suffix - 1
+    rel = os.path.join(*["d" * 199] * (length // 200), "e" * (length % 200 - 1 or 1))
+    assert len(rel) <= length and len(os.path.abspath(rel)) + 31 + suffix > 4095, len(rel)
+    os.makedirs(rel)
+    p = train(f"{rel}/r", "--steps", "2", "--cp", "2", ranks=2)
+    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
+    assert p.returncode == 1 and errors, (p.returncode, p.stderr[-2000:])
+    assert all("choose a shorter path" in l and "absolute names" in l for l in errors), errors
+    assert not os.path.exists(f"{rel}/r")
+
+
+@case
 def memory_estimate_counts_grad_accum_and_the_cgroup_limit():
     fixture()
     dry = [*TRAIN, "--run-dir", "r", "--steps", "2", "--dry-run"]
