@@ -186,8 +186,8 @@ Fault injected_fault() {
     char kind[16] = "";
     long long step = -1;
     const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
-    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring")
-      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit or stallring");
+    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring" && k != "nan")
+      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring or nan");
     f.kind = kind;
     f.step = step;
   }

@@ -430,6 +430,49 @@ def a_run_whose_last_steps_are_skipped_checkpoints_its_good_weights_and_fails():
     assert all(np.all(np.isfinite(b[n])) for n in b)
 
 
+@case
+def non_finite_weights_are_never_checkpointed():
+    """LCT_INJECT_FAULT=nan:RANK:4 sets a weight of that rank to NaN at step 4: the step is
+    skipped, and the run's last checkpoint (always written) must be refused, on 1 rank and
+    on 2 (where only rank 1's copy is bad), with `latest` left at step 2."""
+    fixture()
+    for ranks, fault, extra in ((None, "nan:0:4", ()), (2, "nan:1:4", ("--cp", "2"))):
+        shutil.rmtree("r", ignore_errors=True)
+        p = train("r", "--steps", "4", "--checkpoint-every", "2", *extra, ranks=ranks,
+                  env={"LCT_INJECT_FAULT": fault})
+        error = the_error(p.returncode, p.stdout, p.stderr)
+        assert "the weights after step 4 are not finite (1 NaN value among" in error, error
+        assert "the last good one stays 'r/checkpoints/step_00000002.h5'" in error, error
+        assert checkpoints("r") == ["step_00000002.h5"], checkpoints("r")
+        assert open("r/checkpoints/latest").read().strip() == "step_00000002.h5"
+
+
+@case
+def resume_refuses_a_checkpoint_with_non_finite_tensors():
+    """A checkpoint whose weights or AdamW moments hold NaN is never resumed from: --resume
+    auto falls back to the previous complete one; with none left (or one named) the run fails
+    naming the tensor."""
+    fixture()
+    ok(*TRAIN, "--run-dir", "r", "--steps", "4", "--checkpoint-every", "2")
+    with h5py.File("r/checkpoints/step_00000004.h5", "r+") as f:
+        f["model.norm.weight"][3] = np.nan  # 1-D
+    p = train("r", "--steps", "6", "--checkpoint-every", "2", "--resume", "auto")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "cannot resume from 'r/checkpoints/step_00000004.h5'" in p.stdout, p.stdout
+    assert "model.norm.weight" in p.stdout, p.stdout
+    assert "resumed from 'r/checkpoints/step_00000002.h5' at step 2" in p.stdout, p.stdout
+    # Both moments too, in the resumed run's own (finite) checkpoints; a checkpoint named by
+    # --resume is not replaced by another: the run fails.
+    assert all(np.all(np.isfinite(v)) for v in tensors("r/checkpoints/step_00000004.h5").values())
+    for path, tensor in (("r/checkpoints/step_00000004.h5", "optimizer/exp_avg/lm_head.weight"),
+                         ("r/checkpoints/step_00000006.h5", "optimizer/exp_avg_sq/model.norm.weight")):
+        with h5py.File(path, "r+") as f:
+            f[tensor][(0,) * f[tensor].ndim] = np.inf
+        p = train("r", "--steps", "8", "--resume", path)
+        error = the_error(p.returncode, p.stdout, p.stderr)
+        assert f"'{path}': tensor '{tensor}' holds 1 infinite value" in error, error
+
+
 def mount_tmpfs(path, options):
     os.makedirs(path)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path]).returncode != 0:
