@@ -895,6 +895,25 @@ def bad_config_repeated_section_or_key():
 
 
 @case
+def bad_config_or_environment_value_names_file_and_line_or_variable():
+    """A value refused by its option's rule says where it came from: the config file and its
+    line, or the environment variable; one from the command line needs neither."""
+    for text, line, value in [("[init]\nseed = 99999999999999999999\n", 2, "99999999999999999999"),
+                              ("# a comment\n\n[init]\npreset = 'tiny'\nseed =\n", 5, ""),
+                              ("threads = -1\n[init]\n", 1, "-1")]:
+        with open("run.toml", "w") as f:
+            f.write(text)
+        flag = "--threads" if "threads" in text else "--seed"
+        expect_error(["init", "--config", "run.toml", "-o", "x.h5"],
+                     f"config file 'run.toml': line {line}: {flag}: ", value, code=2, keep=["run.toml"])
+    env = {"LCT_INIT_SEED": "99999999999999999999"}
+    expect_error(["init", "-o", "x.h5"], "environment variable LCT_INIT_SEED: --seed: '99999999999999999999'",
+                 code=2, env=env)
+    p = run("init", "-o", "x.h5", "--seed", "-1", env=env)
+    assert p.returncode == 2 and "lctrain: error: --seed: -1 is not >= 0" in p.stderr, p.stderr
+
+
+@case
 def bad_numbers_are_refused_where_the_option_is_declared():
     good_model()
     good_dataset()
