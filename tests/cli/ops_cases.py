@@ -320,6 +320,27 @@ def sigusr1_on_two_ranks_checkpoints_exits_85_and_resumes_to_the_same_loss():
 
 
 @case
+def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
+    """What the README (Exit codes) says of SIGTERM under mpirun: mpirun forwards it, the ranks
+    checkpoint and print exit code 85, and Open MPI's mpirun itself returns 1; --resume auto
+    then continues. If a later Open MPI returns 85, this fails and the README must change."""
+    fixture()
+    args = ["--steps", "3000", "--cp", "2", "--checkpoint-every", "1000"]
+    p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2)
+    wait_for_step("r")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1, (p.returncode, out[-2000:], err[-2000:])
+    assert re.search(r"\(SIGTERM \(signal 15\) on (every rank|rank [01])\)", out), out[-2000:]
+    assert "exit code 85" in out, out[-2000:]
+    stopped = int(open("r/checkpoints/latest").read().split("_")[1].split(".")[0])
+    assert 0 < stopped < 3000, stopped
+    res = train("r", *args, "--resume", "auto", "--stop-at", str(stopped + 2), ranks=2)
+    assert res.returncode == 85, res.stderr[-2000:]
+    assert f"resumed from 'r/checkpoints/step_{stopped:08d}.h5' at step {stopped}" in res.stdout, res.stdout
+
+
+@case
 def second_sigterm_exits_at_once_and_keeps_the_checkpoint():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "4")
