@@ -583,6 +583,27 @@ def force_sets_the_previous_run_aside_and_never_mixes_checkpoints():
 
 
 @case
+def resume_auto_ignores_a_checkpoint_newer_than_latest_and_never_prunes_it():
+    """A crash between a checkpoint's rename and the `latest` pointer leaves a checkpoint newer
+    than `latest`: --resume auto starts at `latest` (with a note), and pruning neither deletes
+    the newer file nor counts it (with it counted, --keep-checkpoints 2 would delete step 2)."""
+    fixture()
+    ok(*TRAIN, "--run-dir", "r", "--steps", "4", "--checkpoint-every", "2")
+    assert checkpoints("r") == ["step_00000002.h5", "step_00000004.h5"], checkpoints("r")
+    with open("r/checkpoints/latest", "w") as f:
+        f.write("step_00000002.h5\n")
+    newer = cc.digest("r/checkpoints/step_00000004.h5")
+    p = train("r", "--steps", "8", "--checkpoint-every", "1", "--keep-checkpoints", "2", "--stop-at", "3",
+              "--resume", "auto")
+    assert p.returncode == 85, (p.returncode, p.stderr[-2000:])
+    assert "note: 'r/checkpoints/step_00000004.h5' is newer than what 'latest' names" in p.stdout, p.stdout
+    assert "resumed from 'r/checkpoints/step_00000002.h5' at step 2" in p.stdout, p.stdout
+    assert checkpoints("r") == ["step_00000002.h5", "step_00000003.h5", "step_00000004.h5"], checkpoints("r")
+    assert cc.digest("r/checkpoints/step_00000004.h5") == newer
+    assert open("r/checkpoints/latest").read().strip() == "step_00000003.h5"
+
+
+@case
 def resume_auto_follows_latest_after_a_rollback():
     fixture()
     args = ["--steps", "20", "--checkpoint-every", "5", "--keep-checkpoints", "10"]
