@@ -5,6 +5,7 @@
 // single-rank bf16 kernel).
 #include "common/error.hpp"
 #include "mpi/cp_fixture.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 namespace {
@@ -146,6 +147,21 @@ TEST(SlidingWindow, EveryAlgorithmTransportAndSplitMatchesSingleRank) {
 }
 
 // Without a window the plan changes nothing: every hop is made.
+// The memory estimate (layout_model: buffer_bytes, made before anything is allocated) equals
+// what the constructors allocate, read back from the buffers and transports themselves: the
+// all-gather's estimate had counted its gradient buffers 6 times the sequence's K instead of 4.
+TEST(RingAttention, BufferBytesEqualsWhatTheConstructorAllocates) {
+  const int n = comm_size(MPI_COMM_WORLD);
+  for (const Precision p : {Precision::Fp32, Precision::Bf16})
+    for (const int64_t KV : {int64_t(1), int64_t(2), int64_t(4)}) {
+      const int64_t Tl = 48, H = 4, D = 16;
+      const RingAttention ring(MPI_COMM_WORLD, Tl, H, KV, D, {16, 24}, test_isa(), p);
+      EXPECT_EQ(ring.allocated_bytes(), RingAttention::buffer_bytes(Tl, H, KV, D, p)) << "KV " << KV;
+      const AllGatherAttention all(MPI_COMM_WORLD, Tl, H, KV, D, {16, 24}, test_isa(), p);
+      EXPECT_EQ(all.allocated_bytes(), AllGatherAttention::buffer_bytes(n, Tl, H, KV, D, p)) << "KV " << KV;
+    }
+}
+
 TEST(RingAttention, FullCausalPlanTakesEveryStep) {
   const Full f = make_full(Layout::Causal, 4, 2, 13);
   EXPECT_EQ(run_parallel<RingAttention>(f).ring_steps, size_of());
