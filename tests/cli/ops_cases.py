@@ -751,6 +751,42 @@ def full_disk_every_single_rank_writer_fails_cleanly():
 
 
 @case
+def full_disk_the_other_writers_fail_cleanly():
+    """The writers full_disk_every_single_rank_writer_fails_cleanly leaves out, on a nearly
+    full tmpfs (room for HDF5 to start a file, not to finish it): prepare of a text file,
+    convert both ways, eval --out on 1 rank and under mpirun (cp 2) (each with less room than
+    its file takes); bench --out on a full one.
+    Each: one error line naming the file and the free space, exit 1, nothing left behind."""
+    fixture()
+    ok("convert", "--to-hf", "hfm", "--model", "m.h5")
+    words = ["alpha", "beta", "gamma", "delta"]
+    with open("big.txt", "w") as f:  # 2.3 MB of text: a dataset of several MiB
+        f.write(" ".join(words[(i * 7919) % 4] for i in range(400000)))
+    if not mount_tmpfs("full", "size=1m"):
+        return
+    try:
+        with open("full/fill", "wb") as f:
+            f.write(b"\0" * (1024 * 1024 - 300 * 1024))
+        assert_clean_disk_error(run("prepare", "big.txt", "-o", "full/t.h5"), "dataset file 'full/t.h5' needs", "full")
+        assert_clean_disk_error(run("convert", "--to-hf", "full/hf", "--model", "m.h5"),
+                                "safetensors file 'full/hf/model.safetensors' needs", "full")
+        assert_clean_disk_error(run("convert", "--from-hf", "hfm", "-o", "full/c.h5"), "model file 'full/c.h5' needs",
+                                "full")
+        # The eval table is about 26 KB: 16 KiB free is nearly full for it.
+        with open("full/fill", "ab") as f:
+            f.write(b"\0" * (300 * 1024 - 16 * 1024))
+        evaluate = ["eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--out", "full/e.h5"]
+        assert_clean_disk_error(run(*evaluate), "array file 'full/e.h5' needs", "full")
+        assert_clean_disk_error(run("--oversubscribe", *evaluate, "--cp", "2", ranks=2), "array file 'full/e.h5' needs",
+                                "full")
+        fill("full")
+        assert_clean_disk_error(run("bench", "attention", "--seq-len", "512", "--heads", "4", "--kv-heads", "2",
+                                    "--repeats", "1", "--out", "full/b.h5"), "'full/b.h5' needs", "full")
+    finally:
+        subprocess.run(["umount", "full"])
+
+
+@case
 def full_disk_at_a_timing_table_write_stops_every_rank_cleanly():
     fixture()
     if not mount_tmpfs("small", "size=8m"):
