@@ -497,16 +497,13 @@ def resume_refuses_a_checkpoint_with_non_finite_tensors():
 def mount_tmpfs(path, options):
     os.makedirs(path)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path]).returncode != 0:
-        print(f"SKIP: cannot mount a tmpfs here (needs root); {path} not tested")
-        return False
-    return True
+        raise cc.Skip(f"cannot mount a tmpfs here (needs root); {path} not tested")
 
 
 @case
 def disk_full_at_a_checkpoint_keeps_the_earlier_ones():
     fixture()
-    if not mount_tmpfs("small", "size=5m"):
-        return
+    mount_tmpfs("small", "size=5m")
     try:
         # A checkpoint takes 1.7 MB and reserves 2.6 MB while it is written: two fit, the third
         # does not.
@@ -526,8 +523,7 @@ def disk_full_at_a_checkpoint_keeps_the_earlier_ones():
 @case
 def bad_run_directory_not_writable():
     fixture()
-    if not mount_tmpfs("ro", "ro,size=1m"):
-        return
+    mount_tmpfs("ro", "ro,size=1m")
     try:
         expect_error(["--oversubscribe", *TRAIN, "--run-dir", "ro/run", "--steps", "2"],
                      "run directory 'ro/run' cannot be created", "Read-only", ranks=2)
@@ -727,8 +723,7 @@ def assert_clean_disk_error(p, needle, folder, keep=("fill",)):
 @case
 def full_disk_every_single_rank_writer_fails_cleanly():
     fixture()
-    if not mount_tmpfs("full", "size=1m"):
-        return
+    mount_tmpfs("full", "size=1m")
     try:
         ok("init", "-o", "full/m.h5")  # fits; then the disk is full
         fill("full")
@@ -762,8 +757,7 @@ def full_disk_the_other_writers_fail_cleanly():
     words = ["alpha", "beta", "gamma", "delta"]
     with open("big.txt", "w") as f:  # 2.3 MB of text: a dataset of several MiB
         f.write(" ".join(words[(i * 7919) % 4] for i in range(400000)))
-    if not mount_tmpfs("full", "size=1m"):
-        return
+    mount_tmpfs("full", "size=1m")
     try:
         with open("full/fill", "wb") as f:
             f.write(b"\0" * (1024 * 1024 - 300 * 1024))
@@ -789,8 +783,7 @@ def full_disk_the_other_writers_fail_cleanly():
 @case
 def full_disk_at_a_timing_table_write_stops_every_rank_cleanly():
     fixture()
-    if not mount_tmpfs("small", "size=8m"):
-        return
+    mount_tmpfs("small", "size=8m")
     try:
         p = start("--oversubscribe", *TRAIN, "--run-dir", "small/r", "--steps", "100000", "--cp", "2",
                   "--checkpoint-every", "0", ranks=2)
@@ -907,8 +900,7 @@ def on_fake_nodes(nodes, per_node, *args):
 @case
 def two_emulated_nodes_train_checkpoint_and_resume_like_one_node():
     if os.geteuid() != 0 or not os.path.exists(FAKENODES):
-        print(f"SKIP: needs root and {FAKENODES}")
-        return
+        raise cc.Skip(f"needs root and {FAKENODES}")
     fixture()
     args = ["--steps", "6", "--checkpoint-every", "2", "--cp", "2", "--dp", "2"]
     assert train("one", *args, ranks=4).returncode == 0
@@ -966,8 +958,7 @@ def resume_is_bit_exact_with_hybrid_cp4_ulysses2():
 @case
 def hybrid_on_two_emulated_nodes_keeps_ulysses_inside_a_node_and_the_ring_across():
     if os.geteuid() != 0 or not os.path.exists(FAKENODES):
-        print(f"SKIP: needs root and {FAKENODES}")
-        return
+        raise cc.Skip(f"needs root and {FAKENODES}")
     fixture()
     args = ["--steps", "3", *HYBRID]
     assert train("one", *args, ranks=4).returncode == 0
