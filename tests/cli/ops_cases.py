@@ -817,6 +817,16 @@ def force_never_replaces_what_is_not_a_regular_file():
     os.mkfifo("r")
     expect_error([*TRAIN, "--run-dir", "r", "--steps", "2", "--force"], "run directory 'r'")
     assert stat.S_ISFIFO(os.stat("r").st_mode)
+    # A character device (/dev/null's numbers): what the issue saw turned into a regular file.
+    try:
+        os.mknod("dev.h5", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        print("SKIP (the device): mknod needs root; only the named pipe is checked")
+        return
+    for args in (["init", "-o", "dev.h5", "--force"],
+                 ["eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--out", "dev.h5", "--force"]):
+        expect_error(args, "'dev.h5' exists and is not a regular file")
+        assert stat.S_ISCHR(os.stat("dev.h5").st_mode)
 
 
 @case

@@ -67,6 +67,29 @@ TEST(ThreadPlan, WithSmtOneThreadPerPhysicalCoreBoundToOneCpuOfEach) {
   EXPECT_EQ(distinct(core_ids({0, 1, 2}, "/nonexistent")), 3);
 }
 
+// The start-up table says what the thread policy chose on an SMT host: the cores, the SMT
+// width, and whether the threads got one core each.
+TEST(ThreadPlan, StartupTableNamesCoresAndSmt) {
+  const std::string sysfs = fake_sysfs({0, 0, 1, 1, 2, 2, 3, 3});
+  Topology t = machine(8, 8, 1);
+  t.cpuset_core = core_ids(t.cpuset, sysfs);
+  t.share.node_cores = distinct(core_ids(t.share.node_cpus, sysfs));
+  t.threads = plan_threads(t, {});
+  t.threads_bound = true;
+  std::string d = t.describe();
+  EXPECT_NE(d.find("4 cores, SMT: 2 CPUs per core); 4 OpenMP threads, one per core, each bound to one CPU"),
+            std::string::npos) << d;
+  t.threads = plan_threads(t, {8, false, true});  // asked for: the siblings too
+  d = t.describe();
+  EXPECT_NE(d.find("8 OpenMP threads, more than the cores: SMT siblings shared"), std::string::npos) << d;
+  std::filesystem::remove_all(sysfs);
+  // Without SMT nothing is said of it.
+  Topology plain = machine(2, 2, 1);
+  plain.threads = 2;
+  d = plain.describe();
+  EXPECT_EQ(d.find("SMT"), std::string::npos) << d;
+}
+
 // cgroup v2 (what current Slurm uses: memory.max / memory.current), on a fake /proc and
 // /sys/fs/cgroup: the limit of an ancestor of the process's own cgroup counts, "max" means
 // none, and with no limit anywhere the node's MemAvailable is the budget.
