@@ -84,7 +84,8 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
   // must stay under the system's limit, or the first checkpoint dies inside MPI-IO or HDF5.
   const size_t longest = RunDirectory::longest_name(o.run_dir);
   if (longest >= PATH_MAX)
-    fail("--run-dir '", o.run_dir.substr(0, 60), "...' is too long: the files lctrain writes in it ",
+    fail("--run-dir '", o.run_dir.size() > 60 ? o.run_dir.substr(0, 60) + "..." : o.run_dir,
+         "' is too long: the files lctrain writes in it ",
          "(a checkpoint's temporary, one set aside by --force) would have absolute names of ", longest,
          " characters, past the system's limit of ", PATH_MAX - 1, ": choose a shorter path");
   const int64_t real = ds.num_tokens();
