@@ -32,9 +32,14 @@ struct ConfigRepeat : std::runtime_error {
 
 // TOML keys may use snake_case (seq_len) as well as the option's own dashed name. A section
 // given twice, or one key given twice in a section (in either spelling), is refused: CLI11
-// would silently keep one of them.
+// would silently keep one of them. The line of every key is kept, for the errors of its value.
 class TomlConfig : public CLI::ConfigTOML {
  public:
+  // The line of `key` (dashed) in [section] ("" for the top), 0 when the file does not set it.
+  int line_of(const std::string& section, const std::string& key) const {
+    const auto it = lines_.find((section.empty() ? "" : "[" + section + "]") + key);
+    return it == lines_.end() ? 0 : it->second;
+  }
   std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
     std::stringstream text;
     text << in.rdbuf();
@@ -45,10 +50,12 @@ class TomlConfig : public CLI::ConfigTOML {
   }
 
  private:
-  static void refuse_repeats(const std::string& text) {
+  void refuse_repeats(const std::string& text) const {
     std::istringstream lines(text);
     std::string line, section;
-    std::map<std::string, int> sections, keys;  // name -> line first seen
+    std::map<std::string, int> sections;  // name -> line first seen
+    std::map<std::string, int>& keys = lines_;
+    keys.clear();
     for (int n = 1; std::getline(lines, line); ++n) {
       const size_t a = line.find_first_not_of(" \t");
       if (a == std::string::npos || line[a] == '#') continue;
@@ -71,7 +78,39 @@ class TomlConfig : public CLI::ConfigTOML {
                                "'_' or '-'); keep one"));
     }
   }
+  mutable std::map<std::string, int> lines_;  // "[section]key" -> line
 };
+
+// Where the value a validation error names ("--seed: '…' is not …") came from, when not from
+// the command line: "config file 'F': line N: " or "environment variable LCT_X: ".
+std::string value_source(CLI::App& app, const TomlConfig& toml, int argc, char** argv,
+                         const std::string& what) {
+  const size_t colon = what.find(": ");
+  if (what.rfind("--", 0) != 0 || colon == std::string::npos) return "";
+  const std::string name = what.substr(0, colon);
+  std::vector<CLI::App*> apps = app.get_subcommands();  // the subcommand given, then the globals
+  apps.push_back(&app);
+  for (CLI::App* a : apps) {
+    const CLI::Option* opt = nullptr;
+    try {
+      opt = a->get_option(name);
+    } catch (const CLI::OptionNotFound&) {
+      continue;
+    }
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == name || arg.rfind(name + "=", 0) == 0) return "";
+      for (const std::string& n : opt->get_snames())
+        if (arg.rfind("-" + n, 0) == 0) return "";
+    }
+    if (const int line = toml.line_of(a->get_parent() ? a->get_name() : "", name.substr(2)))
+      return cat("config file '", app["--config"]->as<std::string>(), "': line ", line, ": ");
+    const std::string env = opt->get_envname();
+    if (!env.empty() && std::getenv(env.c_str())) return cat("environment variable ", env, ": ");
+    return "";
+  }
+  return "";
+}
 
 // CLI11 marks a negating flag with the value it sets ("--tensors,--no-tensors{false}"), which
 // reads as the default whatever the default is; show the names alone and the real default:
@@ -114,7 +153,8 @@ Invocation parse_command_line(int argc, char** argv) {
   inv.command_line = joined_command_line(argc, argv);
   CLI::App app("lctrain: long-context transformer training on CPU clusters (OpenMP + MPI)",
                "lctrain");
-  app.config_formatter(std::make_shared<TomlConfig>());
+  const auto toml = std::make_shared<TomlConfig>();
+  app.config_formatter(toml);
   app.formatter(std::make_shared<Help>());  // before the subcommands, which copy it
   app.set_config("--config", "",
                  "TOML file: global keys at the top, a [init]/[prepare]/[train]/... section per subcommand")
@@ -169,7 +209,7 @@ Invocation parse_command_line(int argc, char** argv) {
     const int code = app.exit(e, out, err);
     inv.exit_code = code == 0 ? 0 : 2;
     inv.output = out.str();
-    inv.error = err.str();
+    inv.error = (code == 0 ? "" : value_source(app, *toml, argc, argv, e.what())) + err.str();
     return inv;
   }
   const CLI::App* chosen = app.get_subcommands().at(0);

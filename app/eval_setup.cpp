@@ -7,10 +7,7 @@
 namespace lct {
 
 EvalCp mpi_eval_cp(MPI_Comm comm, CpSplit split, int64_t group, MpiStepReducer& sums) {
-  int ranks = 1, rank = 0;
-  MPI_Comm_size(comm, &ranks);
-  MPI_Comm_rank(comm, &rank);
-  return {ranks, rank, split, group, [&sums](double x) { return sums.sum(x); },
+  return {comm_size(comm), comm_rank(comm), split, group, [&sums](double x) { return sums.sum(x); },
           [comm](const std::vector<int32_t>& mine) {
             std::vector<int32_t> all;
             for (const auto& v : allgather_varying(mine, comm, "eval's argmax rows")) all.insert(all.end(), v.begin(), v.end());

@@ -13,12 +13,14 @@ void save_checkpoint(const World& w, RunDirectory* run, const std::string& run_d
                      const CheckpointView& c, const Provenance& prov, const RetentionPolicy& keep) {
   // Every rank knows the path: RunDirectory names it the same way everywhere.
   const std::string path = RunDirectory::path_of(run_dir, c.state.step);
-  agreed(w, [&] {  // weights are replicated: every rank finds the same
+  // Only rank 0 holds the run directory; the rank that finds bad weights names the pointer.
+  const std::string last_good = broadcast_string(latest_or_none(run), w.comm);
+  agreed(w, [&] {  // weights are replicated: every rank should find the same
     const NonFinite bad = count_non_finite(c.params, size_t(c.layout->total));
     if (bad.total())
       fail("the weights after step ", c.state.step, " are not finite (", describe(bad), " among ",
            c.layout->total, "); ",
-           "no checkpoint is written for them and the last good one stays ", latest_or_none(run),
+           "no checkpoint is written for them and the last good one stays ", last_good,
            "; lower --lr, raise --warmup-steps or check the data, then resume");
   });
   agreed(w, [&] {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <ostream>
 
@@ -152,6 +153,7 @@ int TrainLoop::train() {
     for (int64_t step = first_step; step <= o.steps; ++step) {
       watchdog_set_context(cat("step ", step));
       fault.maybe_fire(world.rank, step);
+      if (fault.poisons(world.rank, step) && !model.param_shards()) model.params()[0] = std::nanf("");
       clock.reset();
       const int64_t S = schedule.seq_len_at(step);
       if (schedule.staged() && step > first_step && S != schedule.seq_len_at(step - 1))

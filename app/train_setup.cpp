@@ -80,14 +80,14 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
   }
   if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
     fail("--resume checkpoint '", o.resume, "' does not exist; give a checkpoint file, or auto");
-  // The longest name lctrain writes in the run directory must stay under the system's
-  // limit, or the failure comes from deep inside MPI-IO or HDF5 on the first checkpoint.
-  const size_t longest = o.run_dir.size() + std::string("/checkpoints/step_00000000.h5").size() +
-                         unique_suffix().size();
+  // The longest name lctrain writes in the run directory, as the absolute path MPI-IO opens,
+  // must stay under the system's limit, or the first checkpoint dies inside MPI-IO or HDF5.
+  const size_t longest = RunDirectory::longest_name(o.run_dir);
   if (longest >= PATH_MAX)
-    fail("--run-dir is ", o.run_dir.size(), " characters long; the files lctrain writes in it ",
-         "would have names of ", longest, ", past the system's limit of ", PATH_MAX - 1,
-         ": choose a shorter path");
+    fail("--run-dir '", o.run_dir.size() > 60 ? o.run_dir.substr(0, 60) + "..." : o.run_dir,
+         "' is too long: the files lctrain writes in it ",
+         "(a checkpoint's temporary, one set aside by --force) would have absolute names of ", longest,
+         " characters, past the system's limit of ", PATH_MAX - 1, ": choose a shorter path");
   const int64_t real = ds.num_tokens();
   if (real < o.seq_len)
     fail("dataset '", o.data, "' holds ", real, " tokens, fewer than one sequence of --seq-len ",
@@ -187,8 +187,8 @@ Fault injected_fault() {
     char kind[16] = "";
     long long step = -1;
     const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
-    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring")
-      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit or stallring");
+    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring" && k != "nan")
+      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring or nan");
     f.kind = kind;
     f.step = step;
   }

@@ -59,12 +59,15 @@ CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, in
 
 // Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
-// (hang), exit at once (exit) or stop in the middle of its next ring exchange (stallring).
+// (hang), exit at once (exit), stop in the middle of its next ring exchange (stallring) or
+// set its first weight to NaN (nan, done by the caller when poisons(): the step is
+// skipped, and a checkpoint of the weights must be refused).
 struct Fault {
   std::string kind;
   int rank = -1;
   int64_t step = -1;
   void maybe_fire(int my_rank, int64_t now) const;
+  bool poisons(int my_rank, int64_t now) const { return kind == "nan" && my_rank == rank && now == step; }
 };
 Fault injected_fault();  // from the environment; none when unset
 

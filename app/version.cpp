@@ -1,5 +1,4 @@
 #include <CLI/Version.hpp>
-#include <mpi.h>
 #include <numa.h>
 
 #include "app/cli.hpp"
@@ -8,16 +7,14 @@
 #include "io/file_kind.hpp"
 #include "io/hf_model.hpp"
 #include "kernels/gemm.hpp"
+#include "parallel/world.hpp"
 #include "lct_build_info.hpp"
 #include "sys/threads.hpp"
 
 namespace lct {
 
 std::string version_text() {
-  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  int len = 0;
-  MPI_Get_library_version(mpi, &len);  // allowed before MPI_Init
-  std::string mpi_line(mpi, size_t(len));
+  std::string mpi_line = mpi_library_version();
   mpi_line = mpi_line.substr(0, mpi_line.find_first_of("\n,"));
   return cat("lctrain ", LCT_VERSION, " (git ", LCT_GIT_REVISION, ")\n",
              "  MPI       ", mpi_line, "\n",

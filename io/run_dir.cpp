@@ -1,6 +1,7 @@
 #include "io/run_dir.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,6 +80,23 @@ std::string RunDirectory::path_of(const std::string& dir, int64_t step) {
   return dir + "/checkpoints/" + checkpoint_name(step);
 }
 
+namespace {
+// Absolute: Open MPI's MPI-IO opens a file by its absolute name, whatever it was given.
+size_t absolute_size(const std::string& path) {
+  std::error_code ec;
+  const fs::path a = fs::absolute(path, ec);
+  return ec ? path.size() : a.string().size();
+}
+}  // namespace
+
+size_t RunDirectory::longest_name(const std::string& dir) {
+  const size_t base = absolute_size(dir);
+  const size_t checkpoint = std::string("/checkpoints/").size() + checkpoint_name(0).size();
+  const size_t temporary = checkpoint + unique_suffix().size();
+  const size_t set_aside = std::string("/replaced-YYYYmmdd-HHMMSS-NN").size() + checkpoint;
+  return base + std::max(temporary, set_aside);
+}
+
 std::vector<int64_t> RunDirectory::checkpoint_steps() const {
   std::vector<int64_t> steps;
   std::error_code ec;
@@ -153,12 +171,24 @@ std::string RunDirectory::set_aside(const std::vector<std::string>& relative) {
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
   std::string dest = cat(dir_, "/replaced-", stamp);
   for (int n = 2; fs::exists(dest); ++n) dest = cat(dir_, "/replaced-", stamp, "-", n);
+  for (const std::string& r : relative)
+    if (absolute_size(dest + "/" + r) >= PATH_MAX)
+      fail("run directory '", dir_, "': '", r, "' cannot be set aside into '", dest, "': the name ",
+           "would be ", absolute_size(dest + "/" + r), " characters long, past the system's limit of ",
+           PATH_MAX - 1, "; nothing was moved: choose a shorter path");
   std::error_code ec;
   fs::create_directories(dest + "/checkpoints", ec);
   if (ec) fail("run directory '", dir_, "': cannot create '", dest, "': ", ec.message());
-  for (const std::string& r : relative) {
-    fs::rename(dir_ + "/" + r, dest + "/" + r, ec);
-    if (ec) fail("run directory '", dir_, "': cannot move '", r, "' to '", dest, "': ", ec.message());
+  for (size_t i = 0; i < relative.size(); ++i) {
+    fs::rename(dir_ + "/" + relative[i], dest + "/" + relative[i], ec);
+    if (!ec) continue;
+    const std::string why = ec.message();
+    std::error_code back;
+    for (size_t j = i; j-- > 0;) fs::rename(dest + "/" + relative[j], dir_ + "/" + relative[j], back);
+    fs::remove(dest + "/checkpoints", back);
+    fs::remove(dest, back);
+    fail("run directory '", dir_, "': cannot move '", relative[i], "' to '", dest, "': ", why,
+         "; the files moved before it were put back");
   }
   fsync_path(dir_, "directory");
   fsync_path(dir_ + "/checkpoints", "directory");

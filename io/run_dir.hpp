@@ -38,6 +38,9 @@ class RunDirectory {
   static std::string path_of(const std::string& dir, int64_t step);
   static std::string checkpoint_name(int64_t step);  // "step_00000010.h5"
   std::vector<int64_t> checkpoint_steps() const;     // ascending
+  // Length of the longest name lctrain writes under `dir`, as the absolute path MPI-IO opens:
+  // a checkpoint's temporary file, or a checkpoint set aside into replaced-DATE-TIME-N/.
+  static size_t longest_name(const std::string& dir);
 
   // Removes temporary files killed writers left behind (never a complete file). Only safe
   // under lock(): another run's in-flight files look the same.
@@ -51,6 +54,8 @@ class RunDirectory {
 
   // Moves the timing table and every checkpoint (and `latest`) into a new
   // replaced-<date>-<time>/ beside them; returns its path ("" when there was nothing).
+  // All or nothing: every destination name is checked before the first move, and a move
+  // that fails puts back the ones before it, so a run is never left split in two.
   std::string set_aside_previous_run();
   // The same for the checkpoints after `step` only: an abandoned branch after a rollback.
   std::string set_aside_checkpoints_after(int64_t step);

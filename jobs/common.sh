@@ -28,10 +28,13 @@ make_inputs() {
 # One rank per task, threads bound to the task's cores; a rank that dies kills the step.
 # srun of Slurm 22.05-23.02 does not inherit sbatch's --cpus-per-task: without it every rank
 # would get one CPU (and one thread). SRUN_CPUS_PER_TASK and the explicit flag cover both.
+# Every job script launches through here; SRUN_ARGS adds srun flags (sweep: --ntasks).
+SRUN_ARGS=()
 launch() {
   local cpt=${SLURM_CPUS_PER_TASK:-1}
   export OMP_NUM_THREADS=$cpt OMP_PLACES=cores OMP_PROC_BIND=close SRUN_CPUS_PER_TASK=$cpt
-  srun --mpi=pmix --cpus-per-task="$cpt" --cpu-bind=cores --kill-on-bad-exit=1 "$LCTRAIN" "$@"
+  srun --mpi=pmix --cpus-per-task="$cpt" --cpu-bind=cores --kill-on-bad-exit=1 "${SRUN_ARGS[@]}" \
+    "$LCTRAIN" "$@"
 }
 
 # TRAIN_ARGS: the train command line from the settings above (call again after changing them).

@@ -49,19 +49,4 @@ if [ "$mode" = test ]; then
 fi
 
 # --- the default job (inputs/default.toml) ------------------------------------------------
-lctrain="$BUILD_DIR/app/lctrain"
-mkdir -p "$RUN_DIR"
-cfg=inputs/default.toml
-echo "== default job in $RUN_DIR"
-# Model, data and run are generated deterministically from the config: starting over is safe.
-"$lctrain" --config "$cfg" init --out "$RUN_DIR/model.h5" --force
-"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey.h5" --force
-"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey-eval.h5" --num-docs 256 --seed 2 --force
-# Two ranks with context parallelism (cp = 2 in the config): one core each on 2 cores.
-over=(); [ "$(nproc)" -ge 2 ] || over=(--oversubscribe)
-mpirun -n 2 "${over[@]}" "$lctrain" "${over[@]}" --config "$cfg" train --model "$RUN_DIR/model.h5" \
-  --data "$RUN_DIR/passkey.h5" --run-dir "$RUN_DIR/run" --force
-latest="$RUN_DIR/run/checkpoints/$(cat "$RUN_DIR/run/checkpoints/latest")"
-"$lctrain" --config "$cfg" eval --model "$latest" --data "$RUN_DIR/passkey-eval.h5" \
-  --out "$RUN_DIR/eval.h5" --force
-"$lctrain" inspect "$RUN_DIR/run"
+exec bash jobs/default_job.sh "$BUILD_DIR/app/lctrain" "$RUN_DIR"

@@ -97,6 +97,7 @@ class Transport : public RingTransport {
   }
 
   char* slot(int i) override { return mine_ + kHeader + size_t(i) * capacity_; }
+  size_t slot_bytes() const override { return size_t(slots_) * capacity_; }
 
   void start(const void* send, int to, size_t bytes) override {
     if (bytes > capacity_ || to < 0 || to >= slots_)

@@ -35,6 +35,7 @@ class RingTransport {
   virtual void wait() = 0;      // until both the send and the receive are complete
   virtual std::string describe() const = 0;  // "shm to rank 1, shm from rank 3"
   virtual bool sends_shm() const = 0;        // this rank's hop goes through shared memory
+  virtual size_t slot_bytes() const = 0;     // slots x capacity: the memory hops land in
   size_t bytes_sent = 0;        // since construction
   size_t bytes_sent_shm = 0;    // of which through shared memory
 };

@@ -33,31 +33,34 @@ void KvBlocks::pack(int i, const X* k, const X* v, TokenTags t) {
   std::memcpy(const_cast<int32_t*>(tags(i).doc), t.doc, size_t(tokens_) * sizeof(int32_t));
 }
 
-double RingAttention::buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                                   Precision activations) {
-  // kv_ (2 blocks), o_part_, lse_part_ + delta_, dkv_[2] + dkv_in_ + dkv_home_'s slot (4 x
-  // [dk | dv]).
-  const double kvd = double(KV * D);
-  return 2.0 * double(KvBlocks::bytes_for(Tl, KV * D, elem_size(activations))) +
-         4.0 * (double(Tl * H * D) + 2.0 * double(H * Tl) + 4.0 * 2.0 * double(Tl) * kvd);
+RingAttention::Sizes RingAttention::sizes(int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                          Precision activations) {
+  return {KvBlocks::bytes_for(Tl, KV * D, elem_size(activations)), size_t(2 * Tl * KV * D),
+          size_t(Tl * H * D), size_t(H * Tl)};
 }
 
 RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                              AttnBlocks blocks, Isa isa, Precision activations,
                              CpTransport transport)
     : comm_(cp), transport_(transport), n_(comm_size(cp)), tl_(Tl), kvd_(KV * D),
+      sizes_(sizes(Tl, H, KV, D, activations)),
       flash_({Tl, Tl, H, KV, D}, blocks, isa, activations), steps_(n_), sees_(size_t(n_), 1),
-      kv_ring_(make_ring_transport(transport, cp, 11,
-                                   KvBlocks::bytes_for(Tl, KV * D, elem_size(activations)))),
-      dkv_ring_(make_ring_transport(transport, cp, 12, size_t(2 * Tl * KV * D) * sizeof(float), 1)),
+      kv_ring_(make_ring_transport(transport, cp, 11, sizes_.kv_slot)),
+      dkv_ring_(make_ring_transport(transport, cp, 12, sizes_.dkv * sizeof(float), 1)),
       kv_(Tl, KV * D, elem_size(activations), kv_ring_->slot(0), kv_ring_->slot(1)),
-      o_part_(size_t(Tl * H * D)), lse_part_(size_t(H * Tl)), delta_(size_t(H * Tl)),
-      dkv_{Buffer<float>(size_t(2 * Tl * KV * D)), Buffer<float>(size_t(2 * Tl * KV * D))},
+      o_part_(sizes_.o_part), lse_part_(sizes_.lse), delta_(sizes_.lse),
+      dkv_{Buffer<float>(sizes_.dkv), Buffer<float>(sizes_.dkv)},
       dkv_in_(reinterpret_cast<float*>(dkv_ring_->slot(0))) {
   flash_.set_progress([this] {
     kv_ring_->progress();
     dkv_ring_->progress();
   });
+}
+
+double RingAttention::allocated_bytes() const {
+  const size_t floats = o_part_.size() + lse_part_.size() + delta_.size() + dkv_[0].size() + dkv_[1].size();
+  return double(kv_ring_->slot_bytes() + dkv_ring_->slot_bytes() +
+                (dkv_home_ ? dkv_home_->slot_bytes() : sizes_.dkv * sizeof(float)) + floats * sizeof(float));
 }
 
 size_t RingAttention::bytes_sent() const {
@@ -99,7 +102,7 @@ RingTransport& RingAttention::dkv_home() {
   if (steps_ == n_) return *dkv_ring_;  // one more hop of the ring is home
   const int shift = n_ - (steps_ - 1);  // back steps_ - 1 ranks
   if (!dkv_home_ || home_shift_ != shift) {
-    dkv_home_ = make_ring_transport(transport_, comm_, 13, size_t(2 * tl_ * kvd_) * sizeof(float), 1, shift);
+    dkv_home_ = make_ring_transport(transport_, comm_, 13, sizes_.dkv * sizeof(float), 1, shift);
     home_shift_ = shift;
   }
   return *dkv_home_;
@@ -173,25 +176,27 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
   clock.lap(Phase::AttnBwd);
 }
 
-double AllGatherAttention::buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                                        Precision activations) {
-  // own_ + gathered_ (n + 1 blocks), k_all_ + v_all_, dk_all_ + dv_all_ + dkv_send_ (6 x
-  // all), dkv_own_, delta_, idx_all_ + doc_all_.
-  const double all = double(n) * double(Tl * KV * D);  // K or V of the whole sequence
-  return double(n + 1) * double(KvBlocks::bytes_for(Tl, KV * D, elem_size(activations))) +
-         2.0 * all * double(elem_size(activations)) +
-         4.0 * (6.0 * all + 2.0 * double(Tl * KV * D) + double(H * Tl)) + 8.0 * double(n) * double(Tl);
+AllGatherAttention::Sizes AllGatherAttention::sizes(int n, int64_t Tl, int64_t H, int64_t KV,
+                                                    int64_t D, Precision activations) {
+  return {KvBlocks::bytes_for(Tl, KV * D, elem_size(activations)), n, size_t(n * Tl * KV * D),
+          elem_size(activations), size_t(2 * Tl * KV * D), size_t(H * Tl), size_t(n * Tl)};
 }
 
 AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                        AttnBlocks blocks, Isa isa, Precision activations)
     : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), elem_(elem_size(activations)),
+      sizes_(sizes(n_, Tl, H, KV, D, activations)),
       flash_({Tl, comm_size(cp) * Tl, H, KV, D}, blocks, isa, activations),
       own_(Tl, KV * D, 1, elem_), gathered_(Tl, KV * D, n_, elem_),
-      k_all_(size_t(n_ * Tl * KV * D) * elem_), v_all_(k_all_.size()),
-      dk_all_(size_t(n_ * Tl * KV * D)), dv_all_(dk_all_.size()), dkv_send_(2 * dk_all_.size()),
-      dkv_own_(size_t(2 * Tl * KV * D)), delta_(size_t(H * Tl)), idx_all_(size_t(n_ * Tl)),
-      doc_all_(size_t(n_ * Tl)) {}
+      k_all_(sizes_.all * elem_), v_all_(sizes_.all * elem_), dk_all_(sizes_.all), dv_all_(sizes_.all),
+      dkv_send_(2 * sizes_.all), dkv_own_(sizes_.dkv_own), delta_(sizes_.delta),
+      idx_all_(sizes_.tokens), doc_all_(sizes_.tokens) {}
+
+double AllGatherAttention::allocated_bytes() const {
+  return double(own_.bytes() * 1 + gathered_.bytes() * size_t(n_) + k_all_.size() + v_all_.size() +
+                (dk_all_.size() + dv_all_.size() + dkv_send_.size() + dkv_own_.size() + delta_.size()) * sizeof(float) +
+                (idx_all_.size() + doc_all_.size()) * sizeof(int32_t));
+}
 
 template <class X>
 void AllGatherAttention::gather(const X* k, const X* v, TokenTags tags, int64_t Tl) {

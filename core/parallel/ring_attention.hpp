@@ -77,8 +77,21 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   size_t bytes_sent_shm() const;
   std::string describe() const { return kv_ring_->describe(); }
   std::string hops() const { return ring_hops(*kv_ring_, comm_); }  // collective
-  // What the buffers below take, for the memory estimate made before any is allocated.
-  static double buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
+  // The size of every buffer below: the constructor allocates these, and the memory estimate
+  // made before any is allocated (buffer_bytes) is their sum.
+  struct Sizes {
+    size_t kv_slot;     // bytes of one K/V block: kv_ring_'s two slots
+    size_t dkv;         // floats of one [dk | dv]: dkv_[2], dkv_ring_'s and dkv_home_'s slots
+    size_t o_part, lse; // floats: o_part_; lse_part_ and delta_ each
+    double total() const { return 2.0 * double(kv_slot) + 4.0 * (4.0 * double(dkv) + double(o_part) + 2.0 * double(lse)); }
+  };
+  static Sizes sizes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
+  static double buffer_bytes(int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations) {
+    return sizes(Tl, H, KV, D, activations).total();
+  }
+  // What this instance's buffers take, read from the buffers and transports themselves
+  // (dkv_home_, made at the first backward pass that needs it, at the size it is made with).
+  double allocated_bytes() const;
 
  private:
   RingTransport& dkv_home();  // from the last step's holder of a block to its owner
@@ -86,6 +99,7 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   CpTransport transport_;
   int n_;
   int64_t tl_, kvd_;                   // local tokens (at most), K/V width
+  Sizes sizes_;
   FlashAttention flash_;
   int home_shift_ = 0;                 // dkv_home_'s
   int steps_;                          // ring steps of the current tokens (n_ without a plan)
@@ -108,9 +122,26 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock);
   size_t bytes_sent() const override { return bytes_sent_; }
-  // What the buffers below take, for the memory estimate made before any is allocated.
+  // The size of every buffer below: the constructor allocates these, and the memory estimate
+  // made before any is allocated (buffer_bytes) is their sum.
+  struct Sizes {
+    size_t kv_block;  // bytes of one K/V block: own_ (1) and gathered_ (n)
+    int n;
+    size_t all;       // elements of K (or V) of the whole sequence: k_all_, v_all_ (activation
+                      // type); dk_all_, dv_all_ and twice in dkv_send_ (floats)
+    size_t elem;      // bytes of an activation
+    size_t dkv_own, delta, tokens;  // floats; int32 idx_all_ and doc_all_ each
+    double total() const {
+      return double(n + 1) * double(kv_block) + 2.0 * double(all * elem) +
+             4.0 * (4.0 * double(all) + double(dkv_own) + double(delta)) + 8.0 * double(tokens);
+    }
+  };
+  static Sizes sizes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
   static double buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
-                             Precision activations);
+                             Precision activations) {
+    return sizes(n, Tl, H, KV, D, activations).total();
+  }
+  double allocated_bytes() const;  // what this instance's buffers take, read from them
 
  private:
   template <class X>
@@ -119,6 +150,7 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   int n_;
   int64_t kvd_;
   size_t elem_;
+  Sizes sizes_;
   size_t bytes_sent_ = 0;
   FlashAttention flash_;
   KvBlocks own_, gathered_;

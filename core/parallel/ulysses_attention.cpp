@@ -39,14 +39,23 @@ std::string UlyssesAttention::replication_note(int64_t n, int64_t H, int64_t KV,
              "summed over the replicas");
 }
 
+UlyssesAttention::Sizes UlyssesAttention::sizes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
+                                                Precision activations) {
+  const size_t S = size_t(n) * size_t(Tl);
+  return {S * size_t(H / n * D), S * size_t(kv_heads(n, KV) * D), S * size_t(H / n),
+          size_t(Tl * H * D) * sizeof(float), S, elem_size(activations)};
+}
+
 double UlyssesAttention::exchange_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                         Precision activations) {
-  const double S = double(n) * double(Tl), e = double(elem_size(activations));
-  const double qd = S * double(H / n * D), kd = S * double(kv_heads(n, KV) * D);  // per rank, whole sequence
-  return e * (3 * qd + 2 * kd) +                     // q_, o_x_, dout_, k_, v_
-         4.0 * (2 * qd + 2 * kd + S * double(H / n)) +  // o_, dq_, dk_, dv_, lse_
-         2.0 * 4.0 * double(Tl) * double(H * D) * (1 + double(n > 1)) +  // send_, recv_
-         8.0 * S;                                     // idx_, doc_
+  const Sizes z = sizes(n, Tl, H, KV, D, activations);
+  return z.total() + (n > 1 ? 2.0 * double(z.staging) : 0.0);
+}
+
+double UlyssesAttention::allocated_bytes() const {
+  return double(q_.size() + o_x_.size() + dout_.size() + k_.size() + v_.size() + send_.size() + recv_.size() +
+                (o_.size() + dq_.size() + dk_.size() + dv_.size() + lse_.size()) * sizeof(float) +
+                (idx_.size() + doc_.size()) * sizeof(int32_t));
 }
 
 double UlyssesAttention::buffer_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
@@ -67,16 +76,15 @@ UlyssesAttention::UlyssesAttention(MPI_Comm group, int64_t Tl, int64_t H, int64_
   if (H % n_ != 0 || (KV % n_ != 0 && n_ % KV != 0))
     fail("Ulysses all-to-all over ", n_, " ranks: ", H, " query heads must be divisible by ", n_,
          " and ", KV, " key/value heads divisible by ", n_, " or ", n_, " by them");
-  const size_t S = size_t(n_ * Tl), e = elem_size(activations);
-  const size_t qd = S * size_t(Hc_ * D), kd = S * size_t(KVc_ * D);
-  q_ = Buffer<char>(qd * e), o_x_ = Buffer<char>(qd * e), dout_ = Buffer<char>(qd * e);
-  k_ = Buffer<char>(kd * e), v_ = Buffer<char>(kd * e);
-  o_ = Buffer<float>(qd), dq_ = Buffer<float>(qd), dk_ = Buffer<float>(kd), dv_ = Buffer<float>(kd);
-  lse_ = Buffer<float>(S * size_t(Hc_));
+  const Sizes z = sizes(n_, Tl, H, KV, D, activations);
+  q_ = Buffer<char>(z.q * z.elem), o_x_ = Buffer<char>(z.q * z.elem), dout_ = Buffer<char>(z.q * z.elem);
+  k_ = Buffer<char>(z.kv * z.elem), v_ = Buffer<char>(z.kv * z.elem);
+  o_ = Buffer<float>(z.q), dq_ = Buffer<float>(z.q), dk_ = Buffer<float>(z.kv), dv_ = Buffer<float>(z.kv);
+  lse_ = Buffer<float>(z.lse);
   // The largest all-to-all: a rank's whole q (or o, dq) rows, fp32.
-  send_ = Buffer<char>(size_t(Tl * H * D) * sizeof(float));
-  recv_ = Buffer<char>(size_t(Tl * H * D) * sizeof(float));
-  idx_ = Buffer<int32_t>(S), doc_ = Buffer<int32_t>(S);
+  send_ = Buffer<char>(z.staging);
+  recv_ = Buffer<char>(z.staging);
+  idx_ = Buffer<int32_t>(z.tokens), doc_ = Buffer<int32_t>(z.tokens);
 }
 
 void UlyssesAttention::alltoall(const void* send, void* recv, size_t bytes) {

@@ -60,6 +60,21 @@ class UlyssesAttention : public AttentionOpOf<UlyssesAttention> {
                              Precision activations);
   static double exchange_bytes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D,
                                Precision activations);
+  // The size of every buffer below: the constructor allocates these; exchange_bytes is their
+  // sum plus room for MPI's own all-to-all copies of send_ and recv_ when n > 1.
+  struct Sizes {
+    size_t q, kv;    // elements, whole sequence: q_, o_x_, dout_ (type X), o_, dq_ (fp32); k_, v_, dk_, dv_
+    size_t lse;      // floats: lse_
+    size_t staging;  // bytes of send_ and recv_ each: a rank's whole q rows, fp32
+    size_t tokens;   // int32 idx_ and doc_ each
+    size_t elem;     // bytes of an activation
+    double total() const {
+      return double(elem) * double(3 * q + 2 * kv) + 4.0 * double(2 * q + 2 * kv + lse) +
+             2.0 * double(staging) + 8.0 * double(tokens);
+    }
+  };
+  static Sizes sizes(int n, int64_t Tl, int64_t H, int64_t KV, int64_t D, Precision activations);
+  double allocated_bytes() const;  // what this instance's buffers take, read from them
 
  private:
   // [Tl, n/rep x w] rows of this rank -> [n x Tl, w] of its group: rank j gets column block

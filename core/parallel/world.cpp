@@ -135,6 +135,13 @@ std::vector<double> allgather(const std::vector<double>& mine, MPI_Comm comm, co
   return all;
 }
 
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  return std::string(text, size_t(len));
+}
+
 int comm_rank(MPI_Comm comm) {
   int r;
   MPI_Comm_rank(comm, &r);

@@ -53,6 +53,8 @@ Peak measure_peak_together(const World& w, const Topology& topo);
 
 int comm_rank(MPI_Comm comm);
 int comm_size(MPI_Comm comm);
+// The MPI library's own description (MPI_Get_library_version: callable before MPI_Init).
+std::string mpi_library_version();
 
 // Rank 0's value on every rank of `comm`.
 std::string broadcast_string(std::string s, MPI_Comm comm);

@@ -20,8 +20,8 @@ double peak_rss_mib() {
 
 namespace {
 
-double meminfo_available() {
-  std::ifstream in("/proc/meminfo");
+double meminfo_available(const std::string& root) {
+  std::ifstream in(root + "/proc/meminfo");
   std::string key;
   double kib = 0;
   while (in >> key >> kib) {
@@ -49,9 +49,9 @@ struct CgroupMount {
 
 // Where the memory controller is mounted: a v1 "cgroup" mount with the memory option, or the
 // v2 "cgroup2" one (used when no v1 memory mount exists).
-std::vector<CgroupMount> memory_mounts() {
+std::vector<CgroupMount> memory_mounts(const std::string& root) {
   std::vector<CgroupMount> v1, v2;
-  std::ifstream in("/proc/self/mountinfo");
+  std::ifstream in(root + "/proc/self/mountinfo");
   for (std::string line; std::getline(in, line);) {
     std::istringstream f(line);
     std::string id, parent, dev, root, point, rest;
@@ -69,8 +69,8 @@ std::vector<CgroupMount> memory_mounts() {
 }
 
 // The process's cgroup path for the mount's hierarchy, from /proc/self/cgroup.
-std::string cgroup_path(bool v2) {
-  std::ifstream in("/proc/self/cgroup");
+std::string cgroup_path(const std::string& root, bool v2) {
+  std::ifstream in(root + "/proc/self/cgroup");
   for (std::string line; std::getline(in, line);) {
     const size_t a = line.find(':'), b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
@@ -85,15 +85,15 @@ std::string cgroup_path(bool v2) {
 
 }  // namespace
 
-MemoryBudget available_memory() {
-  MemoryBudget best{meminfo_available(), "MemAvailable"};
-  for (const CgroupMount& m : memory_mounts()) {
-    std::string path = cgroup_path(m.v2);
+MemoryBudget available_memory(const std::string& root) {
+  MemoryBudget best{meminfo_available(root), "MemAvailable"};
+  for (const CgroupMount& m : memory_mounts(root)) {
+    std::string path = cgroup_path(root, m.v2);
     if (path.empty()) continue;
     if (m.root != "/" && path.rfind(m.root, 0) == 0) path = path.substr(m.root.size());
     // From the process's own cgroup up to the mount: a limit may sit on any ancestor.
     for (std::string p = path;; p = p.substr(0, p.find_last_of('/'))) {
-      const std::string dir = m.dir + (p == "/" ? "" : p);
+      const std::string dir = root + m.dir + (p == "/" ? "" : p);
       const double limit = read_number(dir + (m.v2 ? "/memory.max" : "/memory.limit_in_bytes"));
       const double used = read_number(dir + (m.v2 ? "/memory.current" : "/memory.usage_in_bytes"));
       // v1 reports "no limit" as a huge page-rounded number.

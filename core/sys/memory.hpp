@@ -60,5 +60,7 @@ struct MemoryBudget {
   double bytes = 0;
   std::string source;  // "MemAvailable" or "cgroup /slurm/uid_0/job_12 limit 4.00 GiB"
 };
-MemoryBudget available_memory();
+// `root` prefixes every file read (/proc/self/mountinfo, /proc/self/cgroup, /proc/meminfo and
+// the cgroup files): a test points it at a fake tree.
+MemoryBudget available_memory(const std::string& root = "");
 }  // namespace lct

@@ -320,6 +320,27 @@ def sigusr1_on_two_ranks_checkpoints_exits_85_and_resumes_to_the_same_loss():
 
 
 @case
+def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
+    """What the README (Exit codes) says of SIGTERM under mpirun: mpirun forwards it, the ranks
+    checkpoint and print exit code 85, and Open MPI's mpirun itself returns 1; --resume auto
+    then continues. If a later Open MPI returns 85, this fails and the README must change."""
+    fixture()
+    args = ["--steps", "3000", "--cp", "2", "--checkpoint-every", "1000"]
+    p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2)
+    wait_for_step("r")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1, (p.returncode, out[-2000:], err[-2000:])
+    assert re.search(r"\(SIGTERM \(signal 15\) on (every rank|rank [01])\)", out), out[-2000:]
+    assert "exit code 85" in out, out[-2000:]
+    stopped = int(open("r/checkpoints/latest").read().split("_")[1].split(".")[0])
+    assert 0 < stopped < 3000, stopped
+    res = train("r", *args, "--resume", "auto", "--stop-at", str(stopped + 2), ranks=2)
+    assert res.returncode == 85, res.stderr[-2000:]
+    assert f"resumed from 'r/checkpoints/step_{stopped:08d}.h5' at step {stopped}" in res.stdout, res.stdout
+
+
+@case
 def second_sigterm_exits_at_once_and_keeps_the_checkpoint():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "4")
@@ -430,19 +451,59 @@ def a_run_whose_last_steps_are_skipped_checkpoints_its_good_weights_and_fails():
     assert all(np.all(np.isfinite(b[n])) for n in b)
 
 
+@case
+def non_finite_weights_are_never_checkpointed():
+    """LCT_INJECT_FAULT=nan:RANK:4 sets a weight of that rank to NaN at step 4: the step is
+    skipped, and the run's last checkpoint (always written) must be refused, on 1 rank and
+    on 2 (where only rank 1's copy is bad), with `latest` left at step 2."""
+    fixture()
+    for ranks, fault, extra in ((None, "nan:0:4", ()), (2, "nan:1:4", ("--cp", "2"))):
+        shutil.rmtree("r", ignore_errors=True)
+        p = train("r", "--steps", "4", "--checkpoint-every", "2", *extra, ranks=ranks,
+                  env={"LCT_INJECT_FAULT": fault})
+        error = the_error(p.returncode, p.stdout, p.stderr)
+        assert "the weights after step 4 are not finite (1 NaN value among" in error, error
+        assert "the last good one stays 'r/checkpoints/step_00000002.h5'" in error, error
+        assert checkpoints("r") == ["step_00000002.h5"], checkpoints("r")
+        assert open("r/checkpoints/latest").read().strip() == "step_00000002.h5"
+
+
+@case
+def resume_refuses_a_checkpoint_with_non_finite_tensors():
+    """A checkpoint whose weights or AdamW moments hold NaN is never resumed from: --resume
+    auto falls back to the previous complete one; with none left (or one named) the run fails
+    naming the tensor."""
+    fixture()
+    ok(*TRAIN, "--run-dir", "r", "--steps", "4", "--checkpoint-every", "2")
+    with h5py.File("r/checkpoints/step_00000004.h5", "r+") as f:
+        f["model.norm.weight"][3] = np.nan  # 1-D
+    p = train("r", "--steps", "6", "--checkpoint-every", "2", "--resume", "auto")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "cannot resume from 'r/checkpoints/step_00000004.h5'" in p.stdout, p.stdout
+    assert "model.norm.weight" in p.stdout, p.stdout
+    assert "resumed from 'r/checkpoints/step_00000002.h5' at step 2" in p.stdout, p.stdout
+    # Both moments too, in the resumed run's own (finite) checkpoints; a checkpoint named by
+    # --resume is not replaced by another: the run fails.
+    assert all(np.all(np.isfinite(v)) for v in tensors("r/checkpoints/step_00000004.h5").values())
+    for path, tensor in (("r/checkpoints/step_00000004.h5", "optimizer/exp_avg/lm_head.weight"),
+                         ("r/checkpoints/step_00000006.h5", "optimizer/exp_avg_sq/model.norm.weight")):
+        with h5py.File(path, "r+") as f:
+            f[tensor][(0,) * f[tensor].ndim] = np.inf
+        p = train("r", "--steps", "8", "--resume", path)
+        error = the_error(p.returncode, p.stdout, p.stderr)
+        assert f"'{path}': tensor '{tensor}' holds 1 infinite value" in error, error
+
+
 def mount_tmpfs(path, options):
     os.makedirs(path)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path]).returncode != 0:
-        print(f"SKIP: cannot mount a tmpfs here (needs root); {path} not tested")
-        return False
-    return True
+        raise cc.Skip(f"cannot mount a tmpfs here (needs root); {path} not tested")
 
 
 @case
 def disk_full_at_a_checkpoint_keeps_the_earlier_ones():
     fixture()
-    if not mount_tmpfs("small", "size=5m"):
-        return
+    mount_tmpfs("small", "size=5m")
     try:
         # A checkpoint takes 1.7 MB and reserves 2.6 MB while it is written: two fit, the third
         # does not.
@@ -462,8 +523,7 @@ def disk_full_at_a_checkpoint_keeps_the_earlier_ones():
 @case
 def bad_run_directory_not_writable():
     fixture()
-    if not mount_tmpfs("ro", "ro,size=1m"):
-        return
+    mount_tmpfs("ro", "ro,size=1m")
     try:
         expect_error(["--oversubscribe", *TRAIN, "--run-dir", "ro/run", "--steps", "2"],
                      "run directory 'ro/run' cannot be created", "Read-only", ranks=2)
@@ -516,6 +576,27 @@ def force_sets_the_previous_run_aside_and_never_mixes_checkpoints():
     p = train("r", "--steps", "6", "--checkpoint-every", "2", "--resume", "auto")
     assert p.returncode == 0, p.stderr
     assert "resumed from 'r/checkpoints/step_00000004.h5' at step 4" in p.stdout, p.stdout
+
+
+@case
+def resume_auto_ignores_a_checkpoint_newer_than_latest_and_never_prunes_it():
+    """A crash between a checkpoint's rename and the `latest` pointer leaves a checkpoint newer
+    than `latest`: --resume auto starts at `latest` (with a note), and pruning neither deletes
+    the newer file nor counts it (with it counted, --keep-checkpoints 2 would delete step 2)."""
+    fixture()
+    ok(*TRAIN, "--run-dir", "r", "--steps", "4", "--checkpoint-every", "2")
+    assert checkpoints("r") == ["step_00000002.h5", "step_00000004.h5"], checkpoints("r")
+    with open("r/checkpoints/latest", "w") as f:
+        f.write("step_00000002.h5\n")
+    newer = cc.digest("r/checkpoints/step_00000004.h5")
+    p = train("r", "--steps", "8", "--checkpoint-every", "1", "--keep-checkpoints", "2", "--stop-at", "3",
+              "--resume", "auto")
+    assert p.returncode == 85, (p.returncode, p.stderr[-2000:])
+    assert "note: 'r/checkpoints/step_00000004.h5' is newer than what 'latest' names" in p.stdout, p.stdout
+    assert "resumed from 'r/checkpoints/step_00000002.h5' at step 2" in p.stdout, p.stdout
+    assert checkpoints("r") == ["step_00000002.h5", "step_00000003.h5", "step_00000004.h5"], checkpoints("r")
+    assert cc.digest("r/checkpoints/step_00000004.h5") == newer
+    assert open("r/checkpoints/latest").read().strip() == "step_00000003.h5"
 
 
 @case
@@ -642,8 +723,7 @@ def assert_clean_disk_error(p, needle, folder, keep=("fill",)):
 @case
 def full_disk_every_single_rank_writer_fails_cleanly():
     fixture()
-    if not mount_tmpfs("full", "size=1m"):
-        return
+    mount_tmpfs("full", "size=1m")
     try:
         ok("init", "-o", "full/m.h5")  # fits; then the disk is full
         fill("full")
@@ -666,10 +746,44 @@ def full_disk_every_single_rank_writer_fails_cleanly():
 
 
 @case
+def full_disk_the_other_writers_fail_cleanly():
+    """The writers full_disk_every_single_rank_writer_fails_cleanly leaves out, on a nearly
+    full tmpfs (room for HDF5 to start a file, not to finish it): prepare of a text file,
+    convert both ways, eval --out on 1 rank and under mpirun (cp 2) (each with less room than
+    its file takes); bench --out on a full one.
+    Each: one error line naming the file and the free space, exit 1, nothing left behind."""
+    fixture()
+    ok("convert", "--to-hf", "hfm", "--model", "m.h5")
+    words = ["alpha", "beta", "gamma", "delta"]
+    with open("big.txt", "w") as f:  # 2.3 MB of text: a dataset of several MiB
+        f.write(" ".join(words[(i * 7919) % 4] for i in range(400000)))
+    mount_tmpfs("full", "size=1m")
+    try:
+        with open("full/fill", "wb") as f:
+            f.write(b"\0" * (1024 * 1024 - 300 * 1024))
+        assert_clean_disk_error(run("prepare", "big.txt", "-o", "full/t.h5"), "dataset file 'full/t.h5' needs", "full")
+        assert_clean_disk_error(run("convert", "--to-hf", "full/hf", "--model", "m.h5"),
+                                "safetensors file 'full/hf/model.safetensors' needs", "full")
+        assert_clean_disk_error(run("convert", "--from-hf", "hfm", "-o", "full/c.h5"), "model file 'full/c.h5' needs",
+                                "full")
+        # The eval table is about 26 KB: 16 KiB free is nearly full for it.
+        with open("full/fill", "ab") as f:
+            f.write(b"\0" * (300 * 1024 - 16 * 1024))
+        evaluate = ["eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--out", "full/e.h5"]
+        assert_clean_disk_error(run(*evaluate), "array file 'full/e.h5' needs", "full")
+        assert_clean_disk_error(run("--oversubscribe", *evaluate, "--cp", "2", ranks=2), "array file 'full/e.h5' needs",
+                                "full")
+        fill("full")
+        assert_clean_disk_error(run("bench", "attention", "--seq-len", "512", "--heads", "4", "--kv-heads", "2",
+                                    "--repeats", "1", "--out", "full/b.h5"), "'full/b.h5' needs", "full")
+    finally:
+        subprocess.run(["umount", "full"])
+
+
+@case
 def full_disk_at_a_timing_table_write_stops_every_rank_cleanly():
     fixture()
-    if not mount_tmpfs("small", "size=8m"):
-        return
+    mount_tmpfs("small", "size=8m")
     try:
         p = start("--oversubscribe", *TRAIN, "--run-dir", "small/r", "--steps", "100000", "--cp", "2",
                   "--checkpoint-every", "0", ranks=2)
@@ -703,6 +817,16 @@ def force_never_replaces_what_is_not_a_regular_file():
     os.mkfifo("r")
     expect_error([*TRAIN, "--run-dir", "r", "--steps", "2", "--force"], "run directory 'r'")
     assert stat.S_ISFIFO(os.stat("r").st_mode)
+    # A character device (/dev/null's numbers): what the issue saw turned into a regular file.
+    try:
+        os.mknod("dev.h5", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        print("SKIP (the device): mknod needs root; only the named pipe is checked")
+        return
+    for args in (["init", "-o", "dev.h5", "--force"],
+                 ["eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--out", "dev.h5", "--force"]):
+        expect_error(args, "'dev.h5' exists and is not a regular file")
+        assert stat.S_ISCHR(os.stat("dev.h5").st_mode)
 
 
 @case
@@ -721,6 +845,27 @@ def long_run_directory_paths_work_and_too_long_ones_are_refused():
     assert p.returncode == 1 and errors, (p.returncode, p.stderr[-2000:])
     assert all("choose a shorter path" in l and "past the system's limit of 4095" in l for l in errors)
     assert not os.path.exists(f"{deeper}/r")
+
+
+@case
+def a_relative_run_directory_is_measured_by_its_absolute_path():
+    """MPI-IO opens a checkpoint by its absolute name: a relative --run-dir whose own length
+    fits, and whose absolute one does not, is refused up front (it used to pass the check and
+    die with SIGSEGV inside MPI_File_open at the first checkpoint)."""
+    fixture()
+    import socket
+    # The longest temporary name counted on the relative path alone stays under 4,096 even
+    # for a 7-digit pid; in this case's directory (/tmp/lct_..._XXXX/) it does not.
+    suffix = len(f".tmp-{socket.gethostname()}-1234567-01234567")
+    length = 4095 - len("/r/checkpoints/step_00000000.h5") - suffix - 1
+    rel = os.path.join(*["d" * 199] * (length // 200), "e" * (length % 200 - 1 or 1))
+    assert len(rel) <= length and len(os.path.abspath(rel)) + 31 + suffix > 4095, len(rel)
+    os.makedirs(rel)
+    p = train(f"{rel}/r", "--steps", "2", "--cp", "2", ranks=2)
+    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: error:")]
+    assert p.returncode == 1 and errors, (p.returncode, p.stderr[-2000:])
+    assert all("choose a shorter path" in l and "absolute names" in l for l in errors), errors
+    assert not os.path.exists(f"{rel}/r")
 
 
 @case
@@ -765,8 +910,7 @@ def on_fake_nodes(nodes, per_node, *args):
 @case
 def two_emulated_nodes_train_checkpoint_and_resume_like_one_node():
     if os.geteuid() != 0 or not os.path.exists(FAKENODES):
-        print(f"SKIP: needs root and {FAKENODES}")
-        return
+        raise cc.Skip(f"needs root and {FAKENODES}")
     fixture()
     args = ["--steps", "6", "--checkpoint-every", "2", "--cp", "2", "--dp", "2"]
     assert train("one", *args, ranks=4).returncode == 0
@@ -824,8 +968,7 @@ def resume_is_bit_exact_with_hybrid_cp4_ulysses2():
 @case
 def hybrid_on_two_emulated_nodes_keeps_ulysses_inside_a_node_and_the_ring_across():
     if os.geteuid() != 0 or not os.path.exists(FAKENODES):
-        print(f"SKIP: needs root and {FAKENODES}")
-        return
+        raise cc.Skip(f"needs root and {FAKENODES}")
     fixture()
     args = ["--steps", "3", *HYBRID]
     assert train("one", *args, ranks=4).returncode == 0

@@ -298,5 +298,21 @@ def plot_passkey_heat_map_and_one_error_line():
     print("e-passkey.png; one error line each, e.g.:", lines[0])
 
 
+@case
+def plot_of_a_one_rank_run_explains_its_per_rank_panels():
+    """A 1-rank table has no communication or imbalance: both per-rank panels say so in text
+    and draw no bars (they used to be empty axes on every default run)."""
+    fixture()
+    train("one", "--steps", "3")
+    spec = importlib.util.spec_from_file_location("plot_timing", PLOT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fig = mod.run_figure("one/timing.h5", "one")
+    said = [a for a in fig.axes if any(t.get_text() == "one rank: no communication or imbalance to show"
+                                       for t in a.texts)]
+    assert len(said) == 2, [a.get_title() for a in fig.axes]
+    assert all(not a.patches and not a.lines and a.get_title() == "per rank" for a in said)
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())

@@ -5,6 +5,7 @@
 // single-rank bf16 kernel).
 #include "common/error.hpp"
 #include "mpi/cp_fixture.hpp"
+#include "parallel/world.hpp"
 
 namespace lct {
 namespace {
@@ -146,6 +147,34 @@ TEST(SlidingWindow, EveryAlgorithmTransportAndSplitMatchesSingleRank) {
 }
 
 // Without a window the plan changes nothing: every hop is made.
+// The memory estimate (layout_model: buffer_bytes, made before anything is allocated) equals
+// what the constructors allocate, read back from the buffers and transports themselves: the
+// all-gather's estimate had counted its gradient buffers 6 times the sequence's K instead of 4.
+// Ring, all-gather, Ulysses and hybrid, fp32 and bf16, 1 to 4 KV heads.
+TEST(RingAttention, BufferBytesEqualsWhatTheConstructorsAllocate) {
+  const int n = comm_size(MPI_COMM_WORLD);
+  for (const Precision p : {Precision::Fp32, Precision::Bf16})
+    for (const int64_t KV : {int64_t(1), int64_t(2), int64_t(4)}) {
+      const int64_t Tl = 48, H = 4, D = 16;
+      const RingAttention ring(MPI_COMM_WORLD, Tl, H, KV, D, {16, 24}, test_isa(), p);
+      EXPECT_EQ(ring.allocated_bytes(), RingAttention::buffer_bytes(Tl, H, KV, D, p)) << "KV " << KV;
+      const AllGatherAttention all(MPI_COMM_WORLD, Tl, H, KV, D, {16, 24}, test_isa(), p);
+      EXPECT_EQ(all.allocated_bytes(), AllGatherAttention::buffer_bytes(n, Tl, H, KV, D, p)) << "KV " << KV;
+      // Ulysses and hybrid: their own buffers, plus (n > 1) room for MPI's copies of the two
+      // all-to-all staging buffers, which the estimate keeps and no buffer here holds.
+      if (H % n != 0) continue;
+      const UlyssesAttention u(MPI_COMM_WORLD, Tl, H, KV, D, {16, 24}, test_isa(), p);
+      const double staging = 2.0 * double(UlyssesAttention::sizes(n, Tl, H, KV, D, p).staging);
+      EXPECT_EQ(u.allocated_bytes() + (n > 1 ? staging : 0.0),
+                UlyssesAttention::exchange_bytes(n, Tl, H, KV, D, p)) << "KV " << KV;
+      const int U = n >= 2 ? 2 : 1;
+      const HybridAttention h(MPI_COMM_WORLD, U, Tl, H, KV, D, {16, 24}, test_isa(), p);
+      const double reserve = U > 1 ? 2.0 * double(UlyssesAttention::sizes(U, Tl, H, KV, D, p).staging) : 0.0;
+      EXPECT_EQ(h.allocated_bytes() + h.ring().allocated_bytes() + reserve,
+                HybridAttention::buffer_bytes(U, Tl, H, KV, D, p)) << "KV " << KV;
+    }
+}
+
 TEST(RingAttention, FullCausalPlanTakesEveryStep) {
   const Full f = make_full(Layout::Causal, 4, 2, 13);
   EXPECT_EQ(run_parallel<RingAttention>(f).ring_steps, size_of());

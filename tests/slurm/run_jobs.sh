@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs jobs/one_node.sbatch and jobs/requeue.sbatch through a real single-node Slurm on
+# Runs jobs/one_node.sbatch, jobs/sweep.sbatch and jobs/requeue.sbatch through a real single-node Slurm on
 # localhost (../shared/tools/slurm-localhost.sh, started here and stopped after). The requeue
 # job is signalled (USR1 to its batch shell, as --signal=B:USR1@N does before the time
 # limit), checkpoints, exits 85, is requeued by its script, resumes, and must end with the
@@ -57,6 +57,15 @@ id=$(LCT_RUN_DIR=$work/threads LCT_TRAIN_ARGS="--seq-len 600 --steps 3 --block-q
 grep "rank cpuset" "$work"/lctrain-lctrain-one-node-"$id".out
 grep -q "; 2 OpenMP threads" "$work"/lctrain-lctrain-one-node-"$id".out ||
   { echo "FAIL: the job's rank does not run 2 threads"; exit 1; }
+
+echo "== threads in a sweep task (sbatch -n 1 -c 2 sweep.sbatch): 2 OpenMP threads too"
+id=$(LCT_SWEEP_CP=1 LCT_SWEEP_SEQ=600 LCT_SWEEP_DIR=$work/sweep \
+     LCT_TRAIN_ARGS="--steps 3 --block-q 32 --block-k 32" \
+     sbatch --parsable --chdir="$work" --array=0-0 --ntasks=1 --cpus-per-task=2 "$src/jobs/sweep.sbatch")
+[ "$(wait_done "${id}_0")" = COMPLETED ] || { cat "$work"/lctrain-*"$id"*.out; exit 1; }
+grep "rank cpuset" "$work/lctrain-lctrain-sweep-${id}_0.out"
+grep -q "; 2 OpenMP threads" "$work/lctrain-lctrain-sweep-${id}_0.out" ||
+  { echo "FAIL: the sweep task's rank does not run 2 threads"; exit 1; }
 
 echo "== requeue job"
 id=$(LCT_RUN_DIR=$work/requeued sbatch --parsable --chdir="$work" "$src/jobs/requeue.sbatch")

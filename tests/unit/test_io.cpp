@@ -1,5 +1,6 @@
 // HDF5 round trips of the model and dataset files, and the never-overwrite rule.
 #include <gtest/gtest.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "io/atomic.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
+#include "io/run_dir.hpp"
 #include "model/init.hpp"
 
 namespace lct {
@@ -123,6 +125,34 @@ TEST_F(Atomic, TwoWritersOfOneFileGetDifferentTemporaryNames) {
   EXPECT_NE(a.temp_path().find(std::string(".tmp-") + host + "-" + std::to_string(::getpid()) + "-"),
             std::string::npos)
       << a.temp_path();
+}
+
+using RunDir = TempDir;
+
+// --force sets a previous run aside whole or not at all. Here the timing table's new name
+// fits the system's limit and a checkpoint's does not: nothing may move (the table used to
+// move and the checkpoints stay, splitting the run).
+TEST_F(RunDir, SettingAsideIsAllOrNothingWhenANameWouldBeTooLong) {
+  fs::path deep = fs::absolute(dir_);
+  const size_t target = PATH_MAX - 1 - std::string("/replaced-YYYYmmdd-HHMMSS/checkpoints/step_00000004.h5").size() + 2;
+  while (deep.string().size() + 201 < target) deep /= std::string(199, 'd');
+  deep /= std::string(target - deep.string().size() - 1, 'e');
+  ASSERT_EQ(deep.string().size(), target);
+  RunDirectory run(deep.string());
+  std::ofstream(deep / "timing.h5") << "t";
+  std::ofstream(deep / "checkpoints" / "step_00000004.h5") << "c";
+  try {
+    run.set_aside_previous_run();
+    FAIL() << "set aside a run into names past the limit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing was moved"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::exists(deep / "timing.h5"));
+  EXPECT_TRUE(fs::exists(deep / "checkpoints" / "step_00000004.h5"));
+  for (const auto& e : fs::directory_iterator(deep))
+    EXPECT_EQ(e.path().filename().string().rfind("replaced-", 0), std::string::npos) << e.path();
+  // The up-front check of train counts the same names.
+  EXPECT_GE(RunDirectory::longest_name(deep.string()), size_t(PATH_MAX));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "sys/memory.hpp"
 #include "sys/peak.hpp"
 #include "sys/threads.hpp"
 
@@ -64,6 +65,68 @@ TEST(ThreadPlan, WithSmtOneThreadPerPhysicalCoreBoundToOneCpuOfEach) {
   std::filesystem::remove_all(sysfs);
   // Unreadable topology: every CPU its own core.
   EXPECT_EQ(distinct(core_ids({0, 1, 2}, "/nonexistent")), 3);
+}
+
+// The start-up table says what the thread policy chose on an SMT host: the cores, the SMT
+// width, and whether the threads got one core each.
+TEST(ThreadPlan, StartupTableNamesCoresAndSmt) {
+  const std::string sysfs = fake_sysfs({0, 0, 1, 1, 2, 2, 3, 3});
+  Topology t = machine(8, 8, 1);
+  t.cpuset_core = core_ids(t.cpuset, sysfs);
+  t.share.node_cores = distinct(core_ids(t.share.node_cpus, sysfs));
+  t.threads = plan_threads(t, {});
+  t.threads_bound = true;
+  std::string d = t.describe();
+  EXPECT_NE(d.find("4 cores, SMT: 2 CPUs per core); 4 OpenMP threads, one per core, each bound to one CPU"),
+            std::string::npos) << d;
+  t.threads = plan_threads(t, {8, false, true});  // asked for: the siblings too
+  d = t.describe();
+  EXPECT_NE(d.find("8 OpenMP threads, more than the cores: SMT siblings shared"), std::string::npos) << d;
+  std::filesystem::remove_all(sysfs);
+  // Without SMT nothing is said of it.
+  Topology plain = machine(2, 2, 1);
+  plain.threads = 2;
+  d = plain.describe();
+  EXPECT_EQ(d.find("SMT"), std::string::npos) << d;
+}
+
+// cgroup v2 (what current Slurm uses: memory.max / memory.current), on a fake /proc and
+// /sys/fs/cgroup: the limit of an ancestor of the process's own cgroup counts, "max" means
+// none, and with no limit anywhere the node's MemAvailable is the budget.
+TEST(Memory, CgroupV2LimitOfAnAncestorIsUsed) {
+  namespace fs = std::filesystem;
+  const std::string root = ::testing::TempDir() + "lct_cgroup2_" + std::to_string(::getpid());
+  const std::string job = "/system.slice/slurmstepd.scope/job_12", step = job + "/step_0";
+  const std::string cg = root + "/sys/fs/cgroup";
+  fs::create_directories(root + "/proc/self");
+  fs::create_directories(cg + step);
+  std::ofstream(root + "/proc/meminfo") << "MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n";
+  std::ofstream(root + "/proc/self/mountinfo")
+      << "25 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+      << "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate\n";
+  std::ofstream(root + "/proc/self/cgroup") << "0::" << step << "\n";
+  auto set = [&](const std::string& dir, const std::string& max, const std::string& current) {
+    std::ofstream(cg + dir + "/memory.max") << max << "\n";
+    std::ofstream(cg + dir + "/memory.current") << current << "\n";
+  };
+  set("/system.slice", "max", "9000000000");
+  set(job, "4294967296", "1073741824");  // the job: 4 GiB, 1 GiB used
+  set(step, "max", "536870912");
+  MemoryBudget b = available_memory(root);
+  EXPECT_EQ(b.bytes, 3.0 * double(1ull << 30));
+  EXPECT_EQ(b.source, "cgroup " + job + " limit 4.00 GiB");
+  // A tighter limit on the step itself wins.
+  set(step, "1073741824", "536870912");
+  b = available_memory(root);
+  EXPECT_EQ(b.bytes, 0.5 * double(1ull << 30));
+  EXPECT_EQ(b.source, "cgroup " + step + " limit 1.00 GiB");
+  // No limit anywhere ("max"): the node's MemAvailable.
+  set(job, "max", "1073741824");
+  set(step, "max", "536870912");
+  b = available_memory(root);
+  EXPECT_EQ(b.bytes, 8.0 * double(1ull << 30));
+  EXPECT_EQ(b.source, "MemAvailable");
+  fs::remove_all(root);
 }
 
 TEST(ThreadPlan, OmpNumThreadsIsHonouredUnlessThreadsIsGiven) {
