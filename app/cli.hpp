@@ -96,6 +96,7 @@ struct TrainOptions {
   int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
   std::string eval_data;      // held-out dataset file for --eval-every
   int64_t eval_sequences;     // its first K packed sequences
+  double until_retrieval;     // end the run once an evaluation retrieves this share; 0 = never
 };
 
 struct EvalOptions {

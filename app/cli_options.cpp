@@ -310,6 +310,11 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--eval-sequences", o.eval_sequences, int64_t(16),
         "--eval-every evaluates the first K packed sequences of --eval-data")
       ->check(count(1));
+  r.add(c, "--until-retrieval", o.until_retrieval, 0.0,
+        "end the run at the first --eval-every evaluation whose passkey retrieval reaches this "
+        "share (final checkpoint, timing table, exit 0): a curriculum stage that advances once "
+        "learnt (0 = never)")
+      ->check(number(false, 0, false, 1, false));
   r.add(c, "--dry-run", o.dry_run, false,
         "check everything and print the start-up table and memory estimate, then stop");
 }
@@ -439,6 +444,9 @@ std::string train_rule(const TrainOptions& o) {
                ": the cosine decay goes from --lr down to --min-lr; lower --min-lr");
   if ((o.eval_every > 0) != !o.eval_data.empty())
     return "--eval-every N evaluates on --eval-data FILE: give both, or neither";
+  if (o.until_retrieval > 0 && o.eval_every == 0)
+    return cat("--until-retrieval ", o.until_retrieval, " is judged by the --eval-every evaluations: ",
+               "give --eval-every N and --eval-data FILE (passkey or recall data)");
   return "";
 }
 

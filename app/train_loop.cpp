@@ -198,6 +198,14 @@ int TrainLoop::train() {
         fig.eval_retrieval = eval_retrieval(r);
         eval_said = eval_line(step, r);
       }
+      // --until-retrieval: every rank has the same evaluation, so all end here alike.
+      const bool learnt = o.until_retrieval > 0 && fig.eval_retrieval >= o.until_retrieval &&
+                          step < o.steps;
+      if (learnt && !due) {
+        checkpoint();
+        clock.lap(Phase::IO);
+        last_io_ = clock.seconds[size_t(Phase::IO)];
+      }
       record.add(fig);
       if (step % o.log_every == 0 || step == first_step || step == o.steps || stop)
         out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *
@@ -212,7 +220,14 @@ int TrainLoop::train() {
             "good checkpoint intact (", latest_or_none(run_dir), "); lower --lr, raise ",
             "--warmup-steps or check the data, then resume"));
       }
-      if (due || timing_due) write_timing();
+      if (due || timing_due || learnt) write_timing();
+      if (learnt) {
+        out << "passkey retrieval " << std::fixed << std::setprecision(1) << 100 * fig.eval_retrieval
+            << "% reached --until-retrieval " << 100 * o.until_retrieval << "% at step " << step
+            << " of " << o.steps << ": the run ends here, checkpoint '"
+            << RunDirectory::path_of(o.run_dir, step) << "'" << std::endl;
+        break;
+      }
       if (stop) {
         out << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step)
             << "); checkpoint '" << RunDirectory::path_of(o.run_dir, step)

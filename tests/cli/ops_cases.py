@@ -1031,6 +1031,37 @@ def eval_every_records_held_out_loss_on_its_steps():
 
 
 @case
+def until_retrieval_ends_the_run_at_the_first_evaluation_that_reaches_it():
+    """--until-retrieval X (a curriculum stage that advances once learnt) ends the run at the
+    first --eval-every evaluation retrieving at least X of the keys: a checkpoint of that step,
+    the timing table to it, exit 0. Evaluations below X run on; without --eval-every it is one
+    error. 1-digit keys, loss on the answers: a few steps retrieve some keys."""
+    fixture()
+    for name, seed in (("k.h5", "1"), ("kev.h5", "7")):
+        ok("prepare", "--synthetic", "passkey", "--num-docs", "16", "--doc-length", "300", "--key-digits", "1",
+           "--loss-on", "answers", "--seed", seed, "-o", name)
+    args = ["--steps", "12", "--eval-every", "2", "--eval-data", "kev.h5", "--eval-sequences", "8"]
+    keys = lambda run_dir, *extra: run(*train_command(lr="1e-2", data="k.h5"), "--run-dir", run_dir, *args, *extra)
+    p = keys("u", "--until-retrieval", "0.1")
+    assert p.returncode == 0, p.stderr
+    steps = timing("u")[0]
+    evaluated = {int(s): v for s, v in zip(steps["step"], steps["eval_retrieval"]) if np.isfinite(v)}
+    end = int(steps["step"][-1])
+    print("retrieval by evaluated step:", evaluated, "ended at", end)
+    assert end < 12 and evaluated[end] >= 0.1, evaluated  # it ended early, on a reaching evaluation
+    assert all(v < 0.1 for s, v in evaluated.items() if s < end), evaluated  # and on the first one
+    assert f"% reached --until-retrieval 10.0% at step {end} of 12: the run ends here" in p.stdout, p.stdout
+    with open("u/checkpoints/latest") as f:
+        assert f.read().strip() == f"step_{end:08d}.h5"
+    p = keys("v", "--until-retrieval", "1")  # 16 of 16 keys: not within 12 steps
+    assert p.returncode == 0 and int(timing("v")[0]["step"][-1]) == 12, p.stdout
+    print("without an early end:", [v for v in timing("v")[0]["eval_retrieval"] if np.isfinite(v)])
+    assert max(v for v in timing("v")[0]["eval_retrieval"] if np.isfinite(v)) < 1
+    p = train("w", "--until-retrieval", "0.5")
+    assert p.returncode == 2 and "--until-retrieval 0.5 is judged by the --eval-every evaluations" in p.stderr, p.stderr
+
+
+@case
 def eval_every_leaves_training_bit_exact():
     eval_fixture()
     assert train("plain", "--steps", "5").returncode == 0
