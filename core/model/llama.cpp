@@ -40,6 +40,14 @@ struct Carver {
   }
 };
 
+// The sizes one rank computes with: the whole model's, or its tensor-parallel slices (tp.hpp:
+// H, KV and I are this rank's heads, KV heads and SwiGLU width).
+struct Dims {
+  int64_t C, I, H, KV, D, L;
+  Dims(const ModelConfig& c, const TpDims& t)
+      : C(c.hidden_size), I(t.I), H(t.H), KV(t.KV), D(c.head_dim()), L(c.num_hidden_layers) {}
+};
+
 // Activations of one layer, [T, ...] each (X = the activation type).
 template <class X>
 struct LayerActs {
@@ -58,9 +66,8 @@ struct LayerActs {
 };
 
 template <class X>
-LayerActs<X> carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
-  const int64_t C = m.hidden_size, I = m.intermediate_size, HD = m.num_attention_heads * m.head_dim();
-  const int64_t KVD = m.num_key_value_heads * m.head_dim();
+LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o) {
+  const int64_t C = m.C, I = m.I, HD = m.H * m.D, KVD = m.KV * m.D;
   LayerActs<X> a;
   a.ln1 = c.take<X>(T * C);
   a.rstd1 = c.take<float>(T);
@@ -68,7 +75,7 @@ LayerActs<X> carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o
   a.k = c.take<X>(T * KVD);
   a.v = c.take<X>(T * KVD);
   a.o = with_o ? c.take<X>(T * HD) : nullptr;
-  a.lse = c.take<float>(m.num_attention_heads * T);
+  a.lse = c.take<float>(m.H * T);
   a.x_mid = c.take<float>(T * C);
   a.ln2 = c.take<X>(T * C);
   a.rstd2 = c.take<float>(T);
@@ -89,9 +96,8 @@ struct Activations {
 };
 
 template <class X>
-size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& shape, Activations<X>& a) {
-  const int64_t T = shape.max_tokens, C = config.hidden_size, L = config.num_hidden_layers;
-  const int64_t HD = config.num_attention_heads * config.head_dim();
+size_t carve_activations(Carver c, const Dims& config, const ModelShape& shape, Activations<X>& a) {
+  const int64_t T = shape.max_tokens, C = config.C, L = config.L, HD = config.H * config.D;
   a.x_in.assign(size_t(L + 1), nullptr);
   for (auto& x : a.x_in) x = c.take<float>(T * C);
   a.stored.clear();
@@ -122,11 +128,9 @@ struct Scratch {
 };
 
 template <class X>
-size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, Scratch<X>& p) {
+size_t carve_scratch(Carver c, const Dims& config, int64_t T, Scratch<X>& p) {
   constexpr bool b16 = std::is_same_v<X, bf16>;
-  const int64_t C = config.hidden_size, I = config.intermediate_size;
-  const int64_t HD = config.num_attention_heads * config.head_dim();
-  const int64_t KVD = config.num_key_value_heads * config.head_dim();
+  const int64_t C = config.C, I = config.I, HD = config.H * config.D, KVD = config.KV * config.D;
   p.dx = c.take<float>(T * C);
   p.dln = c.take<float>(T * C);
   p.tmp = c.take<float>(T * C);
@@ -176,7 +180,9 @@ template <class X>
 class LlamaPassesOf final : public LlamaPasses {
  public:
   explicit LlamaPassesOf(LlamaModel& m)
-      : m_(m), xent_(m.shape_.max_tokens, m.config_.vocab_size, m.shape_.precision) {
+      : m_(m),
+        dims_(m.config_, m.dims_),
+        xent_(m.shape_.max_tokens, m.dims_.V, m.shape_.precision, {}, m.tp_, m.dims_.v0) {
     if constexpr (std::is_same_v<X, bf16>) {
       if (m.shards_) fail("--zero 3 trains in fp32 only: use --precision fp32, or --zero 2 with bf16");
       wcopy_ = Buffer<bf16>(m.layout_.total);
@@ -184,10 +190,10 @@ class LlamaPassesOf final : public LlamaPasses {
     } else if (!m.shards_) {
       wx_ = carve(m.layout_, m.config_, m.params_.data());
     }
-    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, m.config_, m.shape_, acts_));
-    carve_activations(Carver{acts_buf_.data()}, m.config_, m.shape_, acts_);
-    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, m.config_, m.shape_.max_tokens, sp_));
-    carve_scratch(Carver{scratch_buf_.data()}, m.config_, m.shape_.max_tokens, sp_);
+    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_));
+    carve_activations(Carver{acts_buf_.data()}, dims_, m.shape_, acts_);
+    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, dims_, m.shape_.max_tokens, sp_));
+    carve_scratch(Carver{scratch_buf_.data()}, dims_, m.shape_.max_tokens, sp_);
   }
 
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
@@ -223,7 +229,9 @@ class LlamaPassesOf final : public LlamaPasses {
       layer_backward(lw, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
       layer_done(l, true, clock);
     }
-    embedding_backward(shards() ? shards()->grads(0) : m_.g_.embed, b.tokens.data(), sp_.dx, n, C);
+    // (tp: this rank's vocabulary rows; dx is the whole gradient on every rank of the group)
+    embedding_backward(shards() ? shards()->grads(0) : m_.g_.embed, b.tokens.data(), sp_.dx, n, C,
+                       m_.dims_.v0, m_.dims_.V);
     clock.lap(Phase::Other);
     if (shards()) {
       shards()->grads_done(0);
@@ -234,6 +242,14 @@ class LlamaPassesOf final : public LlamaPasses {
 
  private:
   int64_t T(const Batch& b) const { return b.tokens_total(); }
+
+  // Tensor parallelism: x [n] summed over the tp group (Megatron's g in forward after a
+  // row-parallel product, its f in backward after a column-parallel input gradient).
+  void tp_sum(float* x, int64_t n, PhaseClock& clock) {
+    if (!m_.tp_) return;
+    m_.tp_->all_reduce_sum(x, n);
+    clock.lap(Phase::Allreduce);
+  }
   ParamShards* shards() const { return m_.shards_; }
   int head_unit() const { return int(m_.config_.num_hidden_layers) + 1; }
 
@@ -336,9 +352,10 @@ class LlamaPassesOf final : public LlamaPasses {
       embedding_forward(acts_.x_in[0], b.tokens.data(), embed, n, C);
       shards()->release(0);
     } else {
-      embedding_forward(acts_.x_in[0], b.tokens.data(), m_.w_.embed, n, C);
+      embedding_forward(acts_.x_in[0], b.tokens.data(), m_.w_.embed, n, C, m_.dims_.v0, m_.dims_.V);
     }
     clock.lap(Phase::Other);
+    tp_sum(acts_.x_in[0], n * C, clock);  // tp: the rows of the other ranks' tokens
     for (int64_t l = 0; l < L; ++l) {
       const LayerWeights lw = layer_weights(l, int(l) + 2, false, clock);  // unit l + 2: the next
       layer_forward(lw, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
@@ -349,7 +366,7 @@ class LlamaPassesOf final : public LlamaPasses {
   void attention_forward(const LayerActs<X>& a, const Batch& b, PhaseClock& clock) {
     const ModelConfig& c = m_.config_;
     const int64_t n = T(b);
-    const AttnDims d{n, n, c.num_attention_heads, c.num_key_value_heads, c.head_dim(), c.sliding_window};
+    const AttnDims d{n, n, dims_.H, dims_.KV, dims_.D, c.sliding_window};
     const TokenTags tags{b.idx.data(), b.doc.data()};
     if constexpr (std::is_same_v<X, float>) {
       m_.attention_->forward(d, a.q, a.k, a.v, tags, a.o, a.lse, clock);
@@ -365,8 +382,7 @@ class LlamaPassesOf final : public LlamaPasses {
     const ModelConfig& c = m_.config_;
     const LayerTensors& w = lw.w;         // fp32: norms
     const LayerTensorsOf<X>& wx = lw.wx;  // products
-    const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
-    const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
+    const int64_t n = T(b), C = dims_.C, I = dims_.I, H = dims_.H, KV = dims_.KV, D = dims_.D;
     const float eps = float(c.rms_norm_eps);
 
     rmsnorm_forward(a.ln1, a.rstd1, x_in, w.input_norm, n, C, eps);
@@ -388,8 +404,9 @@ class LlamaPassesOf final : public LlamaPasses {
     }
     clock.lap(Phase::Other);
     attention_forward(a, b, clock);
-    linear_forward(sp_.tmp, a.o, wx.wo, n, H * D, C);
+    linear_forward(sp_.tmp, a.o, wx.wo, n, H * D, C);  // tp: a partial sum over the heads
     clock.lap(Phase::Gemm);
+    tp_sum(sp_.tmp, n * C, clock);
     add(a.x_mid, x_in, sp_.tmp, n * C);
     rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, w.post_norm, n, C, eps);
     clock.lap(Phase::Other);
@@ -398,8 +415,9 @@ class LlamaPassesOf final : public LlamaPasses {
     clock.lap(Phase::Gemm);
     swiglu_forward(sp_.h, a.gate, a.up, n * I);
     clock.lap(Phase::Other);
-    linear_forward(sp_.tmp, sp_.h, wx.w_down, n, I, C);
+    linear_forward(sp_.tmp, sp_.h, wx.w_down, n, I, C);  // tp: a partial sum over I
     clock.lap(Phase::Gemm);
+    tp_sum(sp_.tmp, n * C, clock);
     add(x_out, a.x_mid, sp_.tmp, n * C);
     clock.lap(Phase::Other);
   }
@@ -407,12 +425,10 @@ class LlamaPassesOf final : public LlamaPasses {
   void layer_backward(const LayerWeights& lw, const LayerActs<X>& a, const float* x_in, float* dx,
                       const Batch& b, PhaseClock& clock) {
     // dx [T, C] arrives as d(loss)/d(layer output) and leaves as d(loss)/d(layer input).
-    const ModelConfig& c = m_.config_;
     const LayerTensors& w = lw.w;
     const LayerTensorsOf<X>& wx = lw.wx;
     const LayerTensors& g = lw.g;
-    const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
-    const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
+    const int64_t n = T(b), C = dims_.C, I = dims_.I, H = dims_.H, KV = dims_.KV, D = dims_.D;
 
     // MLP: x_out = x_mid + down(silu(gate) * up)
     swiglu_forward(sp_.h, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
@@ -426,8 +442,9 @@ class LlamaPassesOf final : public LlamaPasses {
     linear_backward_weight(g.w_gate, sp_.dgate, a.ln2, n, C, I);
     linear_backward_weight(g.w_up, sp_.dup, a.ln2, n, C, I);
     linear_backward_input(sp_.dln, sp_.dgate, wx.w_gate, n, C, I, false);
-    linear_backward_input(sp_.dln, sp_.dup, wx.w_up, n, C, I, true);
+    linear_backward_input(sp_.dln, sp_.dup, wx.w_up, n, C, I, true);  // tp: partial over I
     clock.lap(Phase::Gemm);
+    tp_sum(sp_.dln, n * C, clock);
     rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, n, C, true);
     clock.lap(Phase::Other);
 
@@ -455,13 +472,15 @@ class LlamaPassesOf final : public LlamaPasses {
     linear_backward_weight(g.wv, dv, a.ln1, n, C, KV * D);
     linear_backward_input(sp_.dln, dq, wx.wq, n, C, H * D, false);
     linear_backward_input(sp_.dln, dk, wx.wk, n, C, KV * D, true);
-    linear_backward_input(sp_.dln, dv, wx.wv, n, C, KV * D, true);
+    linear_backward_input(sp_.dln, dv, wx.wv, n, C, KV * D, true);  // tp: partial over the heads
     clock.lap(Phase::Gemm);
+    tp_sum(sp_.dln, n * C, clock);
     rmsnorm_backward(dx, g.input_norm, sp_.dln, x_in, a.rstd1, w.input_norm, n, C, true);
     clock.lap(Phase::Other);
   }
 
   LlamaModel& m_;
+  Dims dims_;                 // this rank's sizes
   Buffer<bf16> wcopy_;        // bf16: the master parameters rounded, what products read
   ModelTensorsOf<X> wx_;      // the weights products read (fp32: the master itself)
   uint64_t wx_version_ = 0;
@@ -480,20 +499,24 @@ RopeTable rope_table(const ModelConfig& config, int64_t max_pos) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention,
-                       ParamShards* shards)
+                       ParamShards* shards, TpComm* tp)
     : config_(config),
       shape_(shape),
-      layout_(ParamLayout::llama(config)),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      split_(tp_ ? TpSplit{tp_->size(), tp_->rank()} : TpSplit{}),
+      dims_(tp_dims(config, split_)),
+      layout_(ParamLayout::llama(config, split_.size)),
       params_(shards ? 0 : layout_.total),
       grads_(shards ? 0 : layout_.total),
       rope_(rope_table(config, shape.max_pos)),
       own_attention_(attention ? nullptr
                                : std::make_unique<LocalAttention>(
-                                     shape.max_tokens, config.num_attention_heads,
-                                     config.num_key_value_heads, config.head_dim(), shape.blocks,
+                                     shape.max_tokens, dims_.H, dims_.KV, config.head_dim(), shape.blocks,
                                      shape.isa, shape.precision)),
       attention_(attention ? attention : own_attention_.get()),
       shards_(shards) {
+  if (tp_ && shards_) fail("--zero 3 does not combine with --tp: use --zero 0, 1 or 2 with --tp");
+  if (const std::string e = tp_split_error(config, split_.size); !e.empty()) fail(e);
   if (!shards_) {  // ZeRO-3: no whole arrays to view
     w_ = carve(layout_, config_, params_.data());
     g_ = carve(layout_, config_, grads_.data());
@@ -504,26 +527,27 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
 
 LlamaModel::~LlamaModel() = default;
 
-ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shape, int threads) {
-  const size_t f = sizeof(float), params = ParamLayout::llama(config).total;
+ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shape, int threads,
+                               int tp) {
+  const size_t f = sizeof(float), params = ParamLayout::llama(config, tp).total;
+  const Dims dims(config, tp_dims(config, {tp, 0}));
   const bool b16 = shape.precision == Precision::Bf16;
   ModelMemory m;
   m.params_grads = 2 * params * f + (b16 ? params * sizeof(bf16) : 0);
   m.optimizer = 2 * params * f;
-  const AttnLimits lim{shape.max_tokens, shape.max_tokens, config.num_attention_heads,
-                       config.num_key_value_heads, config.head_dim()};
+  const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
   const size_t kernels = FlashAttention::workspace_bytes_for(lim, shape.blocks, threads) +
-                         LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size, shape.precision);
+                         LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size / tp, shape.precision);
   if (b16) {
     Activations<bf16> a;
     Scratch<bf16> s;
-    m.activations = carve_activations(Carver{nullptr}, config, shape, a);
-    m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, s) + kernels;
+    m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
+    m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
   } else {
     Activations<float> a;
     Scratch<float> s;
-    m.activations = carve_activations(Carver{nullptr}, config, shape, a);
-    m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, s) + kernels;
+    m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
+    m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
   }
   return m;
 }

@@ -86,10 +86,21 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
   ParamShards* ps = model_.param_shards();
   float* params = stage_ == 3 ? ps->params() : model_.params();
   const float* grads = stage_ == 3 ? ps->grad_shard() : model_.grads();
+  // Tensor parallelism: the squares of the tp group's slices summed over the group, the
+  // replicated norm weights' counted once (tp rank 0's).
+  TpComm* tp = model_.tp();
+  auto squares = [&](size_t lo, size_t n) {
+    return tp ? tp_sum_squares(model_.layout(), grads, lo, lo + n, tp->rank() == 0)
+              : sum_squares(grads + lo, n);
+  };
   if (stage_ >= 2) {  // the norm from every rank's part: one double each, added in rank order
     const size_t lo = stage_ == 2 ? bounds_[size_t(shard_)] : 0;
     const size_t n = stage_ == 2 ? bounds_[size_t(shard_) + 1] - lo : ps->size();
-    s.grad_norm = std::sqrt(reducer_->sum_in_order(sum_squares(grads + lo, n)));
+    const double sq = reducer_->sum_in_order(squares(lo, n));
+    s.grad_norm = std::sqrt(tp ? tp->sum(sq) : sq);
+    clock.lap(Phase::Allreduce);
+  } else if (tp) {
+    s.grad_norm = std::sqrt(tp->sum(squares(0, model_.layout().total)));
     clock.lap(Phase::Allreduce);
   } else {
     s.grad_norm = global_norm(grads, model_.layout().total);
