@@ -12,14 +12,15 @@
 namespace lct {
 
 RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l) {
-  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads));
-  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
-                D = mc.head_dim();
+  // --tp: a rank's slices of the weights, and the activations and cp buffers of its heads.
+  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads), int(l.tp));
+  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads / l.tp,
+                KV = mc.num_key_value_heads / l.tp, D = mc.head_dim();
   RankMemory r;
   // --zero 2 keeps the whole gradient buffer (backward writes it); --zero 3 holds a shard of
   // the parameters and gradients and the units gathered for the pass.
-  const ParamLayout layout = ParamLayout::llama(mc);
-  const int world = int(l.world());
+  const ParamLayout layout = ParamLayout::llama(mc, int(l.tp));
+  const int world = int(l.world() / l.tp);  // the ranks gradients are summed over
   r.params_grads = l.zero == 3 && world > 1 ? double(MpiParamShards::bytes_for(layout, mc, world))
                                             : double(m.params_grads);
   r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
@@ -41,9 +42,11 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // The larger of what start-up and checkpoints hold besides: the model file's fp32 weights
   // until the model has copied them (ZeRO-3 takes its shard and frees them first), or, under
   // a sharded optimizer, both moments gathered whole for a checkpoint (ZeRO-3: the weights too).
-  const double P = double(layout.total) * 4;
+  // --tp: the model file's whole weights at start-up, and a checkpoint gathers the weights and
+  // both moments whole.
+  const double P = double(layout.total) * 4, whole = double(ParamLayout::llama(mc).total) * 4;
   const bool sharded = l.ranks_sharing_state() > 1;
-  r.transient = !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
+  r.transient = l.tp > 1 ? 3 * whole + (sharded ? 2 * P : 0) : !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
   r.process = l.process_bytes;
   return r;
 }

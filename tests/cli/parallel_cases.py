@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Parallel training through the command line: every dp / cp / zero layout and cp algorithm
+"""Parallel training through the command line: every dp / cp / tp / zero layout and cp algorithm
 trains the single rank's losses (tiny model, 600-token sequences, ranks oversubscribed:
 functional, not fast). Run by ctest as parallel.CASE; the helpers are cli_cases.py's."""
 import os
@@ -51,7 +51,7 @@ def parallel_bf16_cp2_and_dp2_match_one_rank_bf16():
 def parallel_cp2_and_cp4_match_one_rank():
     ref = parallel_fixture()
     p = mpi_run(2, "cp2", "--cp", "2", "--batch-size", "2")
-    assert "rank layout (dp=1 x cp=2)" in p.stdout and "comm" in p.stdout and "imb" in p.stdout, p.stdout
+    assert "rank layout (dp=1 x cp=2 x tp=1)" in p.stdout and "comm" in p.stdout and "imb" in p.stdout, p.stdout
     assert p.stdout.count("verification:") == 1, "rank 0 alone prints"
     assert_same_losses(ref, "cp2", "cp=2 ring")
     mpi_run(4, "cp4", "--cp", "4", "--batch-size", "2")
@@ -271,6 +271,86 @@ def parallel_zero3_checkpoint_is_a_model_file_and_bad_zero_is_refused():
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "bad",
                   "--seq-len", "600", "--dp", "2", "--zero", "3", "--precision", "bf16"],
                  "--zero 3 trains in fp32 only", "--precision fp32", ranks=2)
+    assert not os.path.exists("bad"), "a refused run wrote its run directory"
+
+
+def tp_models():
+    """mv.h5: tiny with 260 vocabulary rows (4 heads, 2 KV heads, I 176: --tp 2 splits it);
+    mk4.h5: the same with 4 KV heads (--tp 4 splits it); one-rank references of each."""
+    parallel_fixture()
+    keep = ["--checkpoint-every", "1", "--keep-checkpoints", "5"]
+    if not os.path.exists("mv.h5"):
+        ok("init", "-o", "mv.h5", "--preset", "tiny", "--vocab-size", "260")
+        ok("init", "-o", "mk4.h5", "--preset", "tiny", "--vocab-size", "260", "--num-key-value-heads", "4")
+        parallel_fixture("mv.h5", "onev", *keep)
+        parallel_fixture("mk4.h5", "onek4", *keep)
+    return keep
+
+
+@case
+def parallel_tp_matches_one_rank_losses_and_moments():
+    """--tp (Megatron: heads, KV heads, SwiGLU rows and vocabulary rows split over the tp
+    ranks, which see the same tokens) alone and with cp, dp and --zero 1/2: 5 losses within
+    1e-5 of one rank, and the AdamW moments after the first and the fifth step (gathered
+    whole from the tp slices into the checkpoints) equal to one rank's."""
+    keep = tp_models()
+    ref, ref4 = timing("onev")[0]["loss"], timing("onek4")[0]["loss"]
+    for name, ranks, degrees, model, one in [
+            ("tp2", 2, ["--tp", "2", "--batch-size", "2"], "mv.h5", "onev"),
+            ("tp4", 4, ["--tp", "4", "--batch-size", "2"], "mk4.h5", "onek4"),
+            ("tp2cp2", 4, ["--tp", "2", "--cp", "2", "--batch-size", "2"], "mv.h5", "onev"),
+            ("tp2dp2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1"], "mv.h5", "onev"),
+            ("tp2dp2_z1", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "1"], "mv.h5", "onev"),
+            ("tp2dp2_z2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "2"], "mv.h5", "onev")]:
+        p = mpi_run(ranks, name, *degrees, *keep, model=model)
+        tp = int(degrees[1])
+        assert f"x tp={tp})" in p.stdout and f"; --tp {tp}: each rank holds" in p.stdout, p.stdout
+        assert_same_losses(ref4 if model == "mk4.h5" else ref, name, f"--tp {name}")
+        for step in (1, 5):
+            assert_same_moments(one, name, f"--tp {name}", step)
+        steps = timing(name)[0]
+        assert np.all(steps["rank_bytes_sent"] > 0), steps["rank_bytes_sent"]
+
+
+@case
+def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
+    """A --tp 2 checkpoint holds whole tensors in the model file's shapes: eval reads it (the
+    one-rank checkpoint's loss to 1e-5) and inspect shows it. Degrees that do not multiply to
+    the world, a model whose vocabulary or KV heads --tp does not divide, and --zero 3 with
+    --tp are refused with one message, before anything is written."""
+    tp_models()
+    mpi_run(2, "tpc", "--tp", "2", "--batch-size", "2", model="mv.h5")
+    def loss(model, out):
+        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
+        with h5py.File(out, "r") as f:
+            return float(f.attrs["mean_loss"])
+    a, b = loss("onev/checkpoints/step_00000005.h5", "ev1.h5"), loss("tpc/checkpoints/step_00000005.h5", "ev2.h5")
+    print(f"eval of the 5th checkpoint: one rank {a}, --tp 2 {b}")
+    assert abs(a - b) <= 1e-5 * a, (a, b)
+    with h5py.File("tpc/checkpoints/step_00000005.h5", "r") as f:
+        shapes = {}
+        f.visititems(lambda n, o: shapes.__setitem__(n, o.shape) if isinstance(o, h5py.Dataset) else None)
+    def shape(end):
+        found = {s for n, s in shapes.items() if n.endswith(end)}
+        assert len(found) == 1, (end, found)
+        return found.pop()
+    assert shape("layers.0.self_attn.k_proj.weight") == (32, 64), shapes  # KV heads x head size, C
+    assert shape("layers.0.mlp.down_proj.weight") == (64, 176), shapes   # C, I
+    assert shape("embed_tokens.weight") == (260, 64), shapes
+    p = ok("inspect", "tpc/checkpoints/step_00000005.h5")
+    assert "train_state" in p.stdout, p.stdout
+    bad = ["--oversubscribe", "train", "--data", "d16.h5", "--run-dir", "bad", "--seq-len", "600"]
+    expect_error([*bad, "--model", "mv.h5", "--tp", "3"], "dp=1 x cp=1 x tp=3 = 3 ranks", "the job has 2",
+                 ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--cp", "2"], "dp=1 x cp=2 x tp=2 = 4 ranks",
+                 "the job has 2", ranks=2)
+    expect_error([*bad, "--model", "m.h5", "--tp", "2"], "--tp 2", "vocab_size 259 is not divisible by 2",
+                 ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "4", "--batch-size", "2"],
+                 "key/value heads (num_key_value_heads) 2", "not divisible by 4", ranks=4)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--zero", "3"], "--zero 3 does not combine with --tp 2",
+                 ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "0"], "--tp", code=2, ranks=2)
     assert not os.path.exists("bad"), "a refused run wrote its run directory"
 
 
