@@ -313,6 +313,31 @@ def parallel_tp_matches_one_rank_losses_and_moments():
 
 
 @case
+def parallel_tp_with_bf16_ulysses_recomputation_and_tied_embeddings_matches_one_rank():
+    """--tp 2 with bf16 products (within bf16's rounding of one bf16 rank), with Ulysses cp 2
+    (the all-to-all carries each tp rank's heads: 1 KV head over 2 ranks, replicated), with
+    --grad-accum 2 and --checkpointing full (every layer recomputed, its all-reduces again),
+    and with tied embeddings (the vocabulary-parallel embedding is the LM head): one rank's
+    losses."""
+    tp_models()
+    ref = timing("onev")[0]["loss"]
+    mpi_run(4, "tp_u", "--tp", "2", "--cp", "2", "--batch-size", "2", "--cp-algo", "ulysses", model="mv.h5")
+    assert_same_losses(ref, "tp_u", "--tp 2 x cp 2 ulysses")
+    mpi_run(2, "tp_ga", "--tp", "2", "--batch-size", "1", "--grad-accum", "2", "--checkpointing", "full",
+            model="mv.h5")
+    assert_same_losses(ref, "tp_ga", "--tp 2 --grad-accum 2 --checkpointing full")
+    ref16 = parallel_fixture("mv.h5", "onev16", "--precision", "bf16")
+    mpi_run(2, "tp_16", "--tp", "2", "--batch-size", "2", "--precision", "bf16", model="mv.h5")
+    assert_same_losses(ref16, "tp_16", "--tp 2 bf16", bound=1e-3)
+    ok("init", "-o", "mtv.h5", "--preset", "tiny", "--vocab-size", "260", "--tie-word-embeddings", "true")
+    tied = parallel_fixture("mtv.h5", "onetv", "--checkpoint-every", "1", "--keep-checkpoints", "5")
+    mpi_run(2, "tp_tied", "--tp", "2", "--batch-size", "2", "--checkpoint-every", "1", "--keep-checkpoints", "5",
+            model="mtv.h5")
+    assert_same_losses(tied, "tp_tied", "--tp 2 tied embeddings")
+    assert_same_moments("onetv", "tp_tied", "--tp 2 tied embeddings", 1)
+
+
+@case
 def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
     """A --tp 2 checkpoint holds whole tensors in the model file's shapes: eval reads it (the
     one-rank checkpoint's loss to 1e-5) and inspect shows it. Degrees that do not multiply to
