@@ -96,8 +96,11 @@ double link_s(const Rates& r, const Layout& l, int64_t n, double bytes, double m
 
 StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r) {
   StepPrediction p;
-  const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads),
-               D = double(mc.head_dim()), H = double(mc.num_attention_heads);
+  // --tp: a rank computes 1/tp of every layer (its heads, SwiGLU rows and vocabulary rows;
+  // the norms, repeated on every tp rank, are left out) and carries its heads on the cp links.
+  const double tp = double(l.tp);
+  const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads) / tp,
+               D = double(mc.head_dim()), H = double(mc.num_attention_heads) / tp;
   const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
   const double micro = double(l.grad_accum);
   const double Tl = double(l.local_tokens());
@@ -107,9 +110,20 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   // checkpointing the whole layer's forward.
   const double attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
   const double layer_mult = l.checkpointing == Checkpointing::Full ? 1.0 + r.layer_fwd_share : 1.0;
-  const double attn_s = pairs * r.attn_pair_s * scale;  // one layer of one micro-batch, fwd+bwd
-  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale + L * attn_s * attn_mult +
-                         Tl * r.head_token_s * scale);
+  const double attn_s = pairs * r.attn_pair_s * scale / tp;  // one layer of one micro-batch, fwd+bwd
+  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale / tp + L * attn_s * attn_mult +
+                         Tl * r.head_token_s * scale / tp);
+
+  // Tensor parallelism: all-reduces of [T, C] fp32 over the tp ranks of a node (a ring sends
+  // 2 (tp - 1) / tp of them): per layer 2 forward (after o_proj, down_proj), 2 backward (the
+  // q/k/v and gate/up input gradients), 2 more for a recomputed forward; per micro-batch
+  // the embedding's and the LM head's input gradient.
+  if (l.tp > 1) {
+    const double per = 2 * (tp - 1) / tp * Tl * double(mc.hidden_size) * 4;
+    const double count = L * (layer_mult > 1 ? 6 : 4) + 2;
+    p.tp_bytes = micro * count * per;
+    p.tp_s = link_s(r, l, l.tp, p.tp_bytes, micro * count * 2 * (tp - 1));
+  }
 
   // Context parallelism, per layer and micro-batch.
   const double e = l.precision == Precision::Bf16 ? 2.0 : 4.0;
@@ -149,8 +163,9 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   //           backward, its gradients reduce-scattered     3 P 4 x micro-batches
   // None of it overlaps compute on a CPU (measured: a gather posted early is copied inside
   // the next MPI call), so all of it counts.
-  const double W = double(l.world()), params = double(ParamLayout::llama(mc).total);
-  if (l.world() > 1) {
+  // (--tp: over the dp x cp ranks, each tp rank's slices.)
+  const double W = double(l.world() / l.tp), params = double(ParamLayout::llama(mc, int(l.tp)).total);
+  if (W > 1) {
     const double part = (W - 1) / W * params;
     p.grad_bytes = l.zero == 0   ? 2 * part * e
                    : l.zero == 1 ? 2 * part * e + part * 4

@@ -70,8 +70,10 @@ struct StepPrediction {
   double cp_exposed_s = 0;     // its time not hidden behind attention
   double grad_bytes = 0;       // sent by one rank per step to sum gradients (and gather params)
   double grad_s = 0;           // not overlapped: it follows the backward pass
+  double tp_bytes = 0;         // sent by one rank per step for tensor parallelism (all-reduces)
+  double tp_s = 0;             // not overlapped: each all-reduce blocks the pass
   double optimizer_s = 0;      // AdamW over this rank's share of the parameters
-  double step_s() const { return compute_s + cp_exposed_s + grad_s + optimizer_s; }
+  double step_s() const { return compute_s + cp_exposed_s + grad_s + tp_s + optimizer_s; }
 };
 
 // Rates for a rank of `threads` threads from rates measured on one thread and on many: the
