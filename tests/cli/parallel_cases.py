@@ -31,6 +31,18 @@ def parallel_fixture(model="m.h5", one="one", *extra):
     return timing(one)[0]["loss"]
 
 
+def assert_checkpoint_evaluates_as(ref_dir, run_dir, what):
+    """eval reads the 5th checkpoint of `run_dir` as a model file: the loss of `ref_dir`'s to 1e-5."""
+    def loss(model, out):
+        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
+        with h5py.File(out, "r") as f:
+            return float(f.attrs["mean_loss"])
+    name = "checkpoints/step_00000005.h5"
+    a, b = loss(f"{ref_dir}/{name}", f"e_{ref_dir}.h5"), loss(f"{run_dir}/{name}", f"e_{run_dir}.h5")
+    print(f"eval of the 5th checkpoint: one rank {a}, {what} {b}")
+    assert abs(a - b) <= 1e-5 * a, (a, b)
+
+
 def assert_same_losses(ref, run_dir, what, bound=1e-5):
     got = timing(run_dir)[0]["loss"]
     rel = np.max(np.abs(got - ref) / ref)
@@ -257,13 +269,7 @@ def parallel_zero3_checkpoint_is_a_model_file_and_bad_zero_is_refused():
     anything is written."""
     parallel_fixture()
     mpi_run(2, "z3", "--dp", "2", "--batch-size", "1", "--zero", "3")
-    def loss(model, out):
-        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
-        with h5py.File(out, "r") as f:
-            return float(f.attrs["mean_loss"])
-    a, b = loss("one/checkpoints/step_00000005.h5", "e1.h5"), loss("z3/checkpoints/step_00000005.h5", "e3.h5")
-    print(f"eval of the 5th checkpoint: one rank {a}, --zero 3 {b}")
-    assert abs(a - b) <= 1e-5 * a, (a, b)
+    assert_checkpoint_evaluates_as("one", "z3", "--zero 3")
     p = ok("inspect", "z3/checkpoints/step_00000005.h5")
     assert "train_state" in p.stdout, p.stdout
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "bad",
@@ -345,13 +351,7 @@ def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
     --tp are refused with one message, before anything is written."""
     tp_models()
     mpi_run(2, "tpc", "--tp", "2", "--batch-size", "2", model="mv.h5")
-    def loss(model, out):
-        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
-        with h5py.File(out, "r") as f:
-            return float(f.attrs["mean_loss"])
-    a, b = loss("onev/checkpoints/step_00000005.h5", "ev1.h5"), loss("tpc/checkpoints/step_00000005.h5", "ev2.h5")
-    print(f"eval of the 5th checkpoint: one rank {a}, --tp 2 {b}")
-    assert abs(a - b) <= 1e-5 * a, (a, b)
+    assert_checkpoint_evaluates_as("onev", "tpc", "--tp 2")
     with h5py.File("tpc/checkpoints/step_00000005.h5", "r") as f:
         shapes = {}
         f.visititems(lambda n, o: shapes.__setitem__(n, o.shape) if isinstance(o, h5py.Dataset) else None)
