@@ -226,13 +226,15 @@ int cmd_train(Context& ctx) {
     out << "sequence lengths (--seq-len-schedule): " << schedule.describe() << "\n";
   const Precision precision = parse_precision(o.precision);
   const ModelShape shape{o.batch_size * o.seq_len / cp, o.seq_len, parse_checkpointing(o.checkpointing),
-                         {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
+                         {o.block_q, o.block_k}, ctx.attention_isa(precision), precision,
+                         o.tp_sequence_parallel};
   out << "model: " << init.layout.num_parameters() << " parameters, " << mc.num_hidden_layers
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
       << mc.num_key_value_heads << " x " << mc.head_dim()
       << (tp > 1 ? cat("; --tp ", tp, ": each rank holds ", mc.num_attention_heads / tp, "/",
                        mc.num_key_value_heads / tp, " heads, ", mc.intermediate_size / tp,
-                       " of the intermediate size and ", mc.vocab_size / tp, " vocabulary rows")
+                       " of the intermediate size and ", mc.vocab_size / tp, " vocabulary rows",
+                       o.tp_sequence_parallel ? cat(", and 1/", tp, " of the residual stream's tokens (--tp-sequence-parallel)") : "")
                  : std::string())
       << "\n";
   // The ranks gradients are summed over: dp x cp (a tp group sees the same tokens).

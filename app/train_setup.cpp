@@ -43,6 +43,9 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
   if (const std::string e = tp_split_error(mc, o.tp); !e.empty()) fail(e);
+  if (o.tp_sequence_parallel && o.tp == 1)
+    fail("--tp-sequence-parallel splits the residual stream over the tp ranks, but this run has ",
+         "--tp 1: add --tp N (N > 1), or drop --tp-sequence-parallel");
   if (o.zero == 3 && o.tp > 1)
     fail("--zero 3 does not combine with --tp ", o.tp, " (the ZeRO-3 units are whole layers); ",
          "use --zero 1 or 2 with --tp, or --tp 1 with --zero 3");
@@ -73,6 +76,10 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
       fail(name, " ", st.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
            ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
            (st.seq_len / (2 * cp) + 1) * 2 * cp);
+    if (o.tp_sequence_parallel && (o.batch_size * st.seq_len / cp) % o.tp != 0)
+      fail("--tp-sequence-parallel splits the ", o.batch_size * st.seq_len / cp, " tokens of a rank's ",
+           "micro-batch (--batch-size x ", name, " ", st.seq_len, " / cp) over --tp ", o.tp,
+           " ranks: they must be divisible");
   }
   // --force moves the previous run's checkpoints aside before the model is read again for
   // its moments (--init-moments), and the new run would record a path that no longer exists.

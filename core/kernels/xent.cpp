@@ -12,8 +12,8 @@
 namespace lct {
 
 LmHeadXent::LmHeadXent(int64_t max_tokens, int64_t V, Precision products, XentChunks chunks,
-                       TpComm* tp, int64_t v0)
-    : V_(V), chunks_(chunks), tp_(tp && tp->size() > 1 ? tp : nullptr), v0_(v0) {
+                       TpComm* tp, int64_t v0, bool sum_dx)
+    : V_(V), chunks_(chunks), tp_(tp && tp->size() > 1 ? tp : nullptr), v0_(v0), sum_dx_(sum_dx) {
   chunks_.vocab = std::min(chunks_.vocab, V);
   chunks_.rows = std::min(chunks_.rows, max_tokens);
   logits_ = Buffer<float>(size_t(chunks_.rows * chunks_.vocab));
@@ -133,7 +133,7 @@ double LmHeadXent::run(const X* x, const X* w, const int32_t* targets, int64_t T
       gemm(false, false, R, C, n, 1.0f, dl, n, w + v0 * C, C, v0 == 0 ? 0.0f : 1.0f, dx + r0 * C, C);
       gemm(true, false, n, C, R, 1.0f, dl, n, xr, C, 1.0f, dw + v0 * C, C);
     }
-    if (tp_) tp_->all_reduce_sum(dx + r0 * C, R * C);  // every rank's vocabulary rows' part
+    if (tp_ && sum_dx_) tp_->all_reduce_sum(dx + r0 * C, R * C);  // every rank's vocabulary rows' part
   }
   return loss;
 }

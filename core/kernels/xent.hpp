@@ -22,9 +22,10 @@ class LmHeadXent {
  public:
   // `products` bf16: x and w arrive as bf16 and the backward products take bf16 operands.
   // `tp` (optional): the group whose ranks hold the other rows of the vocabulary; V is this
-  // rank's rows, the first of them row v0 of the whole vocabulary.
+  // rank's rows, the first of them row v0 of the whole vocabulary. `sum_dx` false: dx is
+  // left as this rank's rows' part (the caller reduce-scatters it: sequence parallelism).
   LmHeadXent(int64_t max_tokens, int64_t V, Precision products, XentChunks chunks = {},
-             TpComm* tp = nullptr, int64_t v0 = 0);
+             TpComm* tp = nullptr, int64_t v0 = 0, bool sum_dx = true);
   static size_t workspace_bytes_for(int64_t max_tokens, int64_t V, Precision products,
                                     XentChunks chunks = {});
 
@@ -51,6 +52,7 @@ class LmHeadXent {
   XentChunks chunks_;
   TpComm* tp_;
   int64_t v0_;
+  bool sum_dx_;
   Buffer<float> red_;  // tp: [3 rows] the reductions' buffer
   Buffer<float> logits_;  // [rows, vocab]
   Buffer<bf16> dlogits_;  // [rows, vocab] the backward products' operand (bf16 products)

@@ -45,6 +45,10 @@ struct ModelShape {
   AttnBlocks blocks = {};
   Isa isa = Isa::Generic;                  // kernel path: the caller's choice (Topology::isa)
   Precision precision = Precision::Fp32;   // of matrix products and what they read
+  // With tensor parallelism: the residual stream, norms and their activations sharded over
+  // the tp group by tokens (Megatron's sequence parallelism; reduce-scatter + all-gather in
+  // place of each all-reduce). max_tokens must be divisible by the tp degree.
+  bool sequence_parallel = false;
 };
 
 // Bytes a model of this shape needs, computed without allocating anything.

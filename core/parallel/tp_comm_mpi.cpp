@@ -4,6 +4,8 @@
 #include <climits>
 #include <vector>
 
+#include "common/error.hpp"
+
 namespace lct {
 
 MpiTpComm::MpiTpComm(MPI_Comm comm) : comm_(comm) {
@@ -25,6 +27,21 @@ void MpiTpComm::all_reduce(float* x, int64_t n, MPI_Op op) {
 
 void MpiTpComm::all_reduce_sum(float* x, int64_t n) { all_reduce(x, n, MPI_SUM); }
 void MpiTpComm::all_reduce_max(float* x, int64_t n) { all_reduce(x, n, MPI_MAX); }
+
+void MpiTpComm::reduce_scatter_sum(float* x, int64_t n) {
+  if (size_ == 1) return;
+  if (n > INT_MAX) fail("a tp reduce-scatter of ", n, " floats per rank: more than MPI's int count");
+  // In place: the input is all of x, this rank's sum lands at its start.
+  MPI_Reduce_scatter_block(MPI_IN_PLACE, x, int(n), MPI_FLOAT, MPI_SUM, comm_);
+  bytes_ += size_t(size_ - 1) * size_t(n) * sizeof(float);
+}
+
+void MpiTpComm::all_gather(void* x, size_t bytes) {
+  if (size_ == 1) return;
+  if (bytes > size_t(INT_MAX)) fail("a tp all-gather of ", bytes, " bytes per rank: more than MPI's int count");
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, int(bytes), MPI_BYTE, comm_);
+  bytes_ += size_t(size_ - 1) * bytes;
+}
 
 double MpiTpComm::sum(double local) {
   if (size_ == 1) return local;

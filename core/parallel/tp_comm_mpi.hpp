@@ -13,6 +13,8 @@ class MpiTpComm : public TpComm {
   int rank() const override { return rank_; }
   void all_reduce_sum(float* x, int64_t n) override;
   void all_reduce_max(float* x, int64_t n) override;
+  void reduce_scatter_sum(float* x, int64_t n) override;
+  void all_gather(void* x, size_t bytes) override;
   double sum(double local) override;
   size_t bytes_sent() const override { return bytes_; }
 

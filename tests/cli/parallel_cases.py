@@ -344,6 +344,33 @@ def parallel_tp_with_bf16_ulysses_recomputation_and_tied_embeddings_matches_one_
 
 
 @case
+def parallel_tp_sequence_parallel_matches_one_rank_losses_and_moments():
+    """--tp-sequence-parallel (the residual stream, norms and their activations split by
+    tokens over the tp ranks; reduce-scatter + all-gather in place of each all-reduce, the
+    norm weights' gradients summed over the group) on tp = 2, tp = 2 x cp = 2 and tp = 2 x
+    dp = 2 with --zero 2, and with --checkpointing full: one rank's losses and moments. It is
+    refused without --tp, and when a micro-batch's tokens do not split over the tp ranks."""
+    keep = tp_models()
+    ref = timing("onev")[0]["loss"]
+    for name, ranks, degrees in [
+            ("sp2", 2, ["--tp", "2", "--batch-size", "2"]),
+            ("sp2cp2", 4, ["--tp", "2", "--cp", "2", "--batch-size", "2"]),
+            ("sp2dp2_z2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "2"]),
+            ("sp2_full", 2, ["--tp", "2", "--batch-size", "2", "--checkpointing", "full"])]:
+        p = mpi_run(ranks, name, *degrees, "--tp-sequence-parallel", *keep, model="mv.h5")
+        assert "1/2 of the residual stream's tokens (--tp-sequence-parallel)" in p.stdout, p.stdout
+        assert_same_losses(ref, name, f"--tp-sequence-parallel {name}")
+        for step in (1, 5):
+            assert_same_moments("onev", name, f"--tp-sequence-parallel {name}", step)
+    bad = ["--oversubscribe", "train", "--model", "mv.h5", "--data", "d16.h5", "--run-dir", "bad"]
+    expect_error([*bad, "--seq-len", "600", "--tp-sequence-parallel"], "--tp-sequence-parallel", "--tp 1",
+                 ranks=2)
+    expect_error([*bad, "--seq-len", "601", "--tp", "2", "--batch-size", "1", "--tp-sequence-parallel"],
+                 "splits the 601 tokens", "over --tp 2", ranks=2)
+    assert not os.path.exists("bad"), "a refused run wrote its run directory"
+
+
+@case
 def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
     """A --tp 2 checkpoint holds whole tensors in the model file's shapes: eval reads it (the
     one-rank checkpoint's loss to 1e-5) and inspect shows it. Degrees that do not multiply to
