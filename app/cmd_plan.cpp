@@ -169,7 +169,8 @@ struct Candidate {
 
 // The layout as the flags that run it.
 std::string layout_flags(const Layout& l) {
-  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --tp ", l.tp, " --cp ", l.cp, " --dp ", l.dp,
+  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --tp ", l.tp,
+             l.sequence_parallel ? " --tp-sequence-parallel" : "", " --cp ", l.cp, " --dp ", l.dp,
              " --zero ", l.zero, l.cp > 1 ? " --cp-algo " + l.cp_algo : std::string(), " --checkpointing ",
              to_string(l.checkpointing), " --precision ", l.precision == Precision::Bf16 ? "bf16" : "fp32",
              " --batch-size ", l.micro_batch, " --grad-accum ", l.grad_accum);
@@ -217,7 +218,9 @@ int cmd_plan(Context& ctx) {
             continue;
           for (int64_t zero : zeros)
             for (Checkpointing ck : policies)
-              for (int64_t mb : divisors(o.global_batch / dp)) {
+              for (int64_t mb : divisors(o.global_batch / dp))
+              for (bool sp : {false, true}) {
+                if (sp && (tp == 1 || (mb * o.seq_len / cp) % tp != 0)) continue;  // as train refuses it
                 if (zero >= 1 && o.nodes * rpn / tp == 1) continue;  // one dp x cp rank: nothing to shard
                 if (zero == 3 && precision == Precision::Bf16) continue;  // not implemented: train refuses it
                 if (zero == 3 && tp > 1) continue;                         // train refuses it
@@ -227,6 +230,7 @@ int cmd_plan(Context& ctx) {
                 l.threads = cores / rpn;
                 l.cp = cp;
                 l.tp = tp;
+                l.sequence_parallel = sp;
                 l.dp = dp;
                 l.zero = zero;
                 l.cp_algo = algo;
@@ -238,7 +242,7 @@ int cmd_plan(Context& ctx) {
                 l.process_bytes = process_bytes;
                 if (l.local_tokens() > INT32_MAX) continue;
                 const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(l.precision),
-                                       l.precision};
+                                       l.precision, sp};
                 Candidate c{l, estimate_rank_memory(mc, shape, l), {}};
                 if (c.memory.total() > 0.95 * mem_node / double(rpn)) {
                   ++too_big;

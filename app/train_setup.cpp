@@ -125,6 +125,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   l.threads = threads;
   l.cp = cp;
   l.tp = o.tp;
+  l.sequence_parallel = o.tp_sequence_parallel;
   l.dp = world_size / (cp * o.tp);
   l.zero = o.zero;
   l.cp_algo = o.cp_algo;

@@ -18,6 +18,7 @@ struct Layout {
   int64_t nodes = 1, ranks_per_node = 1, threads = 1;  // threads per rank
   int64_t cp = 1, dp = 1;
   int64_t tp = 1;                   // tensor parallelism: each rank holds 1/tp of every layer
+  bool sequence_parallel = false;   // with tp: the residual stream split by tokens (the same bytes)
   int64_t zero = 0;                 // sharding stage of the optimizer state (over dp x cp)
   double process_bytes = 0;         // the process itself (code, libraries, MPI): measured by the caller
   std::string cp_algo = "ring";     // ring | allgather | ulysses | hybrid

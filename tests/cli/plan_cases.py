@@ -40,12 +40,13 @@ def plan_ranks_layouts_and_matches_train_memory():
     assert any("--cp 2" in r.group(15) for r in rows) and any("--dp 2" in r.group(15) for r in rows), p.stdout
     assert any("--checkpointing full" in r.group(15) for r in rows), p.stdout
     assert any("--tp 2" in r.group(15) for r in rows), p.stdout
+    assert any("--tp 2 --tp-sequence-parallel" in r.group(15) for r in rows), p.stdout
     checked, per_ranks, tp_checked = 0, {1: 0, 2: 0}, False
     for r in rows:
         ranks, threads, flags = int(r.group(13)), int(r.group(14)), r.group(15).split()
-        tp = "--tp 2" in r.group(15)
+        tp = "--tp 2 --tp-sequence-parallel" in r.group(15)
         if per_ranks[ranks] >= 2 and (tp_checked or not tp):
-            continue  # two layouts of each rank count (and a --tp 2 one) keep the case short
+            continue  # two layouts of each rank count (and a sequence-parallel --tp 2 one) keep the case short
         per_ranks[ranks] += 1
         tp_checked |= tp
         d = ok("--threads", threads, "--oversubscribe", "train", "--model", "s.h5", "--data", "d.h5",
