@@ -21,6 +21,7 @@
 #include "model/tp.hpp"
 #include "parallel/tp_comm_mpi.hpp"
 #include "test_isa.hpp"
+#include "test_docs.hpp"
 
 namespace lct {
 namespace {
@@ -74,20 +75,6 @@ ModelConfig tp_config(bool tied) {
   return c;
 }
 
-Batch tp_batch(int64_t S) {
-  TokenDataset ds;
-  ds.vocab_size = 300;
-  ds.pad_id = 258;
-  ds.doc_offsets = {0};
-  std::mt19937 gen(1);
-  for (int len : {40, 25, 33, 17}) {
-    for (int i = 0; i < len; ++i) ds.tokens.push_back(int32_t(gen() % 290));
-    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
-  }
-  const Packing p = pack_documents(ds.doc_offsets, S);
-  return make_batch(ds, {&p.sequences[0]}, S);
-}
-
 TEST(Tp, TakeLocalThenGatherWholeIsTheSameBits) {
   MpiTpComm tp(MPI_COMM_WORLD);
   for (bool tied : {false, true}) {
@@ -104,7 +91,7 @@ TEST(Tp, TakeLocalThenGatherWholeIsTheSameBits) {
 TEST(Tp, ModelOverSlicesTrainsTheWholeModelsLossAndGradients) {
   MpiTpComm tp(MPI_COMM_WORLD);
   const int64_t S = 128;
-  Batch b = tp_batch(S);
+  Batch b = one_sequence(four_documents(300, 1, 290), S);  // ids up to 289: every rank's rows
   struct Case {
     bool tied;
     Checkpointing ck;
