@@ -223,7 +223,7 @@ int cmd_plan(Context& ctx) {
                 if (sp && (tp == 1 || (mb * o.seq_len / cp) % tp != 0)) continue;  // as train refuses it
                 if (zero >= 1 && o.nodes * rpn / tp == 1) continue;  // one dp x cp rank: nothing to shard
                 if (zero == 3 && precision == Precision::Bf16) continue;  // not implemented: train refuses it
-                if (zero == 3 && tp > 1) continue;                         // train refuses it
+                if (zero == 3 && sp) continue;  // train refuses it
                 Layout l;
                 l.nodes = o.nodes;
                 l.ranks_per_node = rpn;

@@ -272,19 +272,30 @@ int cmd_train(Context& ctx) {
           ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
       !note.empty())
     out << note << "\n";
-  // --zero 3: the parameters and gradients live in shards; each rank keeps its own piece,
-  // and lets go of the whole model file's before anything else is allocated.
+  // --tp: each rank holds its slices of every tensor (model/tp.hpp), in the local layout;
+  // --zero 3: the parameters and gradients live in shards of that layout, each rank keeping
+  // its own piece and letting go of the model file's whole weights before anything else is
+  // allocated.
+  const ParamLayout local = ParamLayout::llama(mc, int(tp));  // tp 1: the whole layout
+  const TpSplit split{int(tp), mesh.index("tp")};
+  MpiTpComm tp_comm(mesh.comm("tp"));
   std::unique_ptr<MpiParamShards> zero3 =
-      o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(replicas, init.layout, mc) : nullptr;
+      o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(replicas, local, mc) : nullptr;
+  // This rank's parameters out of whole ones (the model file's, a checkpoint's): its slices,
+  // then its shard of them, or into `params` (the model's).
+  auto take_params = [&](const float* whole_params, float* params) {
+    Buffer<float> sliced(tp > 1 ? local.total : 0);
+    if (tp > 1) tp_take_local(init.layout, local, split, whole_params, sliced.data());
+    const float* mine = tp > 1 ? sliced.data() : whole_params;
+    if (zero3) zero3->take_mine(mine, zero3->params());
+    else std::copy(mine, mine + local.total, params);
+  };
   if (zero3) {
-    zero3->take_mine(init.params.data(), zero3->params());
+    take_params(init.params.data(), nullptr);
     init.params = Buffer<float>();
   }
-  // --tp: this rank's slices of every tensor (model/tp.hpp).
-  MpiTpComm tp_comm(mesh.comm("tp"));
   LlamaModel model(mc, shape, cp_attention.get(), zero3.get(), tp > 1 ? &tp_comm : nullptr);
-  if (tp > 1) tp_take_local(init.layout, model.layout(), model.tp_split(), init.params.data(), model.params());
-  else if (!zero3) std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
+  if (!zero3) take_params(init.params.data(), model.params());
   init.params = Buffer<float>();
   MpiStepReducer reducer(replicas, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
@@ -303,8 +314,12 @@ int cmd_train(Context& ctx) {
   const bool reads = o.resume != "none" || o.init_moments;
   const size_t whole = (trainer.sharded() || tp > 1) && reads ? init.layout.total : 0;
   Buffer<float> m_whole(whole), v_whole(whole), p_whole(zero3 || tp > 1 ? whole : 0);
-  if (zero3 && whole) zero3->gather_whole(zero3->params(), p_whole.data());  // unless a checkpoint replaces them
-  if (tp > 1 && whole) tp_gather_whole(tp_comm, init.layout, model.layout(), model.params(), p_whole.data());
+  if (p_whole.size()) {  // the parameters as they are, whole, unless a checkpoint replaces them
+    Buffer<float> mine(zero3 && tp > 1 ? local.total : 0);
+    float* gathered = tp > 1 ? mine.data() : p_whole.data();
+    if (zero3) zero3->gather_whole(zero3->params(), gathered);
+    if (tp > 1) tp_gather_whole(tp_comm, init.layout, local, zero3 ? gathered : model.params(), p_whole.data());
+  }
   TrainState state = start_state(
       world, out, o, run.get(),
       {o.resume, o.run_dir, &mc, &init.layout,
@@ -312,20 +327,21 @@ int cmd_train(Context& ctx) {
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
       identify(*dataset), origin, tokenizer_info(ds), record);
-  if (whole && tp > 1) {  // this rank's slices: the parameters, then the moments (its range of them, sharded)
-    tp_take_local(init.layout, model.layout(), model.tp_split(), p_whole.data(), model.params());
-    Buffer<float> m(model.layout().total), v(model.layout().total);
-    tp_take_local(init.layout, model.layout(), model.tp_split(), m_whole.data(), m.data());
-    tp_take_local(init.layout, model.layout(), model.tp_split(), v_whole.data(), v.data());
-    if (trainer.sharded()) {
-      trainer.load_moments(m.data(), v.data());
-    } else {
-      std::copy(m.data(), m.data() + m.size(), trainer.optimizer().m());
-      std::copy(v.data(), v.data() + v.size(), trainer.optimizer().v());
+  if (whole) {  // this rank's slices (--tp) and its range or shard (ZeRO) of what was read whole
+    if (p_whole.size()) take_params(p_whole.data(), model.params());
+    Buffer<float> m(tp > 1 ? local.total : 0), v(tp > 1 ? local.total : 0);
+    if (tp > 1) {
+      tp_take_local(init.layout, local, split, m_whole.data(), m.data());
+      tp_take_local(init.layout, local, split, v_whole.data(), v.data());
     }
-  } else if (whole) {
-    if (zero3) zero3->take_mine(p_whole.data(), zero3->params());
-    trainer.load_moments(m_whole.data(), v_whole.data());
+    const float* mm = tp > 1 ? m.data() : m_whole.data();
+    const float* vv = tp > 1 ? v.data() : v_whole.data();
+    if (trainer.sharded()) {
+      trainer.load_moments(mm, vv);
+    } else {
+      std::copy(mm, mm + local.total, trainer.optimizer().m());
+      std::copy(vv, vv + local.total, trainer.optimizer().v());
+    }
   }
   m_whole = Buffer<float>();
   v_whole = Buffer<float>();

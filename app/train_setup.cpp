@@ -46,9 +46,9 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
   if (o.tp_sequence_parallel && o.tp == 1)
     fail("--tp-sequence-parallel splits the residual stream over the tp ranks, but this run has ",
          "--tp 1: add --tp N (N > 1), or drop --tp-sequence-parallel");
-  if (o.zero == 3 && o.tp > 1)
-    fail("--zero 3 does not combine with --tp ", o.tp, " (the ZeRO-3 units are whole layers); ",
-         "use --zero 1 or 2 with --tp, or --tp 1 with --zero 3");
+  if (o.zero == 3 && o.tp_sequence_parallel)
+    fail("--zero 3 does not combine with --tp-sequence-parallel (the norm weights' gradients are ",
+         "summed over the tp group from whole arrays); use --zero 0, 1 or 2 with it");
   if (o.zero == 3 && o.precision != "fp32")
     fail("--zero 3 trains in fp32 only (each gathered unit is used as fp32 master weights); use ",
          "--precision fp32, or --zero 2 to keep --precision ", o.precision);
@@ -139,7 +139,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
-      << (o.zero == 3 && world_size > 1 ? cat(" (1/", world_size, " of them + gathered units: --zero 3)") : "")
+      << (o.zero == 3 && world_size / o.tp > 1 ? cat(" (1/", world_size / o.tp, " of them + gathered units: --zero 3)") : "")
       << (o.tp > 1 ? cat(" (1/", o.tp, " of them: --tp ", o.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "

@@ -361,20 +361,16 @@ class LlamaPassesOf final : public LlamaPasses {
       fail("micro-batch of ", n, " tokens does not split over the ", sp_ranks_, " sequence-parallel ranks");
     refresh_weights();
     const int64_t L = m_.config_.num_hidden_layers;
-    if (shards()) {  // ZeRO-3: the embedding's unit, then each layer's, then the head's
-      const float* embed = shards()->acquire(0, 1);
-      clock.lap(Phase::Allreduce);
-      embedding_forward(acts_.x_in[0], b.tokens.data(), embed, n, C);
-      shards()->release(0);
-    } else {
-      // tp: zero rows for the tokens of the other ranks' vocabulary rows, then summed
-      float* e = tpx_.sequence_parallel() ? sp_.tmp : acts_.x_in[0];
-      embedding_forward(e, b.tokens.data(), m_.w_.embed, n, C, m_.dims_.v0, m_.dims_.V);
-      clock.lap(Phase::Other);
-      tpx_.sum(e, n, clock);
-      if (e != acts_.x_in[0]) std::copy(e, e + tpx_.rows(n) * C, acts_.x_in[0]);  // this rank's rows
-    }
+    // ZeRO-3: the embedding's unit, then each layer's, then the head's
+    const float* embed = shards() ? shards()->acquire(0, 1) : m_.w_.embed;
+    clock.lap(Phase::Allreduce);
+    // tp: zero rows for the tokens of the other ranks' vocabulary rows, then summed
+    float* e = tpx_.sequence_parallel() ? sp_.tmp : acts_.x_in[0];
+    embedding_forward(e, b.tokens.data(), embed, n, C, m_.dims_.v0, m_.dims_.V);
+    if (shards()) shards()->release(0);
     clock.lap(Phase::Other);
+    tpx_.sum(e, n, clock);
+    if (e != acts_.x_in[0]) std::copy(e, e + tpx_.rows(n) * C, acts_.x_in[0]);  // this rank's rows
     for (int64_t l = 0; l < L; ++l) {
       const LayerWeights lw = layer_weights(l, int(l) + 2, false, clock);  // unit l + 2: the next
       layer_forward(lw, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
@@ -540,7 +536,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
                                      shape.isa, shape.precision)),
       attention_(attention ? attention : own_attention_.get()),
       shards_(shards) {
-  if (tp_ && shards_) fail("--zero 3 does not combine with --tp: use --zero 0, 1 or 2 with --tp");
+  if (tp_ && shards_ && shape.sequence_parallel)
+    fail("--zero 3 does not combine with --tp-sequence-parallel (the norm weights' gradients are ",
+         "summed over the tp group from whole arrays): use --zero 0, 1 or 2 with it");
   if (tp_ && shape.sequence_parallel && shape.max_tokens % split_.size != 0)
     fail("sequence parallelism splits the ", shape.max_tokens, " tokens of a micro-batch over ",
          split_.size, " tp ranks: they must be divisible");

@@ -93,7 +93,7 @@ void tp_gather_whole(TpComm& comm, const ParamLayout& full, const ParamLayout& l
 }
 
 double tp_sum_squares(const ParamLayout& local, const float* g, size_t lo, size_t hi,
-                      bool with_replicated) {
+                      bool with_replicated, size_t base) {
   double s = 0;
   for (const TensorSpec& t : local.tensors) {
     if (!with_replicated && t.kind == TensorKind::Norm) continue;
@@ -101,7 +101,7 @@ double tp_sum_squares(const ParamLayout& local, const float* g, size_t lo, size_
     if (a >= b) continue;
     double part = 0;
 #pragma omp parallel for reduction(+ : part) schedule(static)
-    for (size_t i = a; i < b; ++i) part += double(g[i]) * double(g[i]);
+    for (size_t i = a; i < b; ++i) part += double(g[i - base]) * double(g[i - base]);
     s += part;
   }
   return s;

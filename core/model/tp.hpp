@@ -46,8 +46,9 @@ void tp_gather_whole(TpComm& comm, const ParamLayout& full, const ParamLayout& l
                      const float* mine, float* whole);
 
 // Sum of squares of g over [lo, hi) of the local layout: the sharded tensors' entries, and
-// the replicated ones' only when `with_replicated` (the tp group counts them once).
+// the replicated ones' only when `with_replicated` (the tp group counts them once). g[i - base]
+// holds layout entry i (base > 0: g holds a piece of the layout starting there).
 double tp_sum_squares(const ParamLayout& local, const float* g, size_t lo, size_t hi,
-                      bool with_replicated);
+                      bool with_replicated, size_t base = 0);
 
 }  // namespace lct

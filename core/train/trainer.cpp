@@ -90,8 +90,15 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
   // replicated norm weights' counted once (tp rank 0's).
   TpComm* tp = model_.tp();
   auto squares = [&](size_t lo, size_t n) {
-    return tp ? tp_sum_squares(model_.layout(), grads, lo, lo + n, tp->rank() == 0)
-              : sum_squares(grads + lo, n);
+    if (!tp) return sum_squares(grads + lo, n);
+    if (stage_ < 3) return tp_sum_squares(model_.layout(), grads, lo, lo + n, tp->rank() == 0);
+    double s = 0;  // ZeRO-3: the shard's pieces, back to back
+    size_t at = 0;
+    for (const Shard& p : ps->pieces()) {
+      s += tp_sum_squares(model_.layout(), grads + at, p.begin, p.end, tp->rank() == 0, p.begin);
+      at += p.size();
+    }
+    return s;
   };
   if (stage_ >= 2) {  // the norm from every rank's part: one double each, added in rank order
     const size_t lo = stage_ == 2 ? bounds_[size_t(shard_)] : 0;

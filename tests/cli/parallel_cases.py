@@ -296,7 +296,7 @@ def tp_models():
 @case
 def parallel_tp_matches_one_rank_losses_and_moments():
     """--tp (Megatron: heads, KV heads, SwiGLU rows and vocabulary rows split over the tp
-    ranks, which see the same tokens) alone and with cp, dp and --zero 1/2: 5 losses within
+    ranks, which see the same tokens) alone and with cp, dp and --zero 1/2/3: 5 losses within
     1e-5 of one rank, and the AdamW moments after the first and the fifth step (gathered
     whole from the tp slices into the checkpoints) equal to one rank's."""
     keep = tp_models()
@@ -307,7 +307,8 @@ def parallel_tp_matches_one_rank_losses_and_moments():
             ("tp2cp2", 4, ["--tp", "2", "--cp", "2", "--batch-size", "2"], "mv.h5", "onev"),
             ("tp2dp2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1"], "mv.h5", "onev"),
             ("tp2dp2_z1", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "1"], "mv.h5", "onev"),
-            ("tp2dp2_z2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "2"], "mv.h5", "onev")]:
+            ("tp2dp2_z2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "2"], "mv.h5", "onev"),
+            ("tp2dp2_z3", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "3"], "mv.h5", "onev")]:
         p = mpi_run(ranks, name, *degrees, *keep, model=model)
         tp = int(degrees[1])
         assert f"x tp={tp})" in p.stdout and f"; --tp {tp}: each rank holds" in p.stdout, p.stdout
@@ -341,6 +342,11 @@ def parallel_tp_with_bf16_ulysses_recomputation_and_tied_embeddings_matches_one_
             model="mtv.h5")
     assert_same_losses(tied, "tp_tied", "--tp 2 tied embeddings")
     assert_same_moments("onetv", "tp_tied", "--tp 2 tied embeddings", 1)
+    # ZeRO-3 over dp 2 of the tp slices, tied: the LM head is the embedding's unit
+    mpi_run(4, "tp_tied_z3", "--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "3", "--checkpoint-every", "1",
+            "--keep-checkpoints", "5", model="mtv.h5")
+    assert_same_losses(tied, "tp_tied_z3", "--tp 2 x dp 2 --zero 3 tied embeddings")
+    assert_same_moments("onetv", "tp_tied_z3", "--tp 2 x dp 2 --zero 3 tied embeddings", 1)
 
 
 @case
@@ -375,7 +381,7 @@ def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
     """A --tp 2 checkpoint holds whole tensors in the model file's shapes: eval reads it (the
     one-rank checkpoint's loss to 1e-5) and inspect shows it. Degrees that do not multiply to
     the world, a model whose vocabulary or KV heads --tp does not divide, and --zero 3 with
-    --tp are refused with one message, before anything is written."""
+    --tp-sequence-parallel are refused with one message, before anything is written."""
     tp_models()
     mpi_run(2, "tpc", "--tp", "2", "--batch-size", "2", model="mv.h5")
     assert_checkpoint_evaluates_as("onev", "tpc", "--tp 2")
@@ -400,8 +406,8 @@ def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
                  ranks=2)
     expect_error([*bad, "--model", "mv.h5", "--tp", "4", "--batch-size", "2"],
                  "key/value heads (num_key_value_heads) 2", "not divisible by 4", ranks=4)
-    expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--zero", "3"], "--zero 3 does not combine with --tp 2",
-                 ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--zero", "3", "--tp-sequence-parallel"],
+                 "--zero 3 does not combine with --tp-sequence-parallel", ranks=2)
     expect_error([*bad, "--model", "mv.h5", "--tp", "0"], "--tp", code=2, ranks=2)
     assert not os.path.exists("bad"), "a refused run wrote its run directory"
 
