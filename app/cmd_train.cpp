@@ -234,7 +234,9 @@ int cmd_train(Context& ctx) {
       << (tp > 1 ? cat("; --tp ", tp, ": each rank holds ", mc.num_attention_heads / tp, "/",
                        mc.num_key_value_heads / tp, " heads, ", mc.intermediate_size / tp,
                        " of the intermediate size and ", mc.vocab_size / tp, " vocabulary rows",
-                       o.tp_sequence_parallel ? cat(", and 1/", tp, " of the residual stream's tokens (--tp-sequence-parallel)") : "")
+                       o.tp_sequence_parallel
+                           ? cat(", and 1/", tp, " of the residual stream's tokens (--tp-sequence-parallel)")
+                           : "")
                  : std::string())
       << "\n";
   // The ranks gradients are summed over: dp x cp (a tp group sees the same tokens).
@@ -318,7 +320,8 @@ int cmd_train(Context& ctx) {
     Buffer<float> mine(zero3 && tp > 1 ? local.total : 0);
     float* gathered = tp > 1 ? mine.data() : p_whole.data();
     if (zero3) zero3->gather_whole(zero3->params(), gathered);
-    if (tp > 1) tp_gather_whole(tp_comm, init.layout, local, zero3 ? gathered : model.params(), p_whole.data());
+    if (tp > 1)
+      tp_gather_whole(tp_comm, init.layout, local, zero3 ? gathered : model.params(), p_whole.data());
   }
   TrainState state = start_state(
       world, out, o, run.get(),

@@ -198,7 +198,9 @@ int TrainLoop::train() {
 
       const double secs = clock.total();
       const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
-      StepFigures fig{st,   state.restarts, o.steps, secs, f.total() / double(layout.cp * mesh.size("tp")) / secs / 1e9,
+      // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
+      const double rank_flops = f.total() / double(layout.cp * mesh.size("tp"));
+      StepFigures fig{st,   state.restarts, o.steps, secs, rank_flops / secs / 1e9,
                       peak, &clock,         &ranks,  S,    schedule.staged()};
       // After the step and its checkpoint, outside the step's time; decided alike on every rank.
       // Not when the run must stop now (it may be near --time-limit).

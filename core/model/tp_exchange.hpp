@@ -58,16 +58,17 @@ class TpExchange {
   }
   void norm_grads_end(const std::vector<float*>& g, PhaseClock& clock) {
     if (!sp_) return;
-    std::vector<float> added(before_.size());
+    std::vector<float> added(before_.size());  // [g.size(), C] what this micro-batch added
     for (size_t i = 0; i < g.size(); ++i)
-      for (int64_t c = 0; c < C_; ++c) added[i * size_t(C_) + size_t(c)] = g[i][c] - before_[i * size_t(C_) + size_t(c)];
+      for (int64_t c = 0; c < C_; ++c) added[i * size_t(C_) + size_t(c)] = g[i][c] - was(i)[c];
     tp_->all_reduce_sum(added.data(), int64_t(added.size()));
     for (size_t i = 0; i < g.size(); ++i)
-      for (int64_t c = 0; c < C_; ++c) g[i][c] = before_[i * size_t(C_) + size_t(c)] + added[i * size_t(C_) + size_t(c)];
+      for (int64_t c = 0; c < C_; ++c) g[i][c] = was(i)[c] + added[i * size_t(C_) + size_t(c)];
     clock.lap(Phase::Allreduce);
   }
 
  private:
+  const float* was(size_t i) const { return before_.data() + i * size_t(C_); }
   TpComm* tp_;
   bool sp_;
   int64_t C_;
