@@ -88,7 +88,8 @@ struct TrainOptions {
   int64_t stop_at;            // stop as on a signal after this step; 0 = none
   double peak_gflops;
   bool force, dry_run, allow_data_change;
-  int64_t dp, cp;
+  int64_t dp, cp, tp;
+  bool tp_sequence_parallel;  // the residual stream split by tokens over the tp group
   std::string cp_algo, cp_split, cp_transport;
   int64_t ulysses_degree;     // hybrid: Ulysses ranks per ring position; 0 = not given
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks

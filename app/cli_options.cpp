@@ -264,10 +264,21 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--force", o.force, false,
         "start over in a run directory that holds a previous run (its files are moved into "
         "replaced-DATE-TIME/ inside it, never deleted)");
-  r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / cp)")
+  r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / (cp x tp))")
       ->check(count(0));
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")
       ->check(count(1));
+  r.add(c, "--tp", o.tp, int64_t(1),
+        "tensor-parallel degree (Megatron): ranks of one node that split every layer's heads, "
+        "KV heads and SwiGLU width and the vocabulary, seeing the same tokens; one all-reduce "
+        "after o_proj and down_proj forward, one after the q/k/v and gate/up input gradients "
+        "backward. The heads, KV heads, intermediate size and vocabulary must be divisible by it")
+      ->check(count(1));
+  r.add(c, "--tp-sequence-parallel", o.tp_sequence_parallel, false,
+        "with --tp: Megatron's sequence parallelism, the residual stream, norms and their "
+        "activations split by tokens over the tp ranks; each all-reduce becomes a reduce-scatter "
+        "and an all-gather (the same bytes, 1/tp of those activations). The tokens of a "
+        "micro-batch (--batch-size x --seq-len / cp) must be divisible by tp");
   r.add(c, "--zero", o.zero, int64_t(0),
         "sharded data parallelism over the dp x cp ranks (ZeRO stage): 0 = every rank holds "
         "everything; 1 = each rank keeps and updates 1/world of the AdamW moments, then the ranks "

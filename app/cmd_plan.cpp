@@ -169,7 +169,8 @@ struct Candidate {
 
 // The layout as the flags that run it.
 std::string layout_flags(const Layout& l) {
-  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --cp ", l.cp, " --dp ", l.dp,
+  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --tp ", l.tp,
+             l.sequence_parallel ? " --tp-sequence-parallel" : "", " --cp ", l.cp, " --dp ", l.dp,
              " --zero ", l.zero, l.cp > 1 ? " --cp-algo " + l.cp_algo : std::string(), " --checkpointing ",
              to_string(l.checkpointing), " --precision ", l.precision == Precision::Bf16 ? "bf16" : "fp32",
              " --batch-size ", l.micro_batch, " --grad-accum ", l.grad_accum);
@@ -203,26 +204,33 @@ int cmd_plan(Context& ctx) {
   std::vector<Candidate> fits;
   int64_t too_big = 0;
   for (int64_t rpn : divisors(cores))
+    for (int64_t tp : divisors(rpn))  // tp inside a node (its all-reduces block every layer)
     for (Precision precision : precisions)
-      for (int64_t cp : divisors(o.nodes * rpn)) {
+      for (int64_t cp : divisors(o.nodes * rpn / tp)) {
+        if (!tp_split_error(mc, tp).empty()) continue;  // heads, KV heads, I or vocabulary not divisible
         if (o.seq_len % (2 * cp) != 0 && cp > 1) continue;
-        const int64_t dp = o.nodes * rpn / cp;
+        const int64_t dp = o.nodes * rpn / (cp * tp);
         if (o.global_batch % dp != 0) continue;
+        const int64_t H = mc.num_attention_heads / tp, KV = mc.num_key_value_heads / tp;  // a tp rank's
         for (const std::string& algo : algos) {
           if (cp == 1 && algo != algos.front()) continue;  // no cp: the algorithm is moot
-          if (algo == "ulysses" && cp > 1 &&
-              (mc.num_attention_heads % cp != 0 || (mc.num_key_value_heads % cp != 0 && cp % mc.num_key_value_heads != 0)))
+          if (algo == "ulysses" && cp > 1 && (H % cp != 0 || (KV % cp != 0 && cp % KV != 0)))
             continue;
           for (int64_t zero : zeros)
             for (Checkpointing ck : policies)
-              for (int64_t mb : divisors(o.global_batch / dp)) {
-                if (zero >= 1 && o.nodes * rpn == 1) continue;  // one rank: nothing to shard
+              for (int64_t mb : divisors(o.global_batch / dp))
+              for (bool sp : {false, true}) {
+                if (sp && (tp == 1 || (mb * o.seq_len / cp) % tp != 0)) continue;  // as train refuses it
+                if (zero >= 1 && o.nodes * rpn / tp == 1) continue;  // one dp x cp rank: nothing to shard
                 if (zero == 3 && precision == Precision::Bf16) continue;  // not implemented: train refuses it
+                if (zero == 3 && sp) continue;  // train refuses it
                 Layout l;
                 l.nodes = o.nodes;
                 l.ranks_per_node = rpn;
                 l.threads = cores / rpn;
                 l.cp = cp;
+                l.tp = tp;
+                l.sequence_parallel = sp;
                 l.dp = dp;
                 l.zero = zero;
                 l.cp_algo = algo;
@@ -234,7 +242,7 @@ int cmd_plan(Context& ctx) {
                 l.process_bytes = process_bytes;
                 if (l.local_tokens() > INT32_MAX) continue;
                 const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(l.precision),
-                                       l.precision};
+                                       l.precision, sp};
                 Candidate c{l, estimate_rank_memory(mc, shape, l), {}};
                 if (c.memory.total() > 0.95 * mem_node / double(rpn)) {
                   ++too_big;
@@ -288,7 +296,7 @@ int cmd_plan(Context& ctx) {
       << "global batch " << o.global_batch << " x " << o.seq_len << " tokens; " << fits.size()
       << " layouts fit, " << too_big << " need more memory than a rank's share\n";
   out << std::right << std::fixed
-      << " #  step s  tokens/s  GiB/rank  compute  cp exposed  grad sync  AdamW  cp MB  grad MB  layout\n";
+      << " #  step s  tokens/s  GiB/rank  compute  cp exposed  grad sync  tp sync  AdamW  cp MB  grad MB  tp MB  layout\n";
   // A larger micro-batch predicts the same time with more memory (the model is linear in
   // tokens): of layouts that differ only there, the first (least memory) is shown.
   std::set<std::string> shown;
@@ -301,8 +309,9 @@ int cmd_plan(Context& ctx) {
     out << std::setw(2) << ++n << std::setprecision(2) << std::setw(8) << t.step_s() << std::setprecision(0)
         << std::setw(10) << tokens / t.step_s() << std::setprecision(2) << std::setw(10)
         << c.memory.total() / double(1u << 30) << std::setw(9) << t.compute_s << std::setw(12) << t.cp_exposed_s
-        << std::setw(11) << t.grad_s << std::setw(7) << t.optimizer_s << std::setprecision(0) << std::setw(7)
-        << t.cp_bytes / 1e6 << std::setw(9) << t.grad_bytes / 1e6 << "  " << layout_flags(c.layout) << "\n";
+        << std::setw(11) << t.grad_s << std::setw(9) << t.tp_s << std::setw(7) << t.optimizer_s
+        << std::setprecision(0) << std::setw(7) << t.cp_bytes / 1e6 << std::setw(9) << t.grad_bytes / 1e6
+        << std::setw(7) << t.tp_bytes / 1e6 << "  " << layout_flags(c.layout) << "\n";
   }
   out << std::defaultfloat << std::left;
   out << "predicted from per-core rates measured here (compute scaled by threads per rank) and the link rates above; "

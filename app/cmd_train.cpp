@@ -1,4 +1,4 @@
-// lctrain train: load, check, lay the ranks on a dp x cp mesh, train, record every step.
+// lctrain train: load, check, lay the ranks on a dp x cp x tp mesh, train, record every step.
 // The steps of a run, in order: check (every rank alike, nothing allocated), open the run
 // directory (rank 0: lock, tidy, set an earlier run aside), build the model, find where to
 // start (a fresh lineage or a checkpoint), then the step loop (train_loop.cpp).
@@ -28,6 +28,7 @@
 #include "parallel/ring_attention.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
+#include "parallel/tp_comm_mpi.hpp"
 #include "parallel/zero3.hpp"
 #include "sys/memory.hpp"
 #include "sys/stop.hpp"
@@ -39,12 +40,13 @@ namespace lct {
 namespace {
 
 // The attention over the cp group (ring, all-gather, Ulysses or hybrid); null when cp = 1.
+// With --tp it carries this tp rank's heads only.
 std::unique_ptr<AttentionOp> make_cp_attention(const Mesh& mesh, const TrainOptions& o,
                                                const ModelConfig& mc, const ModelShape& shape,
                                                int64_t cp) {
   if (cp == 1) return nullptr;
   const MPI_Comm c = mesh.comm("cp");
-  const int64_t H = mc.num_attention_heads, KV = mc.num_key_value_heads, D = mc.head_dim();
+  const int64_t H = mc.num_attention_heads / o.tp, KV = mc.num_key_value_heads / o.tp, D = mc.head_dim();
   if (o.cp_algo == "ring")
     return std::make_unique<RingAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
                                            shape.precision, parse_cp_transport(o.cp_transport));
@@ -78,7 +80,9 @@ void check_same_data(const TrainState& saved, const DataIdentity& now, const std
 // tensor whole, so any layout can continue one).
 std::string layout_change(const RunLayout& was, const RunLayout& now, const TrainState& at) {
   auto describe = [](const RunLayout& l) {
-    return cat(l.world_size, " rank(s) (dp ", l.dp, " x cp ", l.cp, "), ", l.sequences_per_step(),
+    const int64_t tp = l.world_size / std::max<int64_t>(1, l.dp * l.cp);  // the rest of the world
+    return cat(l.world_size, " rank(s) (dp ", l.dp, " x cp ", l.cp, tp > 1 ? cat(" x tp ", tp) : "", "), ",
+               l.sequences_per_step(),
                " sequences per step (dp x batch ", l.batch_size, " x accumulation ", l.grad_accum, ")");
   };
   const std::string head = cat("resuming across a layout change: the checkpoint's run had ", describe(was),
@@ -182,8 +186,9 @@ int cmd_train(Context& ctx) {
   ctx.print_startup("train", true);
 
   // 1. Checks, alike on every rank; nothing allocated or written yet.
-  const auto [dp, cp] = degrees(o, world.size);
-  Mesh mesh(world, {{"dp", int(dp)}, {"cp", int(cp)}});  // throws alike on every rank
+  const auto [dp, cp, tp] = degrees(o, world.size);
+  // tp innermost: the ranks of a tp group are neighbours on one node when the counts allow.
+  Mesh mesh(world, {{"dp", int(dp)}, {"cp", int(cp)}, {"tp", int(tp)}});  // throws alike on every rank
   out << mesh.layout_table();
   ModelData init = read_model_file(o.model);
   // Offsets and attributes only: each rank reads the tokens of its own sequences, step by step.
@@ -221,11 +226,25 @@ int cmd_train(Context& ctx) {
     out << "sequence lengths (--seq-len-schedule): " << schedule.describe() << "\n";
   const Precision precision = parse_precision(o.precision);
   const ModelShape shape{o.batch_size * o.seq_len / cp, o.seq_len, parse_checkpointing(o.checkpointing),
-                         {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
+                         {o.block_q, o.block_k}, ctx.attention_isa(precision), precision,
+                         o.tp_sequence_parallel};
   out << "model: " << init.layout.num_parameters() << " parameters, " << mc.num_hidden_layers
       << " layers, hidden " << mc.hidden_size << ", heads " << mc.num_attention_heads << "/"
-      << mc.num_key_value_heads << " x " << mc.head_dim() << "\n";
-  const int shards = o.zero >= 1 ? world.size : 1;  // ranks the ZeRO state is split over
+      << mc.num_key_value_heads << " x " << mc.head_dim()
+      << (tp > 1 ? cat("; --tp ", tp, ": each rank holds ", mc.num_attention_heads / tp, "/",
+                       mc.num_key_value_heads / tp, " heads, ", mc.intermediate_size / tp,
+                       " of the intermediate size and ", mc.vocab_size / tp, " vocabulary rows",
+                       o.tp_sequence_parallel
+                           ? cat(", and 1/", tp, " of the residual stream's tokens (--tp-sequence-parallel)")
+                           : "")
+                 : std::string())
+      << "\n";
+  // The ranks gradients are summed over: dp x cp (a tp group sees the same tokens).
+  const MPI_Comm replicas = mesh.comm_except("tp");
+  int replica_rank = 0, replica_count = 1;
+  MPI_Comm_rank(replicas, &replica_rank);
+  MPI_Comm_size(replicas, &replica_count);
+  const int shards = o.zero >= 1 ? replica_count : 1;  // ranks the ZeRO state is split over
   check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size, process_bytes);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
@@ -255,21 +274,35 @@ int cmd_train(Context& ctx) {
           ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
       !note.empty())
     out << note << "\n";
-  // --zero 3: the parameters and gradients live in shards; each rank keeps its own piece,
-  // and lets go of the whole model file's before anything else is allocated.
+  // --tp: each rank holds its slices of every tensor (model/tp.hpp), in the local layout;
+  // --zero 3: the parameters and gradients live in shards of that layout, each rank keeping
+  // its own piece and letting go of the model file's whole weights before anything else is
+  // allocated.
+  const ParamLayout local = ParamLayout::llama(mc, int(tp));  // tp 1: the whole layout
+  const TpSplit split{int(tp), mesh.index("tp")};
+  MpiTpComm tp_comm(mesh.comm("tp"));
   std::unique_ptr<MpiParamShards> zero3 =
-      o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(world.comm, init.layout, mc) : nullptr;
+      o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(replicas, local, mc) : nullptr;
+  // This rank's parameters out of whole ones (the model file's, a checkpoint's): its slices,
+  // then its shard of them, or into `params` (the model's).
+  auto take_params = [&](const float* whole_params, float* params) {
+    Buffer<float> sliced(tp > 1 ? local.total : 0);
+    if (tp > 1) tp_take_local(init.layout, local, split, whole_params, sliced.data());
+    const float* mine = tp > 1 ? sliced.data() : whole_params;
+    if (zero3) zero3->take_mine(mine, zero3->params());
+    else std::copy(mine, mine + local.total, params);
+  };
   if (zero3) {
-    zero3->take_mine(init.params.data(), zero3->params());
+    take_params(init.params.data(), nullptr);
     init.params = Buffer<float>();
   }
-  LlamaModel model(mc, shape, cp_attention.get(), zero3.get());
-  if (!zero3) std::copy(init.params.data(), init.params.data() + init.layout.total, model.params());
+  LlamaModel model(mc, shape, cp_attention.get(), zero3.get(), tp > 1 ? &tp_comm : nullptr);
+  if (!zero3) take_params(init.params.data(), model.params());
   init.params = Buffer<float>();
-  MpiStepReducer reducer(world.comm, precision);
+  MpiStepReducer reducer(replicas, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
-  Trainer trainer(model, ac, world.size > 1 ? &reducer : nullptr, shards, world.rank, int(o.zero));
+  Trainer trainer(model, ac, replica_count > 1 ? &reducer : nullptr, shards, replica_rank, int(o.zero));
   StagedData data(ds, schedule, uint64_t(o.seed));
 
   // 4. Where to start: weights, AdamW moments, step, data position and counters.
@@ -277,26 +310,45 @@ int cmd_train(Context& ctx) {
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size);
   // Sharded moments are read whole (checkpoints hold them whole), then each rank keeps its range.
-  // --zero 3 reads the parameters whole too. Only when a checkpoint may be read (--resume,
-  // --init-moments): a fresh run never holds whole copies (they would set its peak memory).
+  // --zero 3 and --tp read the parameters whole too (--tp: then each rank takes its slices).
+  // Only when a checkpoint may be read (--resume, --init-moments): a fresh run never holds
+  // whole copies (they would set its peak memory).
   const bool reads = o.resume != "none" || o.init_moments;
-  const size_t whole = trainer.sharded() && reads ? model.layout().total : 0;
-  Buffer<float> m_whole(whole), v_whole(whole), p_whole(zero3 ? whole : 0);
-  if (zero3 && whole) zero3->gather_whole(zero3->params(), p_whole.data());  // unless a checkpoint replaces them
+  const size_t whole = (trainer.sharded() || tp > 1) && reads ? init.layout.total : 0;
+  Buffer<float> m_whole(whole), v_whole(whole), p_whole(zero3 || tp > 1 ? whole : 0);
+  if (p_whole.size()) {  // the parameters as they are, whole, unless a checkpoint replaces them
+    Buffer<float> mine(zero3 && tp > 1 ? local.total : 0);
+    float* gathered = tp > 1 ? mine.data() : p_whole.data();
+    if (zero3) zero3->gather_whole(zero3->params(), gathered);
+    if (tp > 1)
+      tp_gather_whole(tp_comm, init.layout, local, zero3 ? gathered : model.params(), p_whole.data());
+  }
   TrainState state = start_state(
       world, out, o, run.get(),
-      {o.resume, o.run_dir, &mc, &model.layout(),
-       {zero3 ? p_whole.data() : model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
+      {o.resume, o.run_dir, &mc, &init.layout,
+       {zero3 || tp > 1 ? p_whole.data() : model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
         whole ? v_whole.data() : trainer.optimizer().v()},
        layout, where},
       identify(*dataset), origin, tokenizer_info(ds), record);
-  if (whole) {
-    if (zero3) zero3->take_mine(p_whole.data(), zero3->params());
-    trainer.load_moments(m_whole.data(), v_whole.data());
-    m_whole = Buffer<float>();
-    v_whole = Buffer<float>();
-    p_whole = Buffer<float>();
+  if (whole) {  // this rank's slices (--tp) and its range or shard (ZeRO) of what was read whole
+    if (p_whole.size()) take_params(p_whole.data(), model.params());
+    Buffer<float> m(tp > 1 ? local.total : 0), v(tp > 1 ? local.total : 0);
+    if (tp > 1) {
+      tp_take_local(init.layout, local, split, m_whole.data(), m.data());
+      tp_take_local(init.layout, local, split, v_whole.data(), v.data());
+    }
+    const float* mm = tp > 1 ? m.data() : m_whole.data();
+    const float* vv = tp > 1 ? v.data() : v_whole.data();
+    if (trainer.sharded()) {
+      trainer.load_moments(mm, vv);
+    } else {
+      std::copy(mm, mm + local.total, trainer.optimizer().m());
+      std::copy(vv, vv + local.total, trainer.optimizer().v());
+    }
   }
+  m_whole = Buffer<float>();
+  v_whole = Buffer<float>();
+  p_whole = Buffer<float>();
   // A checkpoint's data position is that of the loader of its next step (curriculum.hpp).
   DataLoader& loader = data.at(state.step + 1);
   loader.seek(state.data_epoch, state.data_cursor);
@@ -336,7 +388,7 @@ int cmd_train(Context& ctx) {
                          "fingerprint of the data that checkpoint was trained on"});
   TrainLoop loop{ctx,     o,        mc,    *dataset, mesh,   run.get(), model, trainer,
                  reducer, schedule, data,  state,    record, layout,    where, prov,
-                 peak,    peak_how, cp_attention.get(), eval_data.get()};
+                 peak,    peak_how, cp_attention.get(), eval_data.get(), init.layout};
   return loop.train();
 }
 

@@ -68,6 +68,7 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
 
 double TrainLoop::bytes_sent() const {
   return (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent) +
+         (model.tp() ? double(model.tp()->bytes_sent()) : 0) +
          (model.param_shards() ? double(model.param_shards()->bytes_sent()) : 0);
 }
 
@@ -124,9 +125,22 @@ void TrainLoop::checkpoint() {
   Buffer<float> m(whole), v(whole), p(zero3 ? whole : 0);
   if (whole) trainer.gather_moments(m.data(), v.data());
   if (zero3) zero3->gather_whole(zero3->params(), p.data());
+  const float* params = zero3 ? p.data() : model.params();
+  const float* exp_avg = whole ? m.data() : trainer.optimizer().m();
+  const float* exp_avg_sq = whole ? v.data() : trainer.optimizer().v();
+  // --tp: every tensor whole in the model file's shapes, gathered from the group's slices.
+  const size_t tp_whole = model.tp() ? whole_layout.total : 0;
+  Buffer<float> pw(tp_whole), mw(tp_whole), vw(tp_whole);
+  if (tp_whole) {
+    tp_gather_whole(*model.tp(), whole_layout, model.layout(), params, pw.data());
+    tp_gather_whole(*model.tp(), whole_layout, model.layout(), exp_avg, mw.data());
+    tp_gather_whole(*model.tp(), whole_layout, model.layout(), exp_avg_sq, vw.data());
+    params = pw.data();
+    exp_avg = mw.data();
+    exp_avg_sq = vw.data();
+  }
   save_checkpoint(ctx.world, run_dir, o.run_dir,
-                  {&mc, &model.layout(), zero3 ? p.data() : model.params(), whole ? m.data() : trainer.optimizer().m(),
-                   whole ? v.data() : trainer.optimizer().v(), state, layout,
+                  {&mc, &whole_layout, params, exp_avg, exp_avg_sq, state, layout,
                    {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}},
                   prov, {o.keep_checkpoints, o.keep_every});
   ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)
@@ -186,7 +200,9 @@ int TrainLoop::train() {
 
       const double secs = clock.total();
       const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
-      StepFigures fig{st,   state.restarts, o.steps, secs, f.total() / double(layout.cp) / secs / 1e9,
+      // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
+      const double rank_flops = f.total() / double(layout.cp * mesh.size("tp"));
+      StepFigures fig{st,   state.restarts, o.steps, secs, rank_flops / secs / 1e9,
                       peak, &clock,         &ranks,  S,    schedule.staged()};
       // After the step and its checkpoint, outside the step's time; decided alike on every rank.
       // Not when the run must stop now (it may be near --time-limit).

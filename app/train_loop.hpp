@@ -38,6 +38,7 @@ struct TrainLoop {
   std::string peak_how;
   const AttentionOp* cp_attention;
   TokenSource* eval_data;  // --eval-data (read a batch at a time); null without --eval-every
+  const ParamLayout& whole_layout;  // the model file's (model.layout() is a tp rank's slices)
 
   // Trains from state.step + 1 to --steps: kExitOk, or kExitRequeue after a stop request
   // (signal, --time-limit, --stop-at) with its checkpoint written. Throws AgreedError.

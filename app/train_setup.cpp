@@ -42,10 +42,19 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
          "newest checkpoint always leaves a complete one to resume from");
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
+  if (const std::string e = tp_split_error(mc, o.tp); !e.empty()) fail(e);
+  if (o.tp_sequence_parallel && o.tp == 1)
+    fail("--tp-sequence-parallel splits the residual stream over the tp ranks, but this run has ",
+         "--tp 1: add --tp N (N > 1), or drop --tp-sequence-parallel");
+  if (o.zero == 3 && o.tp_sequence_parallel)
+    fail("--zero 3 does not combine with --tp-sequence-parallel (the norm weights' gradients are ",
+         "summed over the tp group from whole arrays); use --zero 0, 1 or 2 with it");
   if (o.zero == 3 && o.precision != "fp32")
     fail("--zero 3 trains in fp32 only (each gathered unit is used as fp32 master weights); use ",
          "--precision fp32, or --zero 2 to keep --precision ", o.precision);
-  if (o.cp_algo == "ulysses") UlyssesAttention::check_degree(cp, mc.num_attention_heads, mc.num_key_value_heads);
+  // With --tp the cp attention works on each tp rank's heads.
+  const int64_t H = mc.num_attention_heads / o.tp, KV = mc.num_key_value_heads / o.tp;
+  if (o.cp_algo == "ulysses") UlyssesAttention::check_degree(cp, H, KV);
   if (o.cp_algo != "hybrid" && o.ulysses_degree != 0)
     fail("--ulysses-degree ", o.ulysses_degree, " is only for --cp-algo hybrid (this run has --cp-algo ",
          o.cp_algo, "); add --cp-algo hybrid, or drop --ulysses-degree");
@@ -53,7 +62,7 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
     if (o.ulysses_degree == 0)
       fail("--cp-algo hybrid needs --ulysses-degree U, the cp ranks of one Ulysses all-to-all ",
            "(usually the cp ranks on one node); the ring runs over cp / U of them");
-    HybridAttention::check_degree(cp, o.ulysses_degree, mc.num_attention_heads, mc.num_key_value_heads);
+    HybridAttention::check_degree(cp, o.ulysses_degree, H, KV);
   }
   // Token indices and positions are 32-bit: a micro-batch holds at most 2^31 - 1 tokens.
   if (o.batch_size > INT32_MAX / o.seq_len)
@@ -67,6 +76,10 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
       fail(name, " ", st.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
            ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
            (st.seq_len / (2 * cp) + 1) * 2 * cp);
+    if (o.tp_sequence_parallel && (o.batch_size * st.seq_len / cp) % o.tp != 0)
+      fail("--tp-sequence-parallel splits the ", o.batch_size * st.seq_len / cp, " tokens of a rank's ",
+           "micro-batch (--batch-size x ", name, " ", st.seq_len, " / cp) over --tp ", o.tp,
+           " ranks: they must be divisible");
   }
   // --force moves the previous run's checkpoints aside before the model is read again for
   // its moments (--init-moments), and the new run would record a path that no longer exists.
@@ -94,12 +107,13 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
          o.seq_len, "; use a shorter --seq-len or more data");
 }
 
-// Degrees from the flags: dp = 0 takes what cp leaves of the world.
-std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world) {
+// Degrees from the flags: dp = 0 takes what cp x tp leave of the world.
+Degrees degrees(const TrainOptions& o, int world) {
   if (o.cp < 1) fail("--cp ", o.cp, " must be at least 1");
-  if (o.dp < 0) fail("--dp ", o.dp, " must be at least 1 (or 0 for world size / cp)");
-  const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world / o.cp);
-  return {dp, o.cp};
+  if (o.tp < 1) fail("--tp ", o.tp, " must be at least 1");
+  if (o.dp < 0) fail("--dp ", o.dp, " must be at least 1 (or 0 for world size / (cp x tp))");
+  const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world / (o.cp * o.tp));
+  return {dp, o.cp, o.tp};
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
@@ -110,7 +124,9 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   l.ranks_per_node = world_size;
   l.threads = threads;
   l.cp = cp;
-  l.dp = world_size / cp;
+  l.tp = o.tp;
+  l.sequence_parallel = o.tp_sequence_parallel;
+  l.dp = world_size / (cp * o.tp);
   l.zero = o.zero;
   l.cp_algo = o.cp_algo;
   l.ulysses_degree = o.ulysses_degree;
@@ -123,7 +139,8 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
-      << (o.zero == 3 && world_size > 1 ? cat(" (1/", world_size, " of them + gathered units: --zero 3)") : "")
+      << (o.zero == 3 && world_size / o.tp > 1 ? cat(" (1/", world_size / o.tp, " of them + gathered units: --zero 3)") : "")
+      << (o.tp > 1 ? cat(" (1/", o.tp, " of them: --tp ", o.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
       << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "

@@ -26,8 +26,11 @@ std::string gib(double bytes);  // "1.25 GiB"
 void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
                   const SeqLenSchedule& schedule);
 
-// {dp, cp} from the flags: dp = 0 takes what cp leaves of the world.
-std::pair<int64_t, int64_t> degrees(const TrainOptions& o, int world);
+// The mesh's degrees from the flags: dp = 0 takes what cp x tp leave of the world.
+struct Degrees {
+  int64_t dp, cp, tp;
+};
+Degrees degrees(const TrainOptions& o, int world);
 
 // Prints the memory estimate per rank (model, optimizer, activations, the step's
 // micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may

@@ -159,20 +159,27 @@ template void swiglu_forward(bf16*, const bf16*, const bf16*, int64_t);
 template void swiglu_backward(float*, float*, const float*, const float*, const float*, int64_t);
 template void swiglu_backward(bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t);
 
-void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C) {
+void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C,
+                       int64_t v0, int64_t V) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(x + t * C, table + int64_t(tokens[t]) * C, size_t(C) * sizeof(float));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t row = int64_t(tokens[t]) - v0;
+    if (row >= 0 && row < V) std::memcpy(x + t * C, table + row * C, size_t(C) * sizeof(float));
+    else std::memset(x + t * C, 0, size_t(C) * sizeof(float));
+  }
 }
 
-void embedding_backward(float* dtable, const int32_t* tokens, const float* dx, int64_t T, int64_t C) {
+void embedding_backward(float* dtable, const int32_t* tokens, const float* dx, int64_t T, int64_t C,
+                        int64_t v0, int64_t V) {
   const int threads = omp_get_max_threads();
   const int64_t per = (C + threads - 1) / threads;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t c0 = std::min(C, per * omp_get_thread_num()), c1 = std::min(C, c0 + per);
     for (int64_t t = 0; t < T; ++t) {
-      float* row = dtable + int64_t(tokens[t]) * C;
+      const int64_t r = int64_t(tokens[t]) - v0;
+      if (r < 0 || r >= V) continue;
+      float* row = dtable + r * C;
       const float* g = dx + t * C;
       for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
     }

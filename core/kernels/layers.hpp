@@ -51,10 +51,15 @@ void swiglu_forward(X* h, const X* gate, const X* up, int64_t n);
 template <class X>
 void swiglu_backward(X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n);
 
-// x[t] = table[tokens[t]]    x [T, C], table [V, C]
-void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C);
-// dtable[tokens[t]] += dx[t]  (parallel over channels: no two threads touch one element)
-void embedding_backward(float* dtable, const int32_t* tokens, const float* dx, int64_t T, int64_t C);
+// x[t] = table[tokens[t]]    x [T, C], table [V, C]. Vocabulary-parallel (tensor parallelism):
+// table holds the rows [v0, v0 + V) of the whole vocabulary, and the tokens outside them get
+// zero rows (the tp group sums the ranks' x).
+void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C,
+                       int64_t v0 = 0, int64_t V = INT64_MAX);
+// dtable[tokens[t]] += dx[t]  (parallel over channels: no two threads touch one element);
+// tokens outside [v0, v0 + V) are not this rank's rows.
+void embedding_backward(float* dtable, const int32_t* tokens, const float* dx, int64_t T, int64_t C,
+                        int64_t v0 = 0, int64_t V = INT64_MAX);
 
 // y = a + b (y may alias a)
 void add(float* y, const float* a, const float* b, int64_t n);

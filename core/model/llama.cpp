@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "model/rope.hpp"
+#include "model/tp_exchange.hpp"
 
 namespace lct {
 
@@ -40,38 +41,47 @@ struct Carver {
   }
 };
 
-// Activations of one layer, [T, ...] each (X = the activation type).
+// The sizes one rank computes with: the whole model's, or its tensor-parallel slices (tp.hpp:
+// H, KV and I are this rank's heads, KV heads and SwiGLU width).
+// sd: the ranks the residual stream's tokens are split over (sequence parallelism), else 1.
+struct Dims {
+  int64_t C, I, H, KV, D, L, sd;
+  Dims(const ModelConfig& c, const TpDims& t, int64_t seq_ranks)
+      : C(c.hidden_size), I(t.I), H(t.H), KV(t.KV), D(c.head_dim()), L(c.num_hidden_layers), sd(seq_ranks) {}
+};
+
+// Activations of one layer, [T, ...] each (X = the activation type); Tr = T / sd: this
+// rank's rows of the residual stream (all T without sequence parallelism).
 template <class X>
 struct LayerActs {
-  X* ln1;         // [T, C]   input_layernorm output
-  float* rstd1;   // [T]
+  X* ln1;         // [T, C]   input_layernorm output (sequence-parallel: gathered)
+  float* rstd1;   // [Tr]
   X* q;           // [T, H*D] after RoPE
   X* k;           // [T, KV*D] after RoPE
   X* v;           // [T, KV*D]
   X* o;           // [T, H*D] attention output
   float* lse;     // [H, T]
-  float* x_mid;   // [T, C]   residual after attention
+  float* x_mid;   // [Tr, C]  residual after attention
   X* ln2;         // [T, C]
-  float* rstd2;   // [T]
+  float* rstd2;   // [Tr]
   X* gate;        // [T, I]
   X* up;          // [T, I]
 };
 
 template <class X>
-LayerActs<X> carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o) {
-  const int64_t C = m.hidden_size, I = m.intermediate_size, HD = m.num_attention_heads * m.head_dim();
-  const int64_t KVD = m.num_key_value_heads * m.head_dim();
+LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o) {
+  const int64_t C = m.C, I = m.I, HD = m.H * m.D, KVD = m.KV * m.D, Tr = T / m.sd;
   LayerActs<X> a;
   a.ln1 = c.take<X>(T * C);
-  a.rstd1 = c.take<float>(T);
+  a.rstd1 = c.take<float>(Tr);
   a.q = c.take<X>(T * HD);
   a.k = c.take<X>(T * KVD);
   a.v = c.take<X>(T * KVD);
   a.o = with_o ? c.take<X>(T * HD) : nullptr;
-  a.lse = c.take<float>(m.num_attention_heads * T);
-  a.x_mid = c.take<float>(T * C);
+  a.lse = c.take<float>(m.H * T);
+  a.x_mid = c.take<float>(Tr * C);
   a.ln2 = c.take<X>(T * C);
-  a.rstd2 = c.take<float>(T);
+  a.rstd2 = c.take<float>(Tr);
   a.gate = c.take<X>(T * I);
   a.up = c.take<X>(T * I);
   return a;
@@ -82,18 +92,18 @@ LayerActs<X> carve_layer(Carver& c, int64_t T, const ModelConfig& m, bool with_o
 // checkpointing (else one shared, recomputed per layer in backward).
 template <class X>
 struct Activations {
-  std::vector<float*> x_in;         // [L+1] layer inputs [T, C]; x_in[L] feeds the final norm
+  std::vector<float*> x_in;         // [L+1] layer inputs [Tr, C]; x_in[L] feeds the final norm
   std::vector<LayerActs<X>> stored; // per layer, or one shared set when recomputed
-  X* lnf = nullptr;                 // [T, C] final norm output
-  float* rstdf = nullptr;           // [T]
+  X* lnf = nullptr;                 // [T, C] final norm output (sequence-parallel: gathered)
+  float* rstdf = nullptr;           // [Tr]
 };
 
 template <class X>
-size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& shape, Activations<X>& a) {
-  const int64_t T = shape.max_tokens, C = config.hidden_size, L = config.num_hidden_layers;
-  const int64_t HD = config.num_attention_heads * config.head_dim();
+size_t carve_activations(Carver c, const Dims& config, const ModelShape& shape, Activations<X>& a) {
+  const int64_t T = shape.max_tokens, C = config.C, L = config.L, HD = config.H * config.D;
+  const int64_t Tr = T / config.sd;
   a.x_in.assign(size_t(L + 1), nullptr);
-  for (auto& x : a.x_in) x = c.take<float>(T * C);
+  for (auto& x : a.x_in) x = c.take<float>(Tr * C);
   a.stored.clear();
   const bool per_layer = shape.checkpointing != Checkpointing::Full;
   const bool keep_o = shape.checkpointing == Checkpointing::None;
@@ -103,7 +113,7 @@ size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& 
     for (auto& s : a.stored) s.o = o;
   }
   a.lnf = c.take<X>(T * C);
-  a.rstdf = c.take<float>(T);
+  a.rstdf = c.take<float>(Tr);
   return c.used;
 }
 
@@ -111,7 +121,7 @@ size_t carve_activations(Carver c, const ModelConfig& config, const ModelShape& 
 // fp32 buffers themselves (nothing to convert).
 template <class X>
 struct Scratch {
-  float *dx, *dln, *tmp;  // [T, C] residual gradient, norm-input gradient, a product's output
+  float *dx, *dln, *tmp;  // [T, C] residual gradient ([Tr, C] used), norm-input gradient, a product's output
   X* dy;                  // [T, C] the residual gradient as a product operand
   X* h;                   // [T, I] swiglu output, then its gradient
   X *dgate, *dup;         // [T, I]
@@ -122,11 +132,9 @@ struct Scratch {
 };
 
 template <class X>
-size_t carve_scratch(Carver c, const ModelConfig& config, int64_t T, Scratch<X>& p) {
+size_t carve_scratch(Carver c, const Dims& config, int64_t T, Scratch<X>& p) {
   constexpr bool b16 = std::is_same_v<X, bf16>;
-  const int64_t C = config.hidden_size, I = config.intermediate_size;
-  const int64_t HD = config.num_attention_heads * config.head_dim();
-  const int64_t KVD = config.num_key_value_heads * config.head_dim();
+  const int64_t C = config.C, I = config.I, HD = config.H * config.D, KVD = config.KV * config.D;
   p.dx = c.take<float>(T * C);
   p.dln = c.take<float>(T * C);
   p.tmp = c.take<float>(T * C);
@@ -176,7 +184,12 @@ template <class X>
 class LlamaPassesOf final : public LlamaPasses {
  public:
   explicit LlamaPassesOf(LlamaModel& m)
-      : m_(m), xent_(m.shape_.max_tokens, m.config_.vocab_size, m.shape_.precision) {
+      : m_(m),
+        sp_ranks_(m.tp_ && m.shape_.sequence_parallel ? m.split_.size : 1),
+        dims_(m.config_, m.dims_, sp_ranks_),
+        tpx_(m.tp_, sp_ranks_ > 1, m.config_.hidden_size),
+        xent_(m.shape_.max_tokens, m.dims_.V, m.shape_.precision, {}, m.tp_, m.dims_.v0,
+              sp_ranks_ == 1) {
     if constexpr (std::is_same_v<X, bf16>) {
       if (m.shards_) fail("--zero 3 trains in fp32 only: use --precision fp32, or --zero 2 with bf16");
       wcopy_ = Buffer<bf16>(m.layout_.total);
@@ -184,10 +197,10 @@ class LlamaPassesOf final : public LlamaPasses {
     } else if (!m.shards_) {
       wx_ = carve(m.layout_, m.config_, m.params_.data());
     }
-    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, m.config_, m.shape_, acts_));
-    carve_activations(Carver{acts_buf_.data()}, m.config_, m.shape_, acts_);
-    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, m.config_, m.shape_.max_tokens, sp_));
-    carve_scratch(Carver{scratch_buf_.data()}, m.config_, m.shape_.max_tokens, sp_);
+    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_));
+    carve_activations(Carver{acts_buf_.data()}, dims_, m.shape_, acts_);
+    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, dims_, m.shape_.max_tokens, sp_));
+    carve_scratch(Carver{scratch_buf_.data()}, dims_, m.shape_.max_tokens, sp_);
   }
 
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
@@ -204,6 +217,8 @@ class LlamaPassesOf final : public LlamaPasses {
 
   double forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) override {
     const int64_t n = T(b), C = m_.config_.hidden_size, L = m_.config_.num_hidden_layers;
+    const int64_t nr = tpx_.rows(n);  // this rank's rows of the residual stream
+    tpx_.norm_grads_begin(norm_grads());
     embed_and_layers_forward(b, clock);
     const HeadWeights h = head_weights(int(L), true, clock);  // ZeRO-3: fetch the last layer again
     final_norm_forward(h, b, clock);
@@ -211,8 +226,9 @@ class LlamaPassesOf final : public LlamaPasses {
     const double loss = xent_.run(acts_.lnf, h.lm_head, b.targets.data(), n, C, grad_scale,
                                   sp_.dln, h.g_lm_head, nullptr, nullptr, weights_of(b));
     clock.lap(Phase::Gemm);
+    if (tpx_.sequence_parallel()) tpx_.sum(sp_.dln, n, clock);  // (else summed by the LM head)
     rmsnorm_backward(sp_.dx, h.g_final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, h.final_norm,
-                     n, C, false);
+                     nr, C, false);
     clock.lap(Phase::Other);
     head_done(true, clock);
     for (int64_t l = L - 1; l >= 0; --l) {
@@ -223,8 +239,11 @@ class LlamaPassesOf final : public LlamaPasses {
       layer_backward(lw, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
       layer_done(l, true, clock);
     }
-    embedding_backward(shards() ? shards()->grads(0) : m_.g_.embed, b.tokens.data(), sp_.dx, n, C);
+    // (tp: this rank's vocabulary rows, from every token's gradient)
+    embedding_backward(shards() ? shards()->grads(0) : m_.g_.embed, b.tokens.data(),
+                       tpx_.whole_rows(sp_.dx, sp_.tmp, n, clock), n, C, m_.dims_.v0, m_.dims_.V);
     clock.lap(Phase::Other);
+    tpx_.norm_grads_end(norm_grads(), clock);
     if (shards()) {
       shards()->grads_done(0);
       clock.lap(Phase::Allreduce);
@@ -234,6 +253,14 @@ class LlamaPassesOf final : public LlamaPasses {
 
  private:
   int64_t T(const Batch& b) const { return b.tokens_total(); }
+
+  // The norm weights' gradients (sequence parallelism sums them over the tp group).
+  std::vector<float*> norm_grads() {
+    if (!tpx_.sequence_parallel()) return {};
+    std::vector<float*> g{m_.g_.final_norm};
+    for (const LayerTensors& l : m_.g_.layers) g.insert(g.end(), {l.input_norm, l.post_norm});
+    return g;
+  }
   ParamShards* shards() const { return m_.shards_; }
   int head_unit() const { return int(m_.config_.num_hidden_layers) + 1; }
 
@@ -308,9 +335,11 @@ class LlamaPassesOf final : public LlamaPasses {
   }
 
   void final_norm_forward(const HeadWeights& h, const Batch& b, PhaseClock& clock) {
-    rmsnorm_forward(acts_.lnf, acts_.rstdf, acts_.x_in.back(), h.final_norm, T(b),
-                    m_.config_.hidden_size, float(m_.config_.rms_norm_eps));
+    const int64_t n = T(b), C = m_.config_.hidden_size;
+    rmsnorm_forward(acts_.lnf + tpx_.first_row(n) * C, acts_.rstdf, acts_.x_in.back(), h.final_norm,
+                    tpx_.rows(n), C, float(m_.config_.rms_norm_eps));
     clock.lap(Phase::Other);
+    tpx_.gather(acts_.lnf, n, clock);
   }
   LayerActs<X> layer_acts(int64_t l) {
     return m_.shape_.checkpointing == Checkpointing::Full ? acts_.stored[0] : acts_.stored[size_t(l)];
@@ -328,17 +357,20 @@ class LlamaPassesOf final : public LlamaPasses {
   void embed_and_layers_forward(const Batch& b, PhaseClock& clock) {
     const int64_t n = T(b), C = m_.config_.hidden_size;
     if (n > m_.shape_.max_tokens) fail("micro-batch of ", n, " tokens exceeds the model's ", m_.shape_.max_tokens);
+    if (n % sp_ranks_ != 0)
+      fail("micro-batch of ", n, " tokens does not split over the ", sp_ranks_, " sequence-parallel ranks");
     refresh_weights();
     const int64_t L = m_.config_.num_hidden_layers;
-    if (shards()) {  // ZeRO-3: the embedding's unit, then each layer's, then the head's
-      const float* embed = shards()->acquire(0, 1);
-      clock.lap(Phase::Allreduce);
-      embedding_forward(acts_.x_in[0], b.tokens.data(), embed, n, C);
-      shards()->release(0);
-    } else {
-      embedding_forward(acts_.x_in[0], b.tokens.data(), m_.w_.embed, n, C);
-    }
+    // ZeRO-3: the embedding's unit, then each layer's, then the head's
+    const float* embed = shards() ? shards()->acquire(0, 1) : m_.w_.embed;
+    clock.lap(Phase::Allreduce);
+    // tp: zero rows for the tokens of the other ranks' vocabulary rows, then summed
+    float* e = tpx_.sequence_parallel() ? sp_.tmp : acts_.x_in[0];
+    embedding_forward(e, b.tokens.data(), embed, n, C, m_.dims_.v0, m_.dims_.V);
+    if (shards()) shards()->release(0);
     clock.lap(Phase::Other);
+    tpx_.sum(e, n, clock);
+    if (e != acts_.x_in[0]) std::copy(e, e + tpx_.rows(n) * C, acts_.x_in[0]);  // this rank's rows
     for (int64_t l = 0; l < L; ++l) {
       const LayerWeights lw = layer_weights(l, int(l) + 2, false, clock);  // unit l + 2: the next
       layer_forward(lw, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
@@ -349,7 +381,7 @@ class LlamaPassesOf final : public LlamaPasses {
   void attention_forward(const LayerActs<X>& a, const Batch& b, PhaseClock& clock) {
     const ModelConfig& c = m_.config_;
     const int64_t n = T(b);
-    const AttnDims d{n, n, c.num_attention_heads, c.num_key_value_heads, c.head_dim(), c.sliding_window};
+    const AttnDims d{n, n, dims_.H, dims_.KV, dims_.D, c.sliding_window};
     const TokenTags tags{b.idx.data(), b.doc.data()};
     if constexpr (std::is_same_v<X, float>) {
       m_.attention_->forward(d, a.q, a.k, a.v, tags, a.o, a.lse, clock);
@@ -365,12 +397,13 @@ class LlamaPassesOf final : public LlamaPasses {
     const ModelConfig& c = m_.config_;
     const LayerTensors& w = lw.w;         // fp32: norms
     const LayerTensorsOf<X>& wx = lw.wx;  // products
-    const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
-    const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
+    const int64_t n = T(b), C = dims_.C, I = dims_.I, H = dims_.H, KV = dims_.KV, D = dims_.D;
+    const int64_t nr = tpx_.rows(n), r0 = tpx_.first_row(n);  // this rank's rows of x_in, x_out
     const float eps = float(c.rms_norm_eps);
 
-    rmsnorm_forward(a.ln1, a.rstd1, x_in, w.input_norm, n, C, eps);
+    rmsnorm_forward(a.ln1 + r0 * C, a.rstd1, x_in, w.input_norm, nr, C, eps);
     clock.lap(Phase::Other);
+    tpx_.gather(a.ln1, n, clock);
     if constexpr (std::is_same_v<X, float>) {
       linear_forward(a.q, a.ln1, wx.wq, n, C, H * D);
       linear_forward(a.k, a.ln1, wx.wk, n, C, KV * D);
@@ -388,35 +421,37 @@ class LlamaPassesOf final : public LlamaPasses {
     }
     clock.lap(Phase::Other);
     attention_forward(a, b, clock);
-    linear_forward(sp_.tmp, a.o, wx.wo, n, H * D, C);
+    linear_forward(sp_.tmp, a.o, wx.wo, n, H * D, C);  // tp: a partial sum over the heads
     clock.lap(Phase::Gemm);
-    add(a.x_mid, x_in, sp_.tmp, n * C);
-    rmsnorm_forward(a.ln2, a.rstd2, a.x_mid, w.post_norm, n, C, eps);
+    tpx_.sum(sp_.tmp, n, clock);
+    add(a.x_mid, x_in, sp_.tmp, nr * C);
+    rmsnorm_forward(a.ln2 + r0 * C, a.rstd2, a.x_mid, w.post_norm, nr, C, eps);
     clock.lap(Phase::Other);
+    tpx_.gather(a.ln2, n, clock);
     linear_forward(a.gate, a.ln2, wx.w_gate, n, C, I);
     linear_forward(a.up, a.ln2, wx.w_up, n, C, I);
     clock.lap(Phase::Gemm);
     swiglu_forward(sp_.h, a.gate, a.up, n * I);
     clock.lap(Phase::Other);
-    linear_forward(sp_.tmp, sp_.h, wx.w_down, n, I, C);
+    linear_forward(sp_.tmp, sp_.h, wx.w_down, n, I, C);  // tp: a partial sum over I
     clock.lap(Phase::Gemm);
-    add(x_out, a.x_mid, sp_.tmp, n * C);
+    tpx_.sum(sp_.tmp, n, clock);
+    add(x_out, a.x_mid, sp_.tmp, nr * C);
     clock.lap(Phase::Other);
   }
 
   void layer_backward(const LayerWeights& lw, const LayerActs<X>& a, const float* x_in, float* dx,
                       const Batch& b, PhaseClock& clock) {
     // dx [T, C] arrives as d(loss)/d(layer output) and leaves as d(loss)/d(layer input).
-    const ModelConfig& c = m_.config_;
     const LayerTensors& w = lw.w;
     const LayerTensorsOf<X>& wx = lw.wx;
     const LayerTensors& g = lw.g;
-    const int64_t n = T(b), C = c.hidden_size, I = c.intermediate_size;
-    const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim();
+    const int64_t n = T(b), C = dims_.C, I = dims_.I, H = dims_.H, KV = dims_.KV, D = dims_.D;
+    const int64_t nr = tpx_.rows(n);  // dx: this rank's rows (sequence parallelism), else all n
 
     // MLP: x_out = x_mid + down(silu(gate) * up)
     swiglu_forward(sp_.h, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
-    const X* dy = as_operand(dx, sp_.dy, n * C);
+    const X* dy = as_operand(tpx_.whole_rows(dx, sp_.tmp, n, clock), sp_.dy, n * C);
     clock.lap(Phase::Other);
     linear_backward_weight(g.w_down, dy, sp_.h, n, I, C);
     linear_backward_input(sp_.h, dy, wx.w_down, n, I, C, false);  // h now holds dh
@@ -426,14 +461,15 @@ class LlamaPassesOf final : public LlamaPasses {
     linear_backward_weight(g.w_gate, sp_.dgate, a.ln2, n, C, I);
     linear_backward_weight(g.w_up, sp_.dup, a.ln2, n, C, I);
     linear_backward_input(sp_.dln, sp_.dgate, wx.w_gate, n, C, I, false);
-    linear_backward_input(sp_.dln, sp_.dup, wx.w_up, n, C, I, true);
+    linear_backward_input(sp_.dln, sp_.dup, wx.w_up, n, C, I, true);  // tp: partial over I
     clock.lap(Phase::Gemm);
-    rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, n, C, true);
+    tpx_.sum(sp_.dln, n, clock);
+    rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, nr, C, true);
     clock.lap(Phase::Other);
 
     // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v))
     if (m_.shape_.checkpointing == Checkpointing::Attention) attention_forward(a, b, clock);
-    dy = as_operand(dx, sp_.dy, n * C);
+    dy = as_operand(tpx_.whole_rows(dx, sp_.tmp, n, clock), sp_.dy, n * C);
     clock.lap(Phase::Other);
     linear_backward_weight(g.wo, dy, a.o, n, H * D, C);
     linear_backward_input(sp_.do_, dy, wx.wo, n, H * D, C, false);
@@ -455,13 +491,17 @@ class LlamaPassesOf final : public LlamaPasses {
     linear_backward_weight(g.wv, dv, a.ln1, n, C, KV * D);
     linear_backward_input(sp_.dln, dq, wx.wq, n, C, H * D, false);
     linear_backward_input(sp_.dln, dk, wx.wk, n, C, KV * D, true);
-    linear_backward_input(sp_.dln, dv, wx.wv, n, C, KV * D, true);
+    linear_backward_input(sp_.dln, dv, wx.wv, n, C, KV * D, true);  // tp: partial over the heads
     clock.lap(Phase::Gemm);
-    rmsnorm_backward(dx, g.input_norm, sp_.dln, x_in, a.rstd1, w.input_norm, n, C, true);
+    tpx_.sum(sp_.dln, n, clock);
+    rmsnorm_backward(dx, g.input_norm, sp_.dln, x_in, a.rstd1, w.input_norm, nr, C, true);
     clock.lap(Phase::Other);
   }
 
   LlamaModel& m_;
+  int64_t sp_ranks_;          // the ranks the residual stream is split over (1: not split)
+  Dims dims_;                 // this rank's sizes
+  TpExchange tpx_;            // the tp group's sums and gathers
   Buffer<bf16> wcopy_;        // bf16: the master parameters rounded, what products read
   ModelTensorsOf<X> wx_;      // the weights products read (fp32: the master itself)
   uint64_t wx_version_ = 0;
@@ -480,20 +520,29 @@ RopeTable rope_table(const ModelConfig& config, int64_t max_pos) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention,
-                       ParamShards* shards)
+                       ParamShards* shards, TpComm* tp)
     : config_(config),
       shape_(shape),
-      layout_(ParamLayout::llama(config)),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      split_(tp_ ? TpSplit{tp_->size(), tp_->rank()} : TpSplit{}),
+      dims_(tp_dims(config, split_)),
+      layout_(ParamLayout::llama(config, split_.size)),
       params_(shards ? 0 : layout_.total),
       grads_(shards ? 0 : layout_.total),
       rope_(rope_table(config, shape.max_pos)),
       own_attention_(attention ? nullptr
                                : std::make_unique<LocalAttention>(
-                                     shape.max_tokens, config.num_attention_heads,
-                                     config.num_key_value_heads, config.head_dim(), shape.blocks,
+                                     shape.max_tokens, dims_.H, dims_.KV, config.head_dim(), shape.blocks,
                                      shape.isa, shape.precision)),
       attention_(attention ? attention : own_attention_.get()),
       shards_(shards) {
+  if (tp_ && shards_ && shape.sequence_parallel)
+    fail("--zero 3 does not combine with --tp-sequence-parallel (the norm weights' gradients are ",
+         "summed over the tp group from whole arrays): use --zero 0, 1 or 2 with it");
+  if (tp_ && shape.sequence_parallel && shape.max_tokens % split_.size != 0)
+    fail("sequence parallelism splits the ", shape.max_tokens, " tokens of a micro-batch over ",
+         split_.size, " tp ranks: they must be divisible");
+  if (const std::string e = tp_split_error(config, split_.size); !e.empty()) fail(e);
   if (!shards_) {  // ZeRO-3: no whole arrays to view
     w_ = carve(layout_, config_, params_.data());
     g_ = carve(layout_, config_, grads_.data());
@@ -504,26 +553,27 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
 
 LlamaModel::~LlamaModel() = default;
 
-ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shape, int threads) {
-  const size_t f = sizeof(float), params = ParamLayout::llama(config).total;
+ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shape, int threads,
+                               int tp) {
+  const size_t f = sizeof(float), params = ParamLayout::llama(config, tp).total;
+  const Dims dims(config, tp_dims(config, {tp, 0}), tp > 1 && shape.sequence_parallel ? tp : 1);
   const bool b16 = shape.precision == Precision::Bf16;
   ModelMemory m;
   m.params_grads = 2 * params * f + (b16 ? params * sizeof(bf16) : 0);
   m.optimizer = 2 * params * f;
-  const AttnLimits lim{shape.max_tokens, shape.max_tokens, config.num_attention_heads,
-                       config.num_key_value_heads, config.head_dim()};
+  const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
   const size_t kernels = FlashAttention::workspace_bytes_for(lim, shape.blocks, threads) +
-                         LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size, shape.precision);
+                         LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size / tp, shape.precision);
   if (b16) {
     Activations<bf16> a;
     Scratch<bf16> s;
-    m.activations = carve_activations(Carver{nullptr}, config, shape, a);
-    m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, s) + kernels;
+    m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
+    m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
   } else {
     Activations<float> a;
     Scratch<float> s;
-    m.activations = carve_activations(Carver{nullptr}, config, shape, a);
-    m.scratch = carve_scratch(Carver{nullptr}, config, shape.max_tokens, s) + kernels;
+    m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
+    m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
   }
   return m;
 }

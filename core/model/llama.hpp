@@ -23,6 +23,7 @@
 #include "model/batch.hpp"
 #include "model/param_shards.hpp"
 #include "model/params.hpp"
+#include "model/tp.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -44,6 +45,10 @@ struct ModelShape {
   AttnBlocks blocks = {};
   Isa isa = Isa::Generic;                  // kernel path: the caller's choice (Topology::isa)
   Precision precision = Precision::Fp32;   // of matrix products and what they read
+  // With tensor parallelism: the residual stream, norms and their activations sharded over
+  // the tp group by tokens (Megatron's sequence parallelism; reduce-scatter + all-gather in
+  // place of each all-reduce). max_tokens must be divisible by the tp degree.
+  bool sequence_parallel = false;
 };
 
 // Bytes a model of this shape needs, computed without allocating anything.
@@ -56,14 +61,20 @@ class LlamaPasses;  // the forward and backward passes in the activation type (l
 
 class LlamaModel {
  public:
-  static ModelMemory memory(const ModelConfig& config, const ModelShape& shape, int threads);
+  // tp > 1: one tensor-parallel rank's share (its slices, activations and scratch).
+  static ModelMemory memory(const ModelConfig& config, const ModelShape& shape, int threads,
+                            int tp = 1);
 
   // `attention` computes every layer's attention (a context-parallel ring, say); null means
   // the flash kernel on this rank's tokens. `shards` (ZeRO-3, fp32 only): the parameters
   // and gradients live there, a shard per rank, and the model holds no whole array of
   // either (params() and grads() are null; the passes gather a unit at a time).
+  // `tp` (tensor parallelism, tp.hpp): this rank holds its slices of the weights, layout()
+  // is their local layout, and the passes sum over the group after every row-parallel
+  // product (forward) and column-parallel input gradient (backward). `attention` then works
+  // on the local heads. Not with `shards`.
   LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention = nullptr,
-             ParamShards* shards = nullptr);
+             ParamShards* shards = nullptr, TpComm* tp = nullptr);
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
@@ -77,6 +88,8 @@ class LlamaModel {
   }
   float* grads() { return grads_.data(); }
   ParamShards* param_shards() const { return shards_; }
+  TpComm* tp() const { return tp_; }  // null without tensor parallelism
+  TpSplit tp_split() const { return split_; }
   void zero_grads();  // ZeRO-3: the shard's gradients
 
   // Loss sum over scored targets of the micro-batch; adds grad_scale * d(loss sum)/d(params)
@@ -93,6 +106,9 @@ class LlamaModel {
   friend class LlamaPassesOf;
   ModelConfig config_;
   ModelShape shape_;
+  TpComm* tp_;
+  TpSplit split_;
+  TpDims dims_;  // this rank's heads, KV heads, SwiGLU width and vocabulary rows
   ParamLayout layout_;
   Buffer<float> params_, grads_;
   ModelTensors w_, g_;

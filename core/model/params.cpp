@@ -10,7 +10,7 @@ constexpr size_t kAlignFloats = 16;  // 64 bytes: one cache line, one AVX-512 ve
 std::string layer_name(int64_t l, const char* rest) { return cat("model.layers.", l, ".", rest); }
 }  // namespace
 
-ParamLayout ParamLayout::llama(const ModelConfig& c) {
+ParamLayout ParamLayout::llama(const ModelConfig& c, int tp) {
   ParamLayout p;
   auto add = [&](std::string name, std::vector<int64_t> shape, TensorKind kind) {
     size_t n = 1;
@@ -18,8 +18,9 @@ ParamLayout ParamLayout::llama(const ModelConfig& c) {
     p.tensors.push_back({std::move(name), std::move(shape), kind, p.total, n});
     p.total += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   };
-  const int64_t C = c.hidden_size, D = c.head_dim(), I = c.intermediate_size;
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, V = c.vocab_size;
+  // tp > 1: this rank's slices (tp.hpp); D is the whole model's head size either way.
+  const int64_t C = c.hidden_size, D = c.head_dim(), I = c.intermediate_size / tp;
+  const int64_t H = c.num_attention_heads / tp, KV = c.num_key_value_heads / tp, V = c.vocab_size / tp;
   add("model.embed_tokens.weight", {V, C}, TensorKind::Embedding);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     add(layer_name(l, "input_layernorm.weight"), {C}, TensorKind::Norm);

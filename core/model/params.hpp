@@ -32,7 +32,8 @@ struct ParamLayout {
   std::vector<TensorSpec> tensors;
   size_t total = 0;  // floats, including alignment padding
 
-  static ParamLayout llama(const ModelConfig& c);
+  // tp > 1: the shapes of one tensor-parallel rank's slices (model/tp.hpp), same names and order.
+  static ParamLayout llama(const ModelConfig& c, int tp = 1);
   const TensorSpec* find(const std::string& name) const;
   size_t num_parameters() const;  // without padding
 };

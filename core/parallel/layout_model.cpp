@@ -12,14 +12,15 @@
 namespace lct {
 
 RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l) {
-  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads));
-  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads, KV = mc.num_key_value_heads,
-                D = mc.head_dim();
+  // --tp: a rank's slices of the weights, and the activations and cp buffers of its heads.
+  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads), int(l.tp));
+  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads / l.tp,
+                KV = mc.num_key_value_heads / l.tp, D = mc.head_dim();
   RankMemory r;
   // --zero 2 keeps the whole gradient buffer (backward writes it); --zero 3 holds a shard of
   // the parameters and gradients and the units gathered for the pass.
-  const ParamLayout layout = ParamLayout::llama(mc);
-  const int world = int(l.world());
+  const ParamLayout layout = ParamLayout::llama(mc, int(l.tp));
+  const int world = int(l.world() / l.tp);  // the ranks gradients are summed over
   r.params_grads = l.zero == 3 && world > 1 ? double(MpiParamShards::bytes_for(layout, mc, world))
                                             : double(m.params_grads);
   r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
@@ -41,9 +42,11 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // The larger of what start-up and checkpoints hold besides: the model file's fp32 weights
   // until the model has copied them (ZeRO-3 takes its shard and frees them first), or, under
   // a sharded optimizer, both moments gathered whole for a checkpoint (ZeRO-3: the weights too).
-  const double P = double(layout.total) * 4;
+  // --tp: the model file's whole weights at start-up, and a checkpoint gathers the weights and
+  // both moments whole.
+  const double P = double(layout.total) * 4, whole = double(ParamLayout::llama(mc).total) * 4;
   const bool sharded = l.ranks_sharing_state() > 1;
-  r.transient = !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
+  r.transient = l.tp > 1 ? 3 * whole + (sharded ? 2 * P : 0) : !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
   r.process = l.process_bytes;
   return r;
 }
@@ -93,8 +96,11 @@ double link_s(const Rates& r, const Layout& l, int64_t n, double bytes, double m
 
 StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r) {
   StepPrediction p;
-  const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads),
-               D = double(mc.head_dim()), H = double(mc.num_attention_heads);
+  // --tp: a rank computes 1/tp of every layer (its heads, SwiGLU rows and vocabulary rows;
+  // the norms, repeated on every tp rank, are left out) and carries its heads on the cp links.
+  const double tp = double(l.tp);
+  const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads) / tp,
+               D = double(mc.head_dim()), H = double(mc.num_attention_heads) / tp;
   const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
   const double micro = double(l.grad_accum);
   const double Tl = double(l.local_tokens());
@@ -104,9 +110,20 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   // checkpointing the whole layer's forward.
   const double attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
   const double layer_mult = l.checkpointing == Checkpointing::Full ? 1.0 + r.layer_fwd_share : 1.0;
-  const double attn_s = pairs * r.attn_pair_s * scale;  // one layer of one micro-batch, fwd+bwd
-  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale + L * attn_s * attn_mult +
-                         Tl * r.head_token_s * scale);
+  const double attn_s = pairs * r.attn_pair_s * scale / tp;  // one layer of one micro-batch, fwd+bwd
+  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale / tp + L * attn_s * attn_mult +
+                         Tl * r.head_token_s * scale / tp);
+
+  // Tensor parallelism: all-reduces of [T, C] fp32 over the tp ranks of a node (a ring sends
+  // 2 (tp - 1) / tp of them): per layer 2 forward (after o_proj, down_proj), 2 backward (the
+  // q/k/v and gate/up input gradients), 2 more for a recomputed forward; per micro-batch
+  // the embedding's and the LM head's input gradient.
+  if (l.tp > 1) {
+    const double per = 2 * (tp - 1) / tp * Tl * double(mc.hidden_size) * 4;
+    const double count = L * (layer_mult > 1 ? 6 : 4) + 2;
+    p.tp_bytes = micro * count * per;
+    p.tp_s = link_s(r, l, l.tp, p.tp_bytes, micro * count * 2 * (tp - 1));
+  }
 
   // Context parallelism, per layer and micro-batch.
   const double e = l.precision == Precision::Bf16 ? 2.0 : 4.0;
@@ -146,8 +163,9 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   //           backward, its gradients reduce-scattered     3 P 4 x micro-batches
   // None of it overlaps compute on a CPU (measured: a gather posted early is copied inside
   // the next MPI call), so all of it counts.
-  const double W = double(l.world()), params = double(ParamLayout::llama(mc).total);
-  if (l.world() > 1) {
+  // (--tp: over the dp x cp ranks, each tp rank's slices.)
+  const double W = double(l.world() / l.tp), params = double(ParamLayout::llama(mc, int(l.tp)).total);
+  if (W > 1) {
     const double part = (W - 1) / W * params;
     p.grad_bytes = l.zero == 0   ? 2 * part * e
                    : l.zero == 1 ? 2 * part * e + part * 4

@@ -17,7 +17,9 @@ namespace lct {
 struct Layout {
   int64_t nodes = 1, ranks_per_node = 1, threads = 1;  // threads per rank
   int64_t cp = 1, dp = 1;
-  int64_t zero = 0;                 // sharding stage of the optimizer state
+  int64_t tp = 1;                   // tensor parallelism: each rank holds 1/tp of every layer
+  bool sequence_parallel = false;   // with tp: the residual stream split by tokens (the same bytes)
+  int64_t zero = 0;                 // sharding stage of the optimizer state (over dp x cp)
   double process_bytes = 0;         // the process itself (code, libraries, MPI): measured by the caller
   std::string cp_algo = "ring";     // ring | allgather | ulysses | hybrid
   int64_t ulysses_degree = 0;       // hybrid only
@@ -28,7 +30,7 @@ struct Layout {
   Precision precision = Precision::Fp32;
   int64_t world() const { return nodes * ranks_per_node; }
   int64_t local_tokens() const { return micro_batch * seq_len / cp; }  // T of one rank's micro-batch
-  int64_t ranks_sharing_state() const { return zero >= 1 ? world() : 1; }  // over which moments split
+  int64_t ranks_sharing_state() const { return zero >= 1 ? world() / tp : 1; }  // over which moments split
 };
 
 // Bytes of one rank, by what holds them.
@@ -69,8 +71,10 @@ struct StepPrediction {
   double cp_exposed_s = 0;     // its time not hidden behind attention
   double grad_bytes = 0;       // sent by one rank per step to sum gradients (and gather params)
   double grad_s = 0;           // not overlapped: it follows the backward pass
+  double tp_bytes = 0;         // sent by one rank per step for tensor parallelism (all-reduces)
+  double tp_s = 0;             // not overlapped: each all-reduce blocks the pass
   double optimizer_s = 0;      // AdamW over this rank's share of the parameters
-  double step_s() const { return compute_s + cp_exposed_s + grad_s + optimizer_s; }
+  double step_s() const { return compute_s + cp_exposed_s + grad_s + tp_s + optimizer_s; }
 };
 
 // Rates for a rank of `threads` threads from rates measured on one thread and on many: the

@@ -34,7 +34,8 @@ Mesh::Mesh(const World& world, std::vector<MeshAxis> axes) : world_(world), axes
     return std::pair(keys[size_t(2 * a)], keys[size_t(2 * a + 1)]) <
            std::pair(keys[size_t(2 * b)], keys[size_t(2 * b + 1)]);
   });
-  int position = int(std::find(order.begin(), order.end(), world.rank) - order.begin());
+  const int position_in_mesh = int(std::find(order.begin(), order.end(), world.rank) - order.begin());
+  int position = position_in_mesh;
   coords_.assign(axes_.size(), 0);
   for (size_t i = axes_.size(); i-- > 0;) {
     coords_[i] = position % axes_[i].size;
@@ -48,11 +49,14 @@ Mesh::Mesh(const World& world, std::vector<MeshAxis> axes) : world_(world), axes
     MPI_Comm c;
     MPI_Comm_split(world.comm, color, coords_[i], &c);
     comms_.push_back(c);
+    MPI_Comm_split(world.comm, coords_[i], position_in_mesh, &c);
+    comms_except_.push_back(c);
   }
 }
 
 Mesh::~Mesh() {
   for (MPI_Comm& c : comms_) MPI_Comm_free(&c);
+  for (MPI_Comm& c : comms_except_) MPI_Comm_free(&c);
 }
 
 size_t Mesh::axis_pos(const std::string& axis) const {
@@ -64,6 +68,7 @@ size_t Mesh::axis_pos(const std::string& axis) const {
 int Mesh::size(const std::string& axis) const { return axes_[axis_pos(axis)].size; }
 int Mesh::index(const std::string& axis) const { return coords_[axis_pos(axis)]; }
 MPI_Comm Mesh::comm(const std::string& axis) const { return comms_[axis_pos(axis)]; }
+MPI_Comm Mesh::comm_except(const std::string& axis) const { return comms_except_[axis_pos(axis)]; }
 
 std::string Mesh::degrees() const {
   std::string s;

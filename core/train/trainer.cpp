@@ -86,10 +86,28 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
   ParamShards* ps = model_.param_shards();
   float* params = stage_ == 3 ? ps->params() : model_.params();
   const float* grads = stage_ == 3 ? ps->grad_shard() : model_.grads();
+  // Tensor parallelism: the squares of the tp group's slices summed over the group, the
+  // replicated norm weights' counted once (tp rank 0's).
+  TpComm* tp = model_.tp();
+  auto squares = [&](size_t lo, size_t n) {
+    if (!tp) return sum_squares(grads + lo, n);
+    if (stage_ < 3) return tp_sum_squares(model_.layout(), grads, lo, lo + n, tp->rank() == 0);
+    double s = 0;  // ZeRO-3: the shard's pieces, back to back
+    size_t at = 0;
+    for (const Shard& p : ps->pieces()) {
+      s += tp_sum_squares(model_.layout(), grads + at, p.begin, p.end, tp->rank() == 0, p.begin);
+      at += p.size();
+    }
+    return s;
+  };
   if (stage_ >= 2) {  // the norm from every rank's part: one double each, added in rank order
     const size_t lo = stage_ == 2 ? bounds_[size_t(shard_)] : 0;
     const size_t n = stage_ == 2 ? bounds_[size_t(shard_) + 1] - lo : ps->size();
-    s.grad_norm = std::sqrt(reducer_->sum_in_order(sum_squares(grads + lo, n)));
+    const double sq = reducer_->sum_in_order(squares(lo, n));
+    s.grad_norm = std::sqrt(tp ? tp->sum(sq) : sq);
+    clock.lap(Phase::Allreduce);
+  } else if (tp) {
+    s.grad_norm = std::sqrt(tp->sum(squares(0, model_.layout().total)));
     clock.lap(Phase::Allreduce);
   } else {
     s.grad_norm = global_norm(grads, model_.layout().total);

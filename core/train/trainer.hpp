@@ -22,7 +22,8 @@ struct StepStats {
   bool skipped = false;      // non-finite loss or gradient: no update
 };
 
-// Sums across the ranks that hold pieces of the batch (dp x cp); absent on one rank.
+// Sums across the ranks that hold pieces of the batch (dp x cp; the ranks of a tp group hold
+// the same pieces and are not summed over); absent on one rank.
 class StepReducer {
  public:
   virtual ~StepReducer() = default;

@@ -1027,9 +1027,9 @@ def bad_parallel_degrees_do_not_match_world():
     good_model()
     good_dataset()
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r",
-                  "--seq-len", "600", "--cp", "4"], "dp=1 x cp=4 = 4 ranks", "the job has 2 MPI ranks", ranks=2)
+                  "--seq-len", "600", "--cp", "4"], "dp=1 x cp=4 x tp=1 = 4 ranks", "the job has 2 MPI ranks", ranks=2)
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r",
-                  "--seq-len", "600", "--cp", "2", "--dp", "2"], "dp=2 x cp=2 = 4 ranks", "has 2 MPI ranks",
+                  "--seq-len", "600", "--cp", "2", "--dp", "2"], "dp=2 x cp=2 x tp=1 = 4 ranks", "has 2 MPI ranks",
                  ranks=2)
 
 

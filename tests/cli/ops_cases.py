@@ -183,12 +183,12 @@ def resume_auto_in_an_empty_run_dir_starts_fresh_and_a_finished_run_stays_finish
     assert "already complete: step 3" in p.stdout, p.stdout
 
 
-def assert_legs_match_a_straight_run(legs, what):
+def assert_legs_match_a_straight_run(legs, what, model_args=()):
     """Trains 6 steps (checkpoints every 2) in `legs` (ranks, flags; each leg but the last
     stops at its --stop-at and the next resumes) and against one straight one-rank run with
     the same 2 sequences per step: the losses agree to 1e-5 and the final weights to 1e-4.
-    Returns the legs' outputs."""
-    fixture()
+    Returns the legs' outputs. `model_args`: init's options for the tiny model."""
+    fixture(*model_args)
     steps = ["--steps", "6", "--checkpoint-every", "2"]
     assert train("straight", *steps, "--batch-size", "2").returncode == 0
     outs = []
@@ -240,6 +240,20 @@ def resume_across_zero_stages_matches_a_straight_run():
         [(2, ["--dp", "2", "--batch-size", "1", "--zero", "3", "--stop-at", "2"]),
          (2, ["--cp", "2", "--batch-size", "2", "--zero", "2", "--stop-at", "4"]),
          (None, ["--batch-size", "2"])], "zero 3 -> zero 2 -> one rank")
+
+
+@case
+def resume_across_tp_degree_changes_matches_a_straight_run():
+    """Checkpoints hold every tensor whole in the model file's shapes, gathered from the tp
+    slices: a run on --tp 2 resumed on dp 2 x tp 2 with --zero 3, then with --zero 1, then on
+    one rank, matches a straight one-rank run (a model with 260 vocabulary rows, which --tp 2
+    splits)."""
+    outs = assert_legs_match_a_straight_run(
+        [(2, ["--tp", "2", "--batch-size", "2", "--stop-at", "2"]),
+         (4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "3", "--stop-at", "3"]),
+         (4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "1", "--stop-at", "4"]),
+         (None, ["--batch-size", "2"])], "tp 2 -> dp 2 x tp 2 (zero 3, zero 1) -> one rank", ("--vocab-size", "260"))
+    assert "(dp 1 x cp 1 x tp 2)" in outs[1].stdout and "(dp 2 x cp 1 x tp 2)" in outs[3].stdout, outs[3].stdout
 
 
 @case

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Parallel training through the command line: every dp / cp / zero layout and cp algorithm
+"""Parallel training through the command line: every dp / cp / tp / zero layout and cp algorithm
 trains the single rank's losses (tiny model, 600-token sequences, ranks oversubscribed:
 functional, not fast). Run by ctest as parallel.CASE; the helpers are cli_cases.py's."""
 import os
@@ -31,6 +31,18 @@ def parallel_fixture(model="m.h5", one="one", *extra):
     return timing(one)[0]["loss"]
 
 
+def assert_checkpoint_evaluates_as(ref_dir, run_dir, what):
+    """eval reads the 5th checkpoint of `run_dir` as a model file: the loss of `ref_dir`'s to 1e-5."""
+    def loss(model, out):
+        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
+        with h5py.File(out, "r") as f:
+            return float(f.attrs["mean_loss"])
+    name = "checkpoints/step_00000005.h5"
+    a, b = loss(f"{ref_dir}/{name}", f"e_{ref_dir}.h5"), loss(f"{run_dir}/{name}", f"e_{run_dir}.h5")
+    print(f"eval of the 5th checkpoint: one rank {a}, {what} {b}")
+    assert abs(a - b) <= 1e-5 * a, (a, b)
+
+
 def assert_same_losses(ref, run_dir, what, bound=1e-5):
     got = timing(run_dir)[0]["loss"]
     rel = np.max(np.abs(got - ref) / ref)
@@ -51,7 +63,7 @@ def parallel_bf16_cp2_and_dp2_match_one_rank_bf16():
 def parallel_cp2_and_cp4_match_one_rank():
     ref = parallel_fixture()
     p = mpi_run(2, "cp2", "--cp", "2", "--batch-size", "2")
-    assert "rank layout (dp=1 x cp=2)" in p.stdout and "comm" in p.stdout and "imb" in p.stdout, p.stdout
+    assert "rank layout (dp=1 x cp=2 x tp=1)" in p.stdout and "comm" in p.stdout and "imb" in p.stdout, p.stdout
     assert p.stdout.count("verification:") == 1, "rank 0 alone prints"
     assert_same_losses(ref, "cp2", "cp=2 ring")
     mpi_run(4, "cp4", "--cp", "4", "--batch-size", "2")
@@ -257,13 +269,7 @@ def parallel_zero3_checkpoint_is_a_model_file_and_bad_zero_is_refused():
     anything is written."""
     parallel_fixture()
     mpi_run(2, "z3", "--dp", "2", "--batch-size", "1", "--zero", "3")
-    def loss(model, out):
-        ok("eval", "--model", model, "--data", "d16.h5", "--seq-len", "600", "--out", out)
-        with h5py.File(out, "r") as f:
-            return float(f.attrs["mean_loss"])
-    a, b = loss("one/checkpoints/step_00000005.h5", "e1.h5"), loss("z3/checkpoints/step_00000005.h5", "e3.h5")
-    print(f"eval of the 5th checkpoint: one rank {a}, --zero 3 {b}")
-    assert abs(a - b) <= 1e-5 * a, (a, b)
+    assert_checkpoint_evaluates_as("one", "z3", "--zero 3")
     p = ok("inspect", "z3/checkpoints/step_00000005.h5")
     assert "train_state" in p.stdout, p.stdout
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "bad",
@@ -271,6 +277,138 @@ def parallel_zero3_checkpoint_is_a_model_file_and_bad_zero_is_refused():
     expect_error(["--oversubscribe", "train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "bad",
                   "--seq-len", "600", "--dp", "2", "--zero", "3", "--precision", "bf16"],
                  "--zero 3 trains in fp32 only", "--precision fp32", ranks=2)
+    assert not os.path.exists("bad"), "a refused run wrote its run directory"
+
+
+def tp_models():
+    """mv.h5: tiny with 260 vocabulary rows (4 heads, 2 KV heads, I 176: --tp 2 splits it);
+    mk4.h5: the same with 4 KV heads (--tp 4 splits it); one-rank references of each."""
+    parallel_fixture()
+    keep = ["--checkpoint-every", "1", "--keep-checkpoints", "5"]
+    if not os.path.exists("mv.h5"):
+        ok("init", "-o", "mv.h5", "--preset", "tiny", "--vocab-size", "260")
+        ok("init", "-o", "mk4.h5", "--preset", "tiny", "--vocab-size", "260", "--num-key-value-heads", "4")
+        parallel_fixture("mv.h5", "onev", *keep)
+        parallel_fixture("mk4.h5", "onek4", *keep)
+    return keep
+
+
+@case
+def parallel_tp_matches_one_rank_losses_and_moments():
+    """--tp (Megatron: heads, KV heads, SwiGLU rows and vocabulary rows split over the tp
+    ranks, which see the same tokens) alone and with cp, dp and --zero 1/2/3: 5 losses within
+    1e-5 of one rank, and the AdamW moments after the first and the fifth step (gathered
+    whole from the tp slices into the checkpoints) equal to one rank's."""
+    keep = tp_models()
+    ref, ref4 = timing("onev")[0]["loss"], timing("onek4")[0]["loss"]
+    for name, ranks, degrees, model, one in [
+            ("tp2", 2, ["--tp", "2", "--batch-size", "2"], "mv.h5", "onev"),
+            ("tp4", 4, ["--tp", "4", "--batch-size", "2"], "mk4.h5", "onek4"),
+            ("tp2cp2", 4, ["--tp", "2", "--cp", "2", "--batch-size", "2"], "mv.h5", "onev"),
+            ("tp2dp2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1"], "mv.h5", "onev"),
+            ("tp2dp2_z1", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "1"], "mv.h5", "onev"),
+            ("tp2dp2_z2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "2"], "mv.h5", "onev"),
+            ("tp2dp2_z3", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "3"], "mv.h5", "onev")]:
+        p = mpi_run(ranks, name, *degrees, *keep, model=model)
+        tp = int(degrees[1])
+        assert f"x tp={tp})" in p.stdout and f"; --tp {tp}: each rank holds" in p.stdout, p.stdout
+        assert_same_losses(ref4 if model == "mk4.h5" else ref, name, f"--tp {name}")
+        for step in (1, 5):
+            assert_same_moments(one, name, f"--tp {name}", step)
+        steps = timing(name)[0]
+        assert np.all(steps["rank_bytes_sent"] > 0), steps["rank_bytes_sent"]
+
+
+@case
+def parallel_tp_with_bf16_ulysses_recomputation_and_tied_embeddings_matches_one_rank():
+    """--tp 2 with bf16 products (within bf16's rounding of one bf16 rank), with Ulysses cp 2
+    (the all-to-all carries each tp rank's heads: 1 KV head over 2 ranks, replicated), with
+    --grad-accum 2 and --checkpointing full (every layer recomputed, its all-reduces again),
+    and with tied embeddings (the vocabulary-parallel embedding is the LM head): one rank's
+    losses."""
+    tp_models()
+    ref = timing("onev")[0]["loss"]
+    mpi_run(4, "tp_u", "--tp", "2", "--cp", "2", "--batch-size", "2", "--cp-algo", "ulysses", model="mv.h5")
+    assert_same_losses(ref, "tp_u", "--tp 2 x cp 2 ulysses")
+    mpi_run(2, "tp_ga", "--tp", "2", "--batch-size", "1", "--grad-accum", "2", "--checkpointing", "full",
+            model="mv.h5")
+    assert_same_losses(ref, "tp_ga", "--tp 2 --grad-accum 2 --checkpointing full")
+    ref16 = parallel_fixture("mv.h5", "onev16", "--precision", "bf16")
+    mpi_run(2, "tp_16", "--tp", "2", "--batch-size", "2", "--precision", "bf16", model="mv.h5")
+    assert_same_losses(ref16, "tp_16", "--tp 2 bf16", bound=1e-3)
+    ok("init", "-o", "mtv.h5", "--preset", "tiny", "--vocab-size", "260", "--tie-word-embeddings", "true")
+    tied = parallel_fixture("mtv.h5", "onetv", "--checkpoint-every", "1", "--keep-checkpoints", "5")
+    mpi_run(2, "tp_tied", "--tp", "2", "--batch-size", "2", "--checkpoint-every", "1", "--keep-checkpoints", "5",
+            model="mtv.h5")
+    assert_same_losses(tied, "tp_tied", "--tp 2 tied embeddings")
+    assert_same_moments("onetv", "tp_tied", "--tp 2 tied embeddings", 1)
+    # ZeRO-3 over dp 2 of the tp slices, tied: the LM head is the embedding's unit
+    mpi_run(4, "tp_tied_z3", "--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "3", "--checkpoint-every", "1",
+            "--keep-checkpoints", "5", model="mtv.h5")
+    assert_same_losses(tied, "tp_tied_z3", "--tp 2 x dp 2 --zero 3 tied embeddings")
+    assert_same_moments("onetv", "tp_tied_z3", "--tp 2 x dp 2 --zero 3 tied embeddings", 1)
+
+
+@case
+def parallel_tp_sequence_parallel_matches_one_rank_losses_and_moments():
+    """--tp-sequence-parallel (the residual stream, norms and their activations split by
+    tokens over the tp ranks; reduce-scatter + all-gather in place of each all-reduce, the
+    norm weights' gradients summed over the group) on tp = 2, tp = 2 x cp = 2 and tp = 2 x
+    dp = 2 with --zero 2, and with --checkpointing full: one rank's losses and moments. It is
+    refused without --tp, and when a micro-batch's tokens do not split over the tp ranks."""
+    keep = tp_models()
+    ref = timing("onev")[0]["loss"]
+    for name, ranks, degrees in [
+            ("sp2", 2, ["--tp", "2", "--batch-size", "2"]),
+            ("sp2cp2", 4, ["--tp", "2", "--cp", "2", "--batch-size", "2"]),
+            ("sp2dp2_z2", 4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "2"]),
+            ("sp2_full", 2, ["--tp", "2", "--batch-size", "2", "--checkpointing", "full"])]:
+        p = mpi_run(ranks, name, *degrees, "--tp-sequence-parallel", *keep, model="mv.h5")
+        assert "1/2 of the residual stream's tokens (--tp-sequence-parallel)" in p.stdout, p.stdout
+        assert_same_losses(ref, name, f"--tp-sequence-parallel {name}")
+        for step in (1, 5):
+            assert_same_moments("onev", name, f"--tp-sequence-parallel {name}", step)
+    bad = ["--oversubscribe", "train", "--model", "mv.h5", "--data", "d16.h5", "--run-dir", "bad"]
+    expect_error([*bad, "--seq-len", "600", "--tp-sequence-parallel"], "--tp-sequence-parallel", "--tp 1",
+                 ranks=2)
+    expect_error([*bad, "--seq-len", "601", "--tp", "2", "--batch-size", "1", "--tp-sequence-parallel"],
+                 "splits the 601 tokens", "over --tp 2", ranks=2)
+    assert not os.path.exists("bad"), "a refused run wrote its run directory"
+
+
+@case
+def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
+    """A --tp 2 checkpoint holds whole tensors in the model file's shapes: eval reads it (the
+    one-rank checkpoint's loss to 1e-5) and inspect shows it. Degrees that do not multiply to
+    the world, a model whose vocabulary or KV heads --tp does not divide, and --zero 3 with
+    --tp-sequence-parallel are refused with one message, before anything is written."""
+    tp_models()
+    mpi_run(2, "tpc", "--tp", "2", "--batch-size", "2", model="mv.h5")
+    assert_checkpoint_evaluates_as("onev", "tpc", "--tp 2")
+    with h5py.File("tpc/checkpoints/step_00000005.h5", "r") as f:
+        shapes = {}
+        f.visititems(lambda n, o: shapes.__setitem__(n, o.shape) if isinstance(o, h5py.Dataset) else None)
+    def shape(end):
+        found = {s for n, s in shapes.items() if n.endswith(end)}
+        assert len(found) == 1, (end, found)
+        return found.pop()
+    assert shape("layers.0.self_attn.k_proj.weight") == (32, 64), shapes  # KV heads x head size, C
+    assert shape("layers.0.mlp.down_proj.weight") == (64, 176), shapes   # C, I
+    assert shape("embed_tokens.weight") == (260, 64), shapes
+    p = ok("inspect", "tpc/checkpoints/step_00000005.h5")
+    assert "train_state" in p.stdout, p.stdout
+    bad = ["--oversubscribe", "train", "--data", "d16.h5", "--run-dir", "bad", "--seq-len", "600"]
+    expect_error([*bad, "--model", "mv.h5", "--tp", "3"], "dp=1 x cp=1 x tp=3 = 3 ranks", "the job has 2",
+                 ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--cp", "2"], "dp=1 x cp=2 x tp=2 = 4 ranks",
+                 "the job has 2", ranks=2)
+    expect_error([*bad, "--model", "m.h5", "--tp", "2"], "--tp 2", "vocab_size 259 is not divisible by 2",
+                 ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "4", "--batch-size", "2"],
+                 "key/value heads (num_key_value_heads) 2", "not divisible by 4", ranks=4)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--zero", "3", "--tp-sequence-parallel"],
+                 "--zero 3 does not combine with --tp-sequence-parallel", ranks=2)
+    expect_error([*bad, "--model", "mv.h5", "--tp", "0"], "--tp", code=2, ranks=2)
     assert not os.path.exists("bad"), "a refused run wrote its run directory"
 
 

@@ -14,7 +14,7 @@ import cli_cases as cc  # noqa: E402
 from cli_cases import case, expect_error, good_model, ok  # noqa: E402
 
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
-                 r"\s+(\d+)\s+(\d+)\s+(\d+) rank\(s\)/node x --threads (\d+): train (.*)$")
+                 r"\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) rank\(s\)/node x --threads (\d+): train (.*)$")
 
 
 def plan_rows(*args):
@@ -27,23 +27,28 @@ def plan_rows(*args):
 def plan_ranks_layouts_and_matches_train_memory():
     """Rows come sorted by predicted step time, every one with flags train accepts, and each
     row's memory per rank is what train --dry-run prints for the same flags."""
-    good_model("s.h5", "small")
+    # 260 vocabulary rows (the byte tokenizer's 259 + 1): --tp 2 splits the model.
+    ok("init", "-o", "s.h5", "--preset", "small", "--vocab-size", "260")
     ok("prepare", "--synthetic", "passkey", "--num-docs", "8", "--doc-length", "512", "-o", "d.h5")
     p, rows = plan_rows("--model", "s.h5", "--seq-len", "2048", "--global-batch", "2", "--cores-per-node", "2",
                         "--precision", "fp32", "--top", "100")
     assert rows, p.stdout
     steps = [float(r.group(2)) for r in rows]
     assert steps == sorted(steps), steps
-    seen = {(r.group(11), r.group(13)) for r in rows}
+    seen = {(r.group(13), r.group(15)) for r in rows}
     assert len(seen) == len(rows), "a layout listed twice"
-    assert any("--cp 2" in r.group(13) for r in rows) and any("--dp 2" in r.group(13) for r in rows), p.stdout
-    assert any("--checkpointing full" in r.group(13) for r in rows), p.stdout
-    checked, per_ranks = 0, {1: 0, 2: 0}
+    assert any("--cp 2" in r.group(15) for r in rows) and any("--dp 2" in r.group(15) for r in rows), p.stdout
+    assert any("--checkpointing full" in r.group(15) for r in rows), p.stdout
+    assert any("--tp 2" in r.group(15) for r in rows), p.stdout
+    assert any("--tp 2 --tp-sequence-parallel" in r.group(15) for r in rows), p.stdout
+    checked, per_ranks, tp_checked = 0, {1: 0, 2: 0}, False
     for r in rows:
-        ranks, threads, flags = int(r.group(11)), int(r.group(12)), r.group(13).split()
-        if per_ranks[ranks] == 2:
-            continue  # two layouts of each rank count keep the case short
+        ranks, threads, flags = int(r.group(13)), int(r.group(14)), r.group(15).split()
+        tp = "--tp 2 --tp-sequence-parallel" in r.group(15)
+        if per_ranks[ranks] >= 2 and (tp_checked or not tp):
+            continue  # two layouts of each rank count (and a sequence-parallel --tp 2 one) keep the case short
         per_ranks[ranks] += 1
+        tp_checked |= tp
         d = ok("--threads", threads, "--oversubscribe", "train", "--model", "s.h5", "--data", "d.h5",
                "--run-dir", f"run{checked}", "--seq-len", "2048", "--dry-run", *flags, ranks=ranks)
         m = re.search(r"memory estimate per rank \(\w+\): ([\d.]+) GiB", d.stdout)
@@ -53,9 +58,7 @@ def plan_ranks_layouts_and_matches_train_memory():
         # One estimate; only the process's own memory, measured by each, may differ a little.
         assert abs(float(m.group(1)) - plan_gib) <= 0.021, (flags, m.group(1), plan_gib)
         checked += 1
-        if checked == 4:
-            break
-    assert checked == 4, p.stdout
+    assert checked == 5 and tp_checked, p.stdout
 
 
 @case

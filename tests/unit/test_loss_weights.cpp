@@ -7,6 +7,7 @@
 
 #include "model/init.hpp"
 #include "model/llama.hpp"
+#include "test_docs.hpp"
 #include "test_isa.hpp"
 
 namespace lct {
@@ -20,17 +21,7 @@ struct Fixture {
   PhaseClock clock;
 
   Fixture() {
-    TokenDataset ds;
-    ds.vocab_size = c.vocab_size;
-    ds.pad_id = 258;
-    ds.doc_offsets = {0};
-    std::mt19937 gen(3);
-    for (int len : {40, 25, 33, 17}) {
-      for (int i = 0; i < len; ++i) ds.tokens.push_back(int32_t(gen() % 256));
-      ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
-    }
-    const Packing p = pack_documents(ds.doc_offsets, S);
-    b = make_batch(ds, {&p.sequences[0]}, S);
+    b = one_sequence(four_documents(c.vocab_size, 3, 256), S);
     llama_init(model.layout(), c, 5, model.params());
   }
   // The step's loss (normalised as the trainer does: by the summed weights) and gradients.

@@ -5,6 +5,7 @@
 
 #include "model/init.hpp"
 #include "model/llama.hpp"
+#include "test_docs.hpp"
 #include "test_isa.hpp"
 
 namespace lct {
@@ -12,19 +13,10 @@ namespace {
 
 TEST(LlamaModel, PerturbingOneDocumentChangesNoOtherDocumentsLossOrGradient) {
   const ModelConfig c = model_preset("tiny");
-  TokenDataset ds;
-  ds.vocab_size = c.vocab_size;
-  ds.pad_id = 258;
-  ds.doc_offsets = {0};
-  std::mt19937 gen(1);
-  for (int len : {40, 25, 33, 17}) {
-    for (int i = 0; i < len; ++i) ds.tokens.push_back(int32_t(gen() % 256));
-    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
-  }
+  const TokenDataset ds = four_documents(c.vocab_size, 1, 256);
   const int64_t S = 128;
-  const Packing p = pack_documents(ds.doc_offsets, S);
-  ASSERT_EQ(p.sequences.size(), 1u);  // all four documents share one sequence
-  Batch b = make_batch(ds, {&p.sequences[0]}, S);
+  ASSERT_EQ(pack_documents(ds.doc_offsets, S).sequences.size(), 1u);  // all four documents share one sequence
+  Batch b = one_sequence(ds, S);
 
   LlamaModel model(c, {S, S, Checkpointing::None, {32, 32}, test_isa()});
   llama_init(model.layout(), c, 5, model.params());
