@@ -37,6 +37,12 @@ int passkey_depth_bucket(double depth, int buckets) {
   return std::clamp(int(depth * buckets), 0, buckets - 1);
 }
 
+void check_synthetic_counts(const char* task, int32_t key_digits, int64_t num_docs) {
+  if (key_digits < 1 || key_digits > 18)
+    fail(task, ": key digits ", key_digits, " must be between 1 and 18");
+  if (num_docs < 1) fail(task, ": the number of documents must be at least 1");
+}
+
 int64_t passkey_min_doc_length(int32_t key_digits) {
   const std::string key(size_t(key_digits), '0');
   return int64_t(2 + kIntro.size() + needle(key).size() + question().size() + key.size());
@@ -44,9 +50,7 @@ int64_t passkey_min_doc_length(int32_t key_digits) {
 
 TokenDataset make_passkey_dataset(const PasskeySpec& spec,
                                   const std::function<void(int64_t)>& progress) {
-  if (spec.key_digits < 1 || spec.key_digits > 18)
-    fail("passkey: key digits ", spec.key_digits, " must be between 1 and 18");
-  if (spec.num_docs < 1) fail("passkey: the number of documents must be at least 1");
+  check_synthetic_counts("passkey", spec.key_digits, spec.num_docs);
   const int64_t min_len = passkey_min_doc_length(spec.key_digits);
   const std::vector<int64_t> lengths = spec.doc_lengths.empty() ? std::vector<int64_t>{spec.doc_length}
                                                                  : spec.doc_lengths;

@@ -30,6 +30,10 @@ size_t passkey_filler_period();
 // [0, 1/B), [1/B, 2/B), ..., [(B-1)/B, 1]; the last one holds depth 1.
 int passkey_depth_bucket(double depth, int buckets);
 
+// Refuses what no synthetic task can make (`task` names it): keys of other than 1 to 18
+// digits (they must fit int64), no documents.
+void check_synthetic_counts(const char* task, int32_t key_digits, int64_t num_docs);
+
 // The shortest document that holds the instructions, the key and the question.
 int64_t passkey_min_doc_length(int32_t key_digits);
 

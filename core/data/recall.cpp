@@ -54,9 +54,7 @@ int64_t recall_min_doc_length(int32_t key_digits) {
 
 TokenDataset make_recall_dataset(const RecallSpec& spec,
                                  const std::function<void(int64_t)>& progress) {
-  if (spec.key_digits < 1 || spec.key_digits > 18)
-    fail("recall: key digits ", spec.key_digits, " must be between 1 and 18");
-  if (spec.num_docs < 1) fail("recall: the number of documents must be at least 1");
+  check_synthetic_counts("recall", spec.key_digits, spec.num_docs);
   const int64_t min_len = recall_min_doc_length(spec.key_digits);
   if (spec.doc_length < min_len)
     fail("recall: documents of ", spec.doc_length, " tokens cannot hold a statement and its ",
