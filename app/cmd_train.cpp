@@ -241,9 +241,7 @@ int cmd_train(Context& ctx) {
       << "\n";
   // The ranks gradients are summed over: dp x cp (a tp group sees the same tokens).
   const MPI_Comm replicas = mesh.comm_except("tp");
-  int replica_rank = 0, replica_count = 1;
-  MPI_Comm_rank(replicas, &replica_rank);
-  MPI_Comm_size(replicas, &replica_count);
+  const int replica_rank = comm_rank(replicas), replica_count = comm_size(replicas);
   const int shards = o.zero >= 1 ? replica_count : 1;  // ranks the ZeRO state is split over
   check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size, process_bytes);
   if (o.dry_run) {

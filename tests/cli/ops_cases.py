@@ -245,15 +245,19 @@ def resume_across_zero_stages_matches_a_straight_run():
 @case
 def resume_across_tp_degree_changes_matches_a_straight_run():
     """Checkpoints hold every tensor whole in the model file's shapes, gathered from the tp
-    slices: a run on --tp 2 resumed on dp 2 x tp 2 with --zero 3, then with --zero 1, then on
-    one rank, matches a straight one-rank run (a model with 260 vocabulary rows, which --tp 2
-    splits)."""
+    slices: a run on 4 ranks (dp 2 x cp 2) resumed on 2 (--tp 2), then on dp 2 x tp 2 with
+    --zero 3, then with --zero 1, then on one rank, matches a straight one-rank run (a model
+    with 260 vocabulary rows, which --tp 2 splits)."""
     outs = assert_legs_match_a_straight_run(
-        [(2, ["--tp", "2", "--batch-size", "2", "--stop-at", "2"]),
+        [(4, ["--dp", "2", "--cp", "2", "--batch-size", "1", "--stop-at", "1"]),
+         (2, ["--tp", "2", "--batch-size", "2", "--stop-at", "2"]),
          (4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "3", "--stop-at", "3"]),
          (4, ["--tp", "2", "--dp", "2", "--batch-size", "1", "--zero", "1", "--stop-at", "4"]),
-         (None, ["--batch-size", "2"])], "tp 2 -> dp 2 x tp 2 (zero 3, zero 1) -> one rank", ("--vocab-size", "260"))
-    assert "(dp 1 x cp 1 x tp 2)" in outs[1].stdout and "(dp 2 x cp 1 x tp 2)" in outs[3].stdout, outs[3].stdout
+         (None, ["--batch-size", "2"])], "dp 2 x cp 2 -> tp 2 -> dp 2 x tp 2 (zero 3, zero 1) -> one rank",
+        ("--vocab-size", "260"))
+    for i, before in ((1, "4 rank(s) (dp 2 x cp 2)"), (2, "2 rank(s) (dp 1 x cp 1 x tp 2)"),
+                      (4, "4 rank(s) (dp 2 x cp 1 x tp 2)")):
+        assert "the checkpoint's run had " + before in outs[i].stdout, (i, outs[i].stdout)
 
 
 @case
