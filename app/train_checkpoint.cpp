@@ -15,8 +15,9 @@ void save_checkpoint(const World& w, RunDirectory* run, const std::string& run_d
   const std::string path = RunDirectory::path_of(run_dir, c.state.step);
   // Only rank 0 holds the run directory; the rank that finds bad weights names the pointer.
   const std::string last_good = broadcast_string(latest_or_none(run), w.comm);
-  agreed(w, [&] {  // weights are replicated: every rank should find the same
-    const NonFinite bad = count_non_finite(c.params, size_t(c.layout->total));
+  agreed(w, [&] {  // each rank checks what it holds (replicas should find the same)
+    const NonFinite bad = c.parts ? count_non_finite(c.parts->held, c.parts->held_size)
+                                  : count_non_finite(c.params, size_t(c.layout->total));
     if (bad.total())
       fail("the weights after step ", c.state.step, " are not finite (", describe(bad), " among ",
            c.layout->total, "); ",

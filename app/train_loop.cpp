@@ -118,30 +118,31 @@ void TrainLoop::checkpoint() {
   state.data_epoch = next.epoch();
   state.data_cursor = next.cursor();
   const double t0 = omp_get_wtime();
-  // A checkpoint holds the moments whole: a sharded optimizer gathers them for the write
-  // (--zero 3 the parameters too: a checkpoint is a model file).
-  const size_t whole = trainer.sharded() ? model.layout().total : 0;
+  // A checkpoint holds every tensor whole (the model file's shapes), but no rank gathers
+  // them: each writes what it owns straight into the file (io/checkpoint.hpp,
+  // CheckpointParts). Owned: its ZeRO-3 pieces (parameters and moments), its ZeRO-1/2 range
+  // (moments), its tp slices; what is replicated over the dp x cp ranks (the parameters
+  // below stage 3, the moments at stage 0) by the first of them only, the norms (replicated
+  // over tp) by tp rank 0 only.
   ParamShards* zero3 = model.param_shards();
-  Buffer<float> m(whole), v(whole), p(zero3 ? whole : 0);
-  if (whole) trainer.gather_moments(m.data(), v.data());
-  if (zero3) zero3->gather_whole(zero3->params(), p.data());
-  const float* params = zero3 ? p.data() : model.params();
-  const float* exp_avg = whole ? m.data() : trainer.optimizer().m();
-  const float* exp_avg_sq = whole ? v.data() : trainer.optimizer().v();
-  // --tp: every tensor whole in the model file's shapes, gathered from the group's slices.
-  const size_t tp_whole = model.tp() ? whole_layout.total : 0;
-  Buffer<float> pw(tp_whole), mw(tp_whole), vw(tp_whole);
-  if (tp_whole) {
-    tp_gather_whole(*model.tp(), whole_layout, model.layout(), params, pw.data());
-    tp_gather_whole(*model.tp(), whole_layout, model.layout(), exp_avg, mw.data());
-    tp_gather_whole(*model.tp(), whole_layout, model.layout(), exp_avg_sq, vw.data());
-    params = pw.data();
-    exp_avg = mw.data();
-    exp_avg_sq = vw.data();
-  }
+  AdamW& opt = trainer.optimizer();
+  const ParamLayout& local = model.layout();
+  const std::vector<Shard> all{{0, local.total}}, none;
+  const std::vector<Shard>& replica = comm_rank(mesh.comm_except("tp")) == 0 ? all : none;
+  const std::vector<Shard>& moments = !trainer.sharded()   ? replica
+                                      : trainer.stage() == 3 ? zero3->pieces()
+                                                             : std::vector<Shard>{opt.shard()};
+  const TpSplit tp = model.tp() ? TpSplit{model.tp()->size(), model.tp()->rank()} : TpSplit{};
+  const CheckpointParts parts{&local,
+                              tp,
+                              {zero3 ? zero3->params() : model.params(), zero3 ? zero3->pieces() : replica},
+                              {opt.m(), moments},
+                              {opt.v(), moments},
+                              zero3 ? zero3->params() : model.params(),
+                              zero3 ? zero3->size() : local.total};
   save_checkpoint(ctx.world, run_dir, o.run_dir,
-                  {&mc, &whole_layout, params, exp_avg, exp_avg_sq, state, layout,
-                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}},
+                  {&mc, &whole_layout, nullptr, nullptr, nullptr, state, layout,
+                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}, &parts},
                   prov, {o.keep_checkpoints, o.keep_every});
   ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)
             << std::endl;

@@ -1,5 +1,6 @@
 #include "io/checkpoint.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include "common/error.hpp"
@@ -39,15 +40,42 @@ void for_each_layout_field(Layout& l, Visit&& v) {
 
 constexpr const char* kRankColumns = "dp_rank, cp_rank, data_epoch, data_cursor";
 
-void write_contents(const h5::File& f, const CheckpointView& c, const Provenance& prov) {
+// Tensor i of `a`: this rank's blocks of it (none where it owns nothing of it, or it is
+// replicated over tp and this is not tp rank 0), written collectively.
+void write_part(const h5::File& f, const std::string& name, size_t i, const ParamLayout& whole,
+                const CheckpointParts& p, const ArrayPart& a) {
+  const TensorSpec& w = whole.tensors[i];
+  const TensorSpec& l = p.local->tensors.at(i);
+  std::vector<h5::Block> blocks;
+  const bool writes = p.tp.rank == 0 || tp_cut(w) != TpCut::Replicated;
+  size_t at = 0;  // where range r starts in a.data
+  for (const Shard& r : a.ranges) {
+    const size_t lo = std::max(r.begin, l.offset), hi = std::min(r.end, l.offset + l.numel);
+    if (writes && lo < hi) {
+      size_t m = at + (lo - r.begin);
+      for (const TensorBlock& b : tp_blocks(w, l, p.tp, lo - l.offset, hi - l.offset)) {
+        blocks.push_back({b.row, b.col, b.rows, b.cols, m});
+        m += size_t(b.rows * b.cols);
+      }
+    }
+    at += r.size();
+  }
+  h5::write_blocks(f, f.h, name, w.shape, a.data, blocks);
+}
+
+void write_contents(const h5::File& f, const CheckpointView& c, const CheckpointParts& p,
+                    const Provenance& prov) {
   h5::write_kind(f, "checkpoint", kModelFormatVersion);
-  write_model_contents(f, f.h, "", *c.config, *c.layout, c.params);
+  write_model_config(f, *c.config);
+  const ParamLayout& whole = *c.layout;
+  for (size_t i = 0; i < whole.tensors.size(); ++i)
+    write_part(f, whole.tensors[i].name, i, whole, p, p.params);
   h5::create_group(f, f.h, "optimizer");
   h5::create_group(f, f.h, "optimizer/exp_avg");
   h5::create_group(f, f.h, "optimizer/exp_avg_sq");
-  for (const TensorSpec& t : c.layout->tensors) {
-    h5::write_array(f, f.h, kAvg + t.name, c.exp_avg + t.offset, t.shape);
-    h5::write_array(f, f.h, kAvgSq + t.name, c.exp_avg_sq + t.offset, t.shape);
+  for (size_t i = 0; i < whole.tensors.size(); ++i) {
+    write_part(f, kAvg + whole.tensors[i].name, i, whole, p, p.exp_avg);
+    write_part(f, kAvgSq + whole.tensors[i].name, i, whole, p, p.exp_avg_sq);
   }
   h5::Handle g = h5::create_group(f, f.h, "train_state");
   for_each_state_field(c.state, [&](const char* name, int64_t v) { h5::write_attr(g, name, v); });
@@ -126,7 +154,12 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   h5::agree_on(f, [&] {
     if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path, kRunDirSpaceAdvice);
   });
-  write_contents(f, c, prov);
+  // Whole arrays: rank 0 writes them (the same parts as one rank owning everything).
+  const std::vector<Shard> all{{0, c.layout->total}}, none;
+  const std::vector<Shard>& mine = rank == 0 ? all : none;
+  const CheckpointParts whole{c.layout, {1, 0}, {c.params, mine}, {c.exp_avg, mine},
+                              {c.exp_avg_sq, mine}, c.params, c.layout->total};
+  write_contents(f, c, c.parts ? *c.parts : whole, prov);
   h5::agree_on(f, [&] { f.close(); });  // collective: the metadata is written here
   h5::agree_on(f, [&] {  // rank 0 renames; every rank returns once the file is in place
     if (!target) return;

@@ -3,9 +3,11 @@
 // names torch.optim uses), the training state and run layout as attributes of /train_state,
 // and one row per rank in /ranks/state.
 //
-// With several ranks the file is written once, collectively, with parallel HDF5: replicated
-// tensors by rank 0, each rank's own row by that rank. It appears under its final name only
-// once complete and flushed (temporary name, fsync, rename).
+// With several ranks the file is written once, collectively, with parallel HDF5: each rank
+// writes what it owns of every tensor (CheckpointParts: its ZeRO ranges, its tp slices) as
+// hyperslabs of the full-shape datasets, replicated data once, each rank's own row by that
+// rank. It appears under its final name only once complete and flushed (temporary name,
+// fsync, rename).
 #pragma once
 #include <mpi.h>
 
@@ -14,6 +16,7 @@
 
 #include "common/provenance.hpp"
 #include "model/params.hpp"
+#include "model/tp.hpp"
 #include "train/state.hpp"
 
 namespace lct {
@@ -37,15 +40,38 @@ struct RankState {
   int64_t dp_rank = 0, cp_rank = 0, data_epoch = 0, data_cursor = 0;
 };
 
+// What one rank writes of one array: `ranges` of the rank's layout (ascending), held back to
+// back at `data` (a ZeRO-3 shard: its pieces; ZeRO-1/2 moments: one range; a replica that
+// writes: the whole layout; one that does not: none).
+struct ArrayPart {
+  const float* data = nullptr;
+  std::vector<Shard> ranges;
+};
+
+// A rank's own share of the checkpoint, written where it belongs in the whole tensors: the
+// ranges of its layout `local` (its tp slices; the whole layout without tp), each mapped to
+// blocks of the whole tensor (tp_blocks). Tensors replicated over tp (the norms) are written
+// by tp rank 0 only. Between them the ranks must cover every tensor, each entry once.
+struct CheckpointParts {
+  const ParamLayout* local;
+  TpSplit tp;
+  ArrayPart params, exp_avg, exp_avg_sq;
+  const float* held;  // every parameter this rank holds (written or not): checked finite
+  size_t held_size;
+};
+
 struct CheckpointView {  // what to write; pointers into the live buffers
   const ModelConfig* config;
   const ParamLayout* layout;
+  // Whole arrays (layout->total floats; rank 0's are written) ...
   const float* params;
   const float* exp_avg;
   const float* exp_avg_sq;
   TrainState state;
   RunLayout run;
   RankState rank;
+  // ... or, when set, each rank's own parts instead (params .. exp_avg_sq unused).
+  const CheckpointParts* parts = nullptr;
 };
 
 // Collective over `comm` (every rank calls it, with its own `rank` state). Throws on every

@@ -339,11 +339,10 @@ Handle create_dataset(const File& f, hid_t loc, const std::string& name, hid_t t
   agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": cannot create dataset (disk full or I/O error?)")));
   return d;
 }
-}  // namespace
 
-template <class T>
-void write_array(const File& f, hid_t loc, const std::string& name, const T* data,
-                 const std::vector<int64_t>& shape) {
+// An array dataset: chunked, checksummed (none when empty).
+Handle create_array(const File& f, hid_t loc, const std::string& name, hid_t type,
+                    const std::vector<int64_t>& shape) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -358,8 +357,19 @@ void write_array(const File& f, hid_t loc, const std::string& name, const T* dat
     H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
     H5Pset_fletcher32(dcpl);
   }
-  Handle d = create_dataset(f, loc, name, native_type<T>(), space, dcpl);
+  return create_dataset(f, loc, name, type, space, dcpl);
+}
+}  // namespace
+
+template <class T>
+void write_array(const File& f, hid_t loc, const std::string& name, const T* data,
+                 const std::vector<int64_t>& shape) {
+  Handle d = create_array(f, loc, name, native_type<T>(), shape);
+  int64_t numel = 1;
+  for (auto s : shape) numel *= s;
   if (numel == 0) return;
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   if (f.parallel()) {
     // Filtered datasets can only be written collectively: every rank takes part, rank 0
@@ -368,6 +378,43 @@ void write_array(const File& f, hid_t loc, const std::string& name, const T* dat
     if (f.rank != 0) H5Sselect_none(space);
   }
   const bool ok = H5Dwrite(d, native_type<T>(), space, space, dxpl, data) >= 0;
+  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": write failed (disk full or I/O error?)")));
+}
+
+void write_blocks(const File& f, hid_t loc, const std::string& name,
+                  const std::vector<int64_t>& shape, const float* data,
+                  const std::vector<Block>& blocks) {
+  Handle d = create_array(f, loc, name, H5T_NATIVE_FLOAT, shape);
+  int64_t numel = 1;
+  for (auto s : shape) numel *= s;
+  if (numel == 0) return;
+  if (shape.size() > 2) fail(where(f, name), ": write_blocks takes 1-D and 2-D arrays");
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle file(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  hsize_t buffer = 1;  // the memory side: `data` as a 1-D array, the blocks' runs of it
+  for (const Block& b : blocks) buffer = std::max<hsize_t>(buffer, b.at + hsize_t(b.rows * b.cols));
+  Handle mem(H5Screate_simple(1, &buffer, nullptr), H5Sclose);
+  bool ok = H5Sselect_none(file) >= 0 && H5Sselect_none(mem) >= 0;
+  bool first = true;
+  for (const Block& b : blocks) {
+    if (b.rows <= 0 || b.cols <= 0) continue;
+    // The file's selection is read in row-major order, the buffer's runs in ascending
+    // order: blocks given in row-major order match value for value.
+    const H5S_seloper_t op = first ? H5S_SELECT_SET : H5S_SELECT_OR;
+    first = false;
+    const hsize_t start[2] = {hsize_t(b.row), hsize_t(b.col)}, count[2] = {hsize_t(b.rows), hsize_t(b.cols)};
+    const hsize_t at = b.at, n = hsize_t(b.rows * b.cols);
+    ok = ok && H5Sselect_hyperslab(file, op, start, nullptr, count, nullptr) >= 0 &&
+         H5Sselect_hyperslab(mem, op, &at, nullptr, &n, nullptr) >= 0;
+  }
+  if (ok && H5Sget_select_npoints(file) != H5Sget_select_npoints(mem)) ok = false;
+  // Agreed before the collective write: a rank that cannot take part must not strand the others in it.
+  agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": bad selection of ", blocks.size(), " blocks")));
+  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  // Filtered datasets are written collectively: every rank takes part, with what it owns.
+  if (f.parallel()) H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  const float none = 0;
+  ok = H5Dwrite(d, H5T_NATIVE_FLOAT, mem, file, dxpl, data ? data : &none) >= 0;
   agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": write failed (disk full or I/O error?)")));
 }
 

@@ -109,6 +109,18 @@ std::string read_string(hid_t obj, const std::string& name, const std::string& w
 template <class T>
 void write_array(const File& f, hid_t loc, const std::string& name, const T* data,
                  const std::vector<int64_t>& shape);
+// A rectangle of a 1-D or 2-D array ([n] as [n, 1]: col 0, cols 1) and where its values
+// start in the writer's buffer (row-major, `rows` x `cols` of them back to back).
+struct Block {
+  int64_t row, col, rows, cols;
+  size_t at;
+};
+// The float32 array write_array makes (same chunks and checksums), each rank writing its own
+// `blocks` of it from `data`, in one collective write (a rank with none takes part with an
+// empty selection). Between them the ranks' blocks must cover the array, each entry once.
+void write_blocks(const File& f, hid_t loc, const std::string& name,
+                  const std::vector<int64_t>& shape, const float* data,
+                  const std::vector<Block>& blocks);
 // Parallel file: a [ranks, row.size()] int64 dataset, row r written by rank r.
 void write_rank_rows(const File& f, hid_t loc, const std::string& name,
                      const std::vector<int64_t>& row);

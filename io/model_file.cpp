@@ -8,10 +8,14 @@
 
 namespace lct {
 
-void write_model_contents(const h5::File& f, hid_t loc, const std::string& prefix,
-                          const ModelConfig& config, const ParamLayout& layout, const float* params) {
+void write_model_config(const h5::File& f, const ModelConfig& config) {
   h5::write_attr(f.h, "model_type", std::string("llama"));
   for (const auto& [name, v] : config.values()) h5::write_attr(f.h, name, v);
+}
+
+void write_model_contents(const h5::File& f, hid_t loc, const std::string& prefix,
+                          const ModelConfig& config, const ParamLayout& layout, const float* params) {
+  write_model_config(f, config);
   for (const TensorSpec& t : layout.tensors)
     h5::write_array(f, loc, prefix + t.name, params + t.offset, t.shape);
 }

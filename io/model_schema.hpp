@@ -8,6 +8,8 @@ namespace lct {
 // Config attributes and one dataset per tensor at `loc` (the root for model files).
 void write_model_contents(const h5::File& f, hid_t loc, const std::string& prefix,
                           const ModelConfig& config, const ParamLayout& layout, const float* params);
+// Just the config attributes (model_type and the LlamaConfig fields).
+void write_model_config(const h5::File& f, const ModelConfig& config);
 ModelConfig read_model_config(const h5::File& f);
 // Reads every tensor of `layout` from "prefix + name" into out, checking dtype and shape.
 void read_tensors(const h5::File& f, const std::string& prefix, const ModelConfig& config,

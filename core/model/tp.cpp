@@ -92,6 +92,26 @@ void tp_gather_whole(TpComm& comm, const ParamLayout& full, const ParamLayout& l
   comm.all_reduce_sum(whole, int64_t(full.total));
 }
 
+std::vector<TensorBlock> tp_blocks(const TensorSpec& whole, const TensorSpec& local, TpSplit tp,
+                                   size_t a, size_t b) {
+  std::vector<TensorBlock> out;
+  if (a >= b) return out;
+  if (b > local.numel)
+    fail("tp_blocks: entries [", a, ", ", b, ") of '", local.name, "', which has ", local.numel);
+  const int64_t X = local.shape.size() == 2 ? local.shape[1] : 1;  // the slice's columns
+  const int64_t R = int64_t(local.numel) / X;                       // and rows
+  const TpCut cut = tp_cut(whole);
+  const int64_t r_at = cut == TpCut::Rows ? tp.rank * R : 0;
+  const int64_t c_at = cut == TpCut::Columns ? tp.rank * X : 0;
+  int64_t r0 = int64_t(a) / X;
+  const int64_t c0 = int64_t(a) % X, r1 = int64_t(b) / X, c1 = int64_t(b) % X;
+  if (r0 == r1) return {{r_at + r0, c_at + c0, 1, c1 - c0}};
+  if (c0 > 0) out.push_back({r_at + r0++, c_at + c0, 1, X - c0});
+  if (r1 > r0) out.push_back({r_at + r0, c_at, r1 - r0, X});
+  if (c1 > 0) out.push_back({r_at + r1, c_at, 1, c1});
+  return out;
+}
+
 double tp_sum_squares(const ParamLayout& local, const float* g, size_t lo, size_t hi,
                       bool with_replicated, size_t base) {
   double s = 0;

@@ -4,10 +4,12 @@
 // products: their outputs are partial sums, all-reduced), and V/tp rows of the embedding and
 // the LM head (vocabulary-parallel). Norm weights are replicated. The model's arrays are
 // ParamLayout::llama(config, tp): the same tensors in the same order, local shapes.
-// Checkpoints and model files keep whole tensors; tp_take_local / tp_gather_whole convert.
+// Checkpoints and model files keep whole tensors; tp_take_local / tp_gather_whole convert, and
+// a checkpoint's writers place their slices with tp_blocks.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/params.hpp"
@@ -44,6 +46,21 @@ void tp_put_local(const ParamLayout& full, const ParamLayout& local, TpSplit tp,
 // Collective over the group: `whole` (full layout) from every rank's `mine`.
 void tp_gather_whole(TpComm& comm, const ParamLayout& full, const ParamLayout& local,
                      const float* mine, float* whole);
+
+// A rectangle of a whole tensor seen as [rows, columns] (a 1-D tensor of n entries as [n, 1]).
+struct TensorBlock {
+  int64_t row, col, rows, cols;
+  bool operator==(const TensorBlock&) const = default;
+};
+// Where entries [a, b) of this rank's slice `local` of the tensor `whole` (offsets from the
+// slice's first entry, row-major) lie in the whole tensor, in row-major order: at most three
+// blocks (the rest of a first row begun mid-row, whole rows, the start of a last row); none
+// when a >= b. A row-cut slice's rows sit at rows [tp.rank R, (tp.rank + 1) R) of the whole
+// tensor, a column-cut one's at columns [tp.rank X, (tp.rank + 1) X) of every row (a strided
+// selection), a replicated one (norms) where it is. This is how a rank writes its ZeRO
+// ranges and tp slices straight into a checkpoint's full-shape datasets.
+std::vector<TensorBlock> tp_blocks(const TensorSpec& whole, const TensorSpec& local, TpSplit tp,
+                                   size_t a, size_t b);
 
 // Sum of squares of g over [lo, hi) of the local layout: the sharded tensors' entries, and
 // the replicated ones' only when `with_replicated` (the tp group counts them once). g[i - base]

@@ -103,14 +103,6 @@ void MpiStepReducer::gather_shards(float* x, const std::vector<size_t>& bounds) 
   bytes_sent += (bounds[r + 1] - bounds[r]) * sizeof(float) * others;  // our range to every other rank
 }
 
-void MpiStepReducer::gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) {
-  std::vector<int> counts, displs;
-  ranges(bounds, counts, displs);
-  const int r = comm_rank(comm_);
-  WaitScope w("the all-gather of the sharded optimizer's moments");
-  MPI_Allgatherv(mine, counts[size_t(r)], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, comm_);
-}
-
 void MpiStepReducer::scatter_gradients(float* g, const std::vector<size_t>& bounds) {
   std::vector<int> counts, displs;
   ranges(bounds, counts, displs);  // checks the sizes fit MPI's ints

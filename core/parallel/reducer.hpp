@@ -28,7 +28,6 @@ class MpiStepReducer : public StepReducer {
   double sum(double local) override;
   void sum_gradients(float* grads, size_t n) override;
   void gather_shards(float* x, const std::vector<size_t>& bounds) override;
-  void gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) override;
   void scatter_gradients(float* g, const std::vector<size_t>& bounds) override;
   double sum_in_order(double local) override;
   size_t bytes_sent = 0;

@@ -29,17 +29,6 @@ Trainer::Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* redu
   if (stage < 0 || stage > 3) fail("ZeRO stage ", stage, ": use 0, 1, 2 or 3");
 }
 
-void Trainer::gather_moments(float* m, float* v) {
-  if (!sharded()) fail("gather_moments: the moments are whole already (optimizer().m(), v())");
-  if (stage_ == 3) {
-    model_.param_shards()->gather_whole(opt_.m(), m);
-    model_.param_shards()->gather_whole(opt_.v(), v);
-    return;
-  }
-  reducer_->gather_shards(opt_.m(), m, bounds_);
-  reducer_->gather_shards(opt_.v(), v, bounds_);
-}
-
 void Trainer::load_moments(const float* m, const float* v) {
   if (stage_ == 3) {
     model_.param_shards()->take_mine(m, opt_.m());

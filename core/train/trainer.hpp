@@ -30,10 +30,8 @@ class StepReducer {
   virtual int64_t sum(int64_t local) = 0;
   virtual double sum(double local) = 0;
   virtual void sum_gradients(float* grads, size_t n) = 0;
-  // Every rank's range [bounds[r], bounds[r + 1]) of x, from that rank, to every rank: in
-  // place (x) or from this rank's range alone (`mine`, into `full`).
+  // Every rank's range [bounds[r], bounds[r + 1]) of x, from that rank, to every rank, in place.
   virtual void gather_shards(float* x, const std::vector<size_t>& bounds) = 0;
-  virtual void gather_shards(const float* mine, float* full, const std::vector<size_t>& bounds) = 0;
   // ZeRO-2: the sum over the ranks of every rank's range [bounds[r], bounds[r + 1]) of g,
   // into that rank's range of its g (a reduce-scatter); the rest of g is left as it was.
   virtual void scatter_gradients(float* g, const std::vector<size_t>& bounds) = 0;
@@ -61,8 +59,7 @@ class Trainer {
   AdamW& optimizer() { return opt_; }
   bool sharded() const { return bounds_.size() > 2 || stage_ == 3; }
   int stage() const { return stage_; }
-  // Sharded only: the whole moments (for a checkpoint; collective) and back (from one).
-  void gather_moments(float* m, float* v);
+  // Sharded only: this rank's part of whole moments (a checkpoint's, on resume).
   void load_moments(const float* m, const float* v);
 
  private:

@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -16,6 +20,9 @@
 #include "io/timing_file.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
+#include "model/tp.hpp"
+#include "parallel/zero3.hpp"
+#include "train/optimizer.hpp"
 
 namespace lct {
 namespace {
@@ -135,6 +142,104 @@ TEST(CheckpointIo, TokenizerModelIsWrittenOnceAndReadBackOnEveryRank) {
   EXPECT_EQ(s.tokenizer.type, "bpe");
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank_of() == 0) fs::remove_all(dir);
+}
+
+// Every tensor and both moments of a checkpoint whose ranks each write only what they own
+// (ZeRO-3 pieces, ZeRO-1/2 moment ranges, tp slices, replicated data by one rank) equal, bit
+// for bit, the checkpoint rank 0 writes alone from the same state held whole (the write
+// before ranks wrote their own parts: everything gathered first).
+TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
+  const std::string dir = shared_dir("parts");
+  const int r = rank_of(), n = size_of();
+  ModelConfig c;  // tiny, with every degree up to 4 dividing heads, KV heads, I and vocabulary
+  c.vocab_size = 4 * 75;
+  c.hidden_size = 64;
+  c.intermediate_size = 4 * 11;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.max_position_embeddings = 256;
+  const ParamLayout full = ParamLayout::llama(c);
+  std::vector<float> p(full.total), m(full.total), v(full.total);
+  for (size_t i = 0; i < full.total; ++i) {  // distinct bits everywhere, the same on every rank
+    p[i] = float(std::sin(double(i)));
+    m[i] = float(std::cos(double(i))) * 1e-3f;
+    v[i] = float(i % 1013) * 1e-7f + 1e-9f;
+  }
+  TrainState s;
+  s.step = 3;
+  // The reference: rank 0 alone, whole arrays.
+  const std::string ref = dir + "/gathered.h5";
+  if (r == 0)
+    write_checkpoint(ref, {&c, &full, p.data(), m.data(), v.data(), s, {1, 1, 1, 64, 1, 1, ""}, {0, 0, 0, 0}},
+                     {}, MPI_COMM_SELF);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto read_all = [&](const std::string& path, const RunLayout& run, int world_rank, const RankState& rs) {
+    std::vector<float> a(full.total), b(full.total), d(full.total);
+    RunLayout saved;
+    read_checkpoint(path, c, full, {a.data(), b.data(), d.data()}, run, world_rank, rs, &saved);
+    return std::vector<std::vector<float>>{a, b, d};
+  };
+  const auto want = read_all(ref, {1, 1, 1, 64, 1, 1, ""}, 0, {0, 0, 0, 0});
+  struct Case {
+    const char* name;
+    int tp;     // the tp group: consecutive ranks
+    int zero;   // over the other ranks (dp x cp): 0, 1 (moment ranges) or 3 (pieces)
+  };
+  for (const Case& k : {Case{"zero 3", 1, 3}, Case{"zero 1", 1, 1}, Case{"tp", n, 0},
+                        Case{"tp 2 x zero 3", n % 2 == 0 ? 2 : 1, 3}, Case{"tp 2 x zero 1", n % 2 == 0 ? 2 : 1, 1}}) {
+    const TpSplit tp{k.tp, r % k.tp};
+    MPI_Comm shard_comm;  // the ranks of one tp index
+    MPI_Comm_split(MPI_COMM_WORLD, tp.rank, r, &shard_comm);
+    int shard = 0, shards = 1;
+    MPI_Comm_rank(shard_comm, &shard);
+    MPI_Comm_size(shard_comm, &shards);
+    const ParamLayout local = ParamLayout::llama(c, k.tp);
+    std::vector<float> lp(local.total), lm(local.total), lv(local.total);
+    tp_take_local(full, local, tp, p.data(), lp.data());
+    tp_take_local(full, local, tp, m.data(), lm.data());
+    tp_take_local(full, local, tp, v.data(), lv.data());
+    const std::vector<Shard> all{{0, local.total}}, none;
+    const std::vector<Shard>& replica = shard == 0 ? all : none;
+    std::vector<float> sp, sm, sv;  // this rank's pieces, back to back
+    std::vector<Shard> pieces;
+    std::unique_ptr<MpiParamShards> z3;
+    CheckpointParts parts{&local, tp, {lp.data(), replica}, {lm.data(), replica}, {lv.data(), replica},
+                          lp.data(), local.total};
+    if (k.zero == 3) {
+      z3 = std::make_unique<MpiParamShards>(shard_comm, local, c);
+      using Pair = std::pair<std::vector<float>*, std::vector<float>*>;
+      for (auto [whole, mine] : {Pair{&lp, &sp}, Pair{&lm, &sm}, Pair{&lv, &sv}}) {
+        mine->resize(z3->size());
+        z3->take_mine(whole->data(), mine->data());
+      }
+      pieces = z3->pieces();
+      parts.params = {sp.data(), pieces};
+      parts.exp_avg = {sm.data(), pieces};
+      parts.exp_avg_sq = {sv.data(), pieces};
+    } else if (k.zero == 1) {
+      const std::vector<size_t> b = shard_bounds(local.total, shards);
+      pieces = {{b[size_t(shard)], b[size_t(shard) + 1]}};
+      sm.assign(lm.begin() + long(pieces[0].begin), lm.begin() + long(pieces[0].end));
+      sv.assign(lv.begin() + long(pieces[0].begin), lv.begin() + long(pieces[0].end));
+      parts.exp_avg = {sm.data(), pieces};
+      parts.exp_avg_sq = {sv.data(), pieces};
+    }
+    const std::string path = dir + "/parts.h5";
+    const RunLayout run{n, n, 1, 64, 1, 1, ""};
+    CheckpointView view{&c, &full, nullptr, nullptr, nullptr, s, run, {r, 0, 0, 0}, &parts};
+    write_checkpoint(path, view, {}, MPI_COMM_WORLD);
+    const auto got = read_all(path, run, r, {r, 0, 0, 0});
+    for (size_t a = 0; a < 3; ++a)
+      EXPECT_EQ(std::memcmp(got[a].data(), want[a].data(), full.total * sizeof(float)), 0)
+          << k.name << ": array " << a << " (params, exp_avg, exp_avg_sq)";
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r == 0) fs::remove(path);
+    z3.reset();
+    MPI_Comm_free(&shard_comm);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == 0) fs::remove_all(dir);
 }
 
 TEST(CheckpointIo, FullDiskFailsOnEveryRankAndLeavesTheOldFile) {

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "model/init.hpp"
 #include "model/params.hpp"
+#include "model/tp.hpp"
 #include "sys/memory.hpp"
 #include "train/optimizer.hpp"
 
@@ -197,5 +198,63 @@ TEST(AdamW, PackedPiecesUpdateBitwiseLikeTheWholeArray) {
   EXPECT_EQ(pw, merged);
   EXPECT_NE(pw, p0);
 }
+// A rank's range of the flat layout (a ZeRO shard: any run of entries, starting and ending
+// mid-row) as blocks of the whole tensor (what a checkpoint writes as hyperslabs).
+TEST(CheckpointBlocks, FlatRangesMapToRowsAndColumnsOfTheWholeTensor) {
+  ModelConfig c = model_preset("tiny");  // C 64, I 176, 4 heads / 2 KV heads of 16
+  c.vocab_size = 260;
+  const ParamLayout full = ParamLayout::llama(c), half = ParamLayout::llama(c, 2);
+  auto w = [&](const char* n) { return *full.find(n); };
+  auto l = [&](const char* n) { return *half.find(n); };
+  using B = std::vector<TensorBlock>;
+  const TpSplit one{1, 0}, second{2, 1};
+  const char* q = "model.layers.0.self_attn.q_proj.weight";  // [64, 64]; tp 2: rows
+  const char* o = "model.layers.0.self_attn.o_proj.weight";  // [64, 64]; tp 2: columns
+  const char* down = "model.layers.1.mlp.down_proj.weight";   // [64, 176]; tp 2: columns
+  const char* norm = "model.layers.1.input_layernorm.weight"; // [64], replicated
+  const char* embed = "model.embed_tokens.weight";            // [260, 64]; tp 2: rows
+  // Mid-row to mid-row: the rest of row 1, row 2, the start of row 3.
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 70, 200), (B{{1, 6, 1, 58}, {2, 0, 1, 64}, {3, 0, 1, 8}}));
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 5, 9), (B{{0, 5, 1, 4}}));        // inside one row
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 64, 192), (B{{1, 0, 2, 64}}));    // whole rows
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 70, 128), (B{{1, 6, 1, 58}}));    // to a row's end
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 64, 130), (B{{1, 0, 1, 64}, {2, 0, 1, 2}}));
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 10, 10), B{});                    // empty ranges
+  EXPECT_EQ(tp_blocks(w(q), w(q), one, 20, 10), B{});
+  EXPECT_THROW(tp_blocks(w(q), w(q), one, 0, 64 * 64 + 1), Error);
+  // tp rank 1 of 2: row-cut slices sit below rank 0's rows, column-cut ones right of its columns.
+  EXPECT_EQ(tp_blocks(w(q), l(q), second, 70, 200), (B{{33, 6, 1, 58}, {34, 0, 1, 64}, {35, 0, 1, 8}}));
+  EXPECT_EQ(tp_blocks(w(o), l(o), second, 40, 100), (B{{1, 40, 1, 24}, {2, 32, 1, 32}, {3, 32, 1, 4}}));
+  EXPECT_EQ(tp_blocks(w(down), l(down), second, 0, 64 * 88), (B{{0, 88, 64, 88}}));
+  EXPECT_EQ(tp_blocks(w(embed), l(embed), second, 0, 130 * 64), (B{{130, 0, 130, 64}}));
+  EXPECT_EQ(tp_blocks(w(norm), l(norm), second, 10, 30), (B{{10, 0, 20, 1}}));  // 1-D: [64, 1]
+
+  // Every tensor, both tp ranks (and tp 1), ranges cut at odd places: the blocks, read in
+  // row-major order out of the whole array, are exactly the slice's entries a..b.
+  std::vector<float> whole(full.total);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = float(i);
+  for (int tp : {1, 2})
+    for (int r = 0; r < tp; ++r) {
+      const ParamLayout& lay = tp == 1 ? full : half;
+      std::vector<float> mine(lay.total);
+      tp_take_local(full, lay, {tp, r}, whole.data(), mine.data());
+      for (size_t t = 0; t < full.tensors.size(); ++t) {
+        const TensorSpec &wt = full.tensors[t], &lt = lay.tensors[t];
+        const int64_t X = wt.shape.size() == 2 ? wt.shape[1] : 1;
+        for (size_t a : {size_t(0), size_t(1), size_t(37), lt.numel / 3})
+          for (size_t b : {a, a + 1, a + 95, lt.numel - 7, lt.numel}) {
+            if (b > lt.numel) continue;
+            size_t k = a;
+            for (const TensorBlock& blk : tp_blocks(wt, lt, {tp, r}, a, b))
+              for (int64_t i = 0; i < blk.rows; ++i)
+                for (int64_t j = 0; j < blk.cols; ++j, ++k)
+                  ASSERT_EQ(whole[wt.offset + size_t((blk.row + i) * X + blk.col + j)], mine[lt.offset + k])
+                      << wt.name << " tp " << tp << " rank " << r << " [" << a << ", " << b << ")";
+            EXPECT_EQ(k, std::max(a, b)) << wt.name << " [" << a << ", " << b << ")";
+          }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace lct
