@@ -343,7 +343,11 @@ def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
     checkpoint and print exit code 85, and Open MPI's mpirun itself returns 1; --resume auto
     then continues. If a later Open MPI returns 85, this fails and the README must change."""
     fixture()
-    args = ["--steps", "3000", "--cp", "2", "--checkpoint-every", "1000"]
+    # --log-every 100: the tiny model's steps take about a millisecond. With a line per step
+    # (a thousand lines a second through mpirun's output forwarding) the ranks were killed
+    # before their checkpoint on a quiet machine, twice in a row; with fewer lines they stop
+    # cleanly. A real step takes seconds, so it prints a line every few seconds.
+    args = ["--steps", "3000", "--cp", "2", "--checkpoint-every", "1000", "--log-every", "100"]
     p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2)
     wait_for_step("r")
     p.send_signal(signal.SIGTERM)
