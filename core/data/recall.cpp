@@ -22,8 +22,10 @@ constexpr double kQuestionFraction = 0.5;
 constexpr uint64_t kMaxGap = 48;
 constexpr int kNameLetters = 4;
 
+// "The door key is ": what a statement and a plain recall say before the key.
+std::string key_is(const std::string& name) { return "The " + name + " key is "; }
 std::string statement(const std::string& name, const std::string& key) {
-  return "The " + name + " key is " + key + ". ";
+  return key_is(name) + key + ". ";
 }
 std::string question(const std::string& name) {
   return "What is the " + name + " key? The " + name + " key is ";
@@ -80,7 +82,7 @@ TokenDataset make_recall_dataset(const RecallSpec& spec,
     std::string text;
     size_t phase = size_t(rng.below(passkey_filler_period()));
     const auto recall = [&](size_t i, bool as_question) {
-      text += as_question ? question(names[i]) : "The " + names[i] + " key is ";
+      text += as_question ? question(names[i]) : key_is(names[i]);
       for (int32_t k = 0; k < spec.key_digits; ++k) answers.push_back(text.size() + size_t(k));
       text += keys[i];
     };
