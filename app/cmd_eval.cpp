@@ -86,7 +86,7 @@ void print_passkey_table(const EvalResult& r, std::ostream& out) {
   };
   row("  all", [&](size_t l) { return passkey_cell(sum(t.correct, l), sum(t.total, l)); },
       passkey_cell(r.keys_retrieved(), r.keys_asked()));
-  out << split;
+  out << "  answer tokens right, " << answer_places_summary(r) << "\n" << split;
 }
 
 // The table as [lengths x depth buckets] arrays of --out (h5py reads them as they are).
@@ -214,6 +214,11 @@ int cmd_eval(Context& ctx) {
       arrays.push_back({"passkey/retrieved", {int64_t(got_v.size())}, {}, got_v, {}});
       arrays.push_back({"passkey/rate", {int64_t(rate.size())}, {}, {}, rate});
       add_passkey_table_arrays(r.passkey, arrays);
+      const int64_t places = int64_t(r.answer_tokens.size());
+      arrays.push_back({"passkey/answer_tokens", {places}, {}, std::vector<int32_t>(r.answer_tokens.begin(), r.answer_tokens.end()), {},
+                        {{"description", "answer tokens scored, by place in the key (0 = first digit)"}}});
+      arrays.push_back({"passkey/answer_right", {places}, {}, std::vector<int32_t>(r.answer_right.begin(), r.answer_right.end()), {},
+                        {{"description", "of those, how many had the right greedy prediction"}}});
     }
     write_array_file(o.out, arrays,
                      {{"lctrain_file", std::string("eval")}, {"format_version", int64_t(1)},

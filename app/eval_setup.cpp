@@ -1,6 +1,9 @@
 #include "app/eval_setup.hpp"
 
+#include <cmath>
 #include <cstdio>
+
+#include "common/error.hpp"
 
 #include "parallel/world.hpp"
 
@@ -15,13 +18,20 @@ EvalCp mpi_eval_cp(MPI_Comm comm, CpSplit split, int64_t group, MpiStepReducer& 
           }};
 }
 
+std::string answer_places_summary(const EvalResult& r) {
+  std::string out = "by digit";
+  for (size_t k = 0; k < r.answer_tokens.size(); ++k)
+    out += cat(" ", int(std::lround(100.0 * double(r.answer_right[k]) / double(r.answer_tokens[k]))), "%");
+  return out;
+}
+
 std::string passkey_summary(const EvalResult& r) {
   const int64_t asked = r.keys_asked(), got = r.keys_retrieved();
   if (asked == 0) return "";
   char s[96];
   std::snprintf(s, sizeof s, "passkeys %lld/%lld (%.1f%%)", (long long)got, (long long)asked,
                 100.0 * double(got) / double(asked));
-  return s;
+  return cat(s, ", ", answer_places_summary(r));
 }
 
 }  // namespace lct

@@ -17,5 +17,8 @@ EvalCp mpi_eval_cp(MPI_Comm comm, CpSplit split, int64_t group, MpiStepReducer& 
 
 // "passkeys 12/16 (75.0%)", or "" when the data has none.
 std::string passkey_summary(const EvalResult& r);
+// "by digit 98% 61% ...": the share of answer tokens right at each place in the key (partial
+// credit: the first digit is learnt by its place, the others only by copying from the needle).
+std::string answer_places_summary(const EvalResult& r);
 
 }  // namespace lct

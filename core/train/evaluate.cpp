@@ -118,9 +118,18 @@ EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64
           r.split_docs += sp.start_in_doc == 0;
         } else {
           const int64_t a = at + ds.passkey.answer_offset[size_t(d)];
+          const size_t n_answer = size_t(ds.passkey.answer_length[size_t(d)]);
+          if (r.answer_tokens.size() < n_answer) {
+            r.answer_tokens.resize(n_answer, 0);
+            r.answer_right.resize(n_answer, 0);
+          }
           bool ok = true;
-          for (int64_t k = 0; k < ds.passkey.answer_length[size_t(d)]; ++k)
-            ok = ok && argmax[size_t(a + k - 1)] == b.tokens[size_t(a + k)];
+          for (size_t k = 0; k < n_answer; ++k) {
+            const bool right = argmax[size_t(a) + k - 1] == b.tokens[size_t(a) + k];
+            ++r.answer_tokens[k];
+            r.answer_right[k] += right;
+            ok = ok && right;
+          }
           const double depth = ds.passkey.depth[size_t(d)];
           const int bucket = passkey_depth_bucket(depth, EvalResult::kBuckets);
           ++r.asked[bucket];

@@ -40,6 +40,9 @@ struct EvalResult {
   int64_t asked[kBuckets] = {0}, retrieved[kBuckets] = {0};
   int64_t split_docs = 0;  // passkey documents longer than a sequence: not scored
   PasskeyTable passkey;    // asked/retrieved again, by document length too
+  // Partial credit, for watching retrieval being learnt: answer tokens by their place in the
+  // answer (0 = the first digit), and how many of them had the right argmax.
+  std::vector<int64_t> answer_tokens, answer_right;
   double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
   int64_t keys_asked() const;      // over every depth
   int64_t keys_retrieved() const;

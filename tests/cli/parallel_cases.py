@@ -468,7 +468,8 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
     def table(path):
         with h5py.File(path, "r") as f:
             g = f["passkey"]
-            return {k: g[k][:] for k in ("lengths", "depth_edges", "correct", "total", "accuracy")}, dict(f.attrs)
+            return {k: g[k][:] for k in ("lengths", "depth_edges", "correct", "total", "accuracy",
+                                         "answer_tokens", "answer_right")}, dict(f.attrs)
     runs = {}
     for cp in (1, 2):
         p = ok("--oversubscribe", "eval", "--model", model, "--data", "k.h5", "--seq-len", "600", "--batch-size", "3",
@@ -479,6 +480,7 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
         assert lines[1].split() == ["256", "tokens", "400", "tokens", "600", "tokens", "all", "lengths"], lines
         assert [l.split()[1] for l in lines[2:7]] == ["0-", "20-", "40-", "60-", "80-100%"], lines
         assert lines[7].split()[0] == "all", lines
+        assert lines[8].startswith("  answer tokens right, by digit ") and lines[8].endswith("%"), lines
     t, attrs = runs[1]
     print("\n".join(lines))
     assert list(t["lengths"]) == [256, 400, 600] and t["total"].shape == t["correct"].shape == (3, 5), t
@@ -489,8 +491,11 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
     seen = t["total"] > 0
     assert np.allclose(t["accuracy"][seen], t["correct"][seen] / t["total"][seen])
     assert np.all(np.isnan(t["accuracy"][~seen]))
+    # Partial credit by place in the key: 1-digit keys, so the first (only) place's right
+    # answers are exactly the keys retrieved.
+    assert list(t["answer_tokens"]) == [30] and t["answer_right"][0] == t["correct"].sum(), t
     t2 = runs[2][0]
-    for k in ("lengths", "correct", "total"):
+    for k in ("lengths", "correct", "total", "answer_tokens", "answer_right"):
         assert np.array_equal(t2[k], t[k]), (k, t2[k], t[k])
     # One length (--doc-length, as before): the same table with one column and no "all lengths".
     ok("prepare", "--synthetic", "passkey", "--num-docs", "4", "--doc-length", "300", "-o", "one.h5")
