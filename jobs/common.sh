@@ -1,6 +1,12 @@
 # Shared by the jobs/*.sbatch scripts (sourced, not run). Everything can be overridden from
 # the environment at sbatch time (sbatch exports it), e.g.
 #   LCT_RUN_DIR=/scratch/me/run1 LCT_CP=4 sbatch jobs/one_node.sbatch
+# Parallel degrees and sharding, passed as lctrain's flags (cp x dp x tp = the tasks):
+#   LCT_TP    --tp, tensor parallelism: every layer split over LCT_TP neighbouring ranks (1)
+#   LCT_CP    --cp, context parallelism (the tasks / LCT_TP)
+#   LCT_DP    --dp, data parallelism (0: the tasks / (cp x tp))
+#   LCT_ZERO  --zero, the ZeRO stage 0-3 over the dp x cp ranks (0)
+#   LCT_TP=2 LCT_ZERO=1 sbatch --ntasks=8 jobs/one_node.sbatch     # tp 2 x cp 4, moments sharded
 # Paths are relative to the directory sbatch was called from: submit from the repository.
 set -euo pipefail
 LCT_ROOT=${LCT_ROOT:-${SLURM_SUBMIT_DIR:-$(pwd)}}
@@ -12,8 +18,10 @@ LCT_MODEL=${LCT_MODEL:-$LCT_WORK/model.h5}
 LCT_DATA=${LCT_DATA:-$LCT_WORK/passkey.h5}
 LCT_RUN_DIR=${LCT_RUN_DIR:-$LCT_WORK/run-${SLURM_JOB_NAME:-job}}
 # Parallel degrees: flags of lctrain, with Slurm's task count as the default.
-LCT_CP=${LCT_CP:-${SLURM_NTASKS:-1}}
-LCT_DP=${LCT_DP:-0}                                   # 0: ranks / cp
+LCT_TP=${LCT_TP:-1}
+LCT_CP=${LCT_CP:-$(( ${SLURM_NTASKS:-1} / (LCT_TP > 0 ? LCT_TP : 1) ))}
+LCT_DP=${LCT_DP:-0}                                   # 0: ranks / (cp x tp)
+LCT_ZERO=${LCT_ZERO:-0}
 read -r -a LCT_EXTRA <<< "${LCT_TRAIN_ARGS:-}"         # more train flags, e.g. "--steps 2000"
 
 [ -x "$LCTRAIN" ] || { echo "lctrain not found at $LCTRAIN: build it (bash jobs/quickstart.sh run) or set LCTRAIN" >&2; exit 1; }
@@ -40,7 +48,8 @@ launch() {
 # TRAIN_ARGS: the train command line from the settings above (call again after changing them).
 train_args() {
   TRAIN_ARGS=(--config "$LCT_CONFIG" train --model "$LCT_MODEL" --data "$LCT_DATA"
-              --run-dir "$LCT_RUN_DIR" --cp "$LCT_CP" --dp "$LCT_DP" "${LCT_EXTRA[@]}")
+              --run-dir "$LCT_RUN_DIR" --cp "$LCT_CP" --dp "$LCT_DP" --tp "$LCT_TP" --zero "$LCT_ZERO"
+              "${LCT_EXTRA[@]}")
 }
 
 # Seconds left in this job ("squeue %L": [D-]HH:MM:SS, MM:SS, or UNLIMITED).

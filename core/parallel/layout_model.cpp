@@ -42,11 +42,13 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // The larger of what start-up and checkpoints hold besides: the model file's fp32 weights
   // until the model has copied them (ZeRO-3 takes its shard and frees them first), or, under
   // a sharded optimizer, both moments gathered whole for a checkpoint (ZeRO-3: the weights too).
-  // --tp: the model file's whole weights at start-up, and a checkpoint gathers the weights and
-  // both moments whole.
+  // --tp: a resume (cmd_train) reads the weights and both moments whole (3 whole copies), then
+  // cuts this rank's slices of the two moments into buffers of its own (2 P) while the whole
+  // copies are still held; the most a rank holds besides the model, under every ZeRO stage.
+  // (A fresh start holds only the model file's weights and one slice of them: less.)
   const double P = double(layout.total) * 4, whole = double(ParamLayout::llama(mc).total) * 4;
   const bool sharded = l.ranks_sharing_state() > 1;
-  r.transient = l.tp > 1 ? 3 * whole + (sharded ? 2 * P : 0) : !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
+  r.transient = l.tp > 1 ? 3 * whole + 2 * P : !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
   r.process = l.process_bytes;
   return r;
 }

@@ -298,7 +298,9 @@ def parallel_tp_matches_one_rank_losses_and_moments():
     """--tp (Megatron: heads, KV heads, SwiGLU rows and vocabulary rows split over the tp
     ranks, which see the same tokens) alone and with cp, dp and --zero 1/2/3: 5 losses within
     1e-5 of one rank, and the AdamW moments after the first and the fifth step (gathered
-    whole from the tp slices into the checkpoints) equal to one rank's."""
+    whole from the tp slices into the checkpoints) equal to one rank's. The dp 2 x tp 2
+    --zero 3 checkpoint (each rank wrote its ZeRO-3 pieces of its tp slices) is a model file:
+    eval gives the one-rank checkpoint's loss of the same step to 1e-5, inspect shows it."""
     keep = tp_models()
     ref, ref4 = timing("onev")[0]["loss"], timing("onek4")[0]["loss"]
     for name, ranks, degrees, model, one in [
@@ -317,6 +319,12 @@ def parallel_tp_matches_one_rank_losses_and_moments():
             assert_same_moments(one, name, f"--tp {name}", step)
         steps = timing(name)[0]
         assert np.all(steps["rank_bytes_sent"] > 0), steps["rank_bytes_sent"]
+    # The weights, not only the moments: a slice or ZeRO piece written to the wrong place
+    # changes the loss far beyond 1e-5.
+    assert_checkpoint_evaluates_as("onev", "tp2dp2_z3", "--tp 2 x dp 2 --zero 3")
+    p = ok("inspect", "tp2dp2_z3/checkpoints/step_00000005.h5")
+    assert "all tensors present, shapes and checksums verified" in p.stdout, p.stdout
+    assert re.search(r"^\s+step\s+5$", p.stdout, re.M) and re.search(r"^\s+world_size\s+4$", p.stdout, re.M), p.stdout
 
 
 @case

@@ -7,7 +7,10 @@
 //    micro-batch with the whole model's loss and gradients (gathered whole), for untied and
 //    tied embeddings, fp32 with every checkpointing policy, with and without sequence
 //    parallelism (the residual stream's rows split over the group), and in bf16;
-//  - tp_take_local then tp_gather_whole gives back the whole array, bit for bit.
+//  - tp_take_local then tp_gather_whole gives back the whole array, bit for bit;
+//  - the memory estimate (layout_model) counts a rank's slices of the state and, under tp,
+//    what a resume holds besides: the whole weights and moments it reads and the rank's
+//    slices of the moments cut from them.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -19,7 +22,9 @@
 #include "model/init.hpp"
 #include "model/llama.hpp"
 #include "model/tp.hpp"
+#include "parallel/layout_model.hpp"
 #include "parallel/tp_comm_mpi.hpp"
+#include "parallel/zero3.hpp"
 #include "test_isa.hpp"
 #include "test_docs.hpp"
 
@@ -144,6 +149,50 @@ TEST(Tp, ModelOverSlicesTrainsTheWholeModelsLossAndGradients) {
     const size_t plain = LlamaModel::memory(c, shape, 1, tp.size()).activations;
     shape.sequence_parallel = true;
     EXPECT_LT(LlamaModel::memory(c, shape, 1, tp.size()).activations, plain);
+  }
+}
+
+// Process-local (every rank computes the same). Measured on the 30m preset (README, Tensor
+// parallelism): a tp 2 resume peaked 101 MiB above the estimate that left out the moments'
+// slices (2 P), one within 1% of it with them.
+TEST(Tp, MemoryEstimateCountsTheSlicesAndWhatAResumeHoldsWhole) {
+  const ModelConfig c = tp_config(false);
+  const ModelShape shape{256, 256, Checkpointing::None, {32, 32}, test_isa()};
+  const double whole = double(ParamLayout::llama(c).total) * 4;
+  auto estimate = [&](int64_t tp, int64_t dp, int64_t zero) {
+    Layout l;
+    l.ranks_per_node = tp * dp;
+    l.tp = tp;
+    l.dp = dp;
+    l.zero = zero;
+    l.seq_len = 256;
+    return estimate_rank_memory(c, shape, l);
+  };
+  // Without tp, as before: the model file's weights (zero 0), the moments read whole (zero 1),
+  // and the weights too (zero 3).
+  EXPECT_EQ(estimate(1, 1, 0).transient, whole);
+  EXPECT_EQ(estimate(1, 2, 1).transient, 2 * whole);
+  EXPECT_EQ(estimate(1, 2, 3).transient, 3 * whole);
+  const RankMemory one = estimate(1, 1, 0);
+  for (const int64_t tp : {int64_t(2), int64_t(4)}) {
+    const ParamLayout local = ParamLayout::llama(c, int(tp));
+    const double P = double(local.total) * 4;
+    EXPECT_GT(P, whole / double(tp));  // the norms stay whole on every rank
+    EXPECT_LT(P, whole / double(tp) * 1.05);
+    const RankMemory m = estimate(tp, 1, 0);
+    EXPECT_EQ(m.params_grads, 2 * P) << "tp " << tp;
+    EXPECT_EQ(m.optimizer, 2 * P) << "tp " << tp;
+    EXPECT_LT(m.activations, one.activations) << "tp " << tp;
+    EXPECT_EQ(m.transient, 3 * whole + 2 * P) << "tp " << tp;
+    // ZeRO over dp 2 of the slices: the moments (and under stage 3 the parameters) split
+    // again; a resume still reads everything whole.
+    for (const int64_t zero : {int64_t(1), int64_t(2), int64_t(3)}) {
+      const RankMemory z = estimate(tp, 2, zero);
+      EXPECT_EQ(z.optimizer, P) << "tp " << tp << " zero " << zero;
+      EXPECT_EQ(z.transient, 3 * whole + 2 * P) << "tp " << tp << " zero " << zero;
+      EXPECT_EQ(z.params_grads, zero == 3 ? double(MpiParamShards::bytes_for(local, c, 2)) : 2 * P)
+          << "tp " << tp << " zero " << zero;
+    }
   }
 }
 
