@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/error.hpp"
+#include "common/finite.hpp"
 #include "io/atomic.hpp"
 #include "io/file_kind.hpp"
 #include "io/model_schema.hpp"
@@ -101,6 +102,54 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Checkpoint
   h5::write_provenance(f, prov);
 }
 
+// Tensor i of `a`: this rank's blocks of it (the same as write_part's, but every rank reads
+// all it keeps, replicated tensors included), read straight into a.data after checking the
+// dataset's dtype and shape. Returns how many of the values read are not finite.
+NonFinite read_part(const h5::File& f, const std::string& name, size_t i, const ModelConfig& config,
+                    const ParamLayout& whole, const CheckpointTargets& p, const ArrayTarget& a) {
+  const TensorSpec& w = whole.tensors[i];
+  const TensorSpec& l = p.local->tensors.at(i);
+  check_tensor(f, name, w, config);
+  std::vector<h5::Block> blocks;
+  std::vector<std::pair<size_t, size_t>> runs;  // [at, at + n) of a.data read here
+  size_t at = 0;  // where range r starts in a.data
+  for (const Shard& r : a.ranges) {
+    const size_t lo = std::max(r.begin, l.offset), hi = std::min(r.end, l.offset + l.numel);
+    if (lo < hi) {
+      size_t m = at + (lo - r.begin);
+      runs.push_back({m, hi - lo});
+      for (const TensorBlock& b : tp_blocks(w, l, p.tp, lo - l.offset, hi - l.offset)) {
+        blocks.push_back({b.row, b.col, b.rows, b.cols, m});
+        m += size_t(b.rows * b.cols);
+      }
+    }
+    at += r.size();
+  }
+  h5::read_blocks(f, f.h, name, w.shape, a.data, blocks);
+  NonFinite bad;
+  for (const auto& [start, n] : runs) {
+    const NonFinite c = count_non_finite(a.data + start, n);
+    bad.nan += c.nan;
+    bad.inf += c.inf;
+  }
+  return bad;
+}
+
+// Every tensor of `a` under `prefix`; the counts of non-finite values read, per tensor.
+std::vector<NonFinite> read_parts(const h5::File& f, const std::string& prefix, const ModelConfig& config,
+                                  const ParamLayout& whole, const CheckpointTargets& p,
+                                  const ArrayTarget& a) {
+  std::vector<NonFinite> bad;
+  for (size_t i = 0; i < whole.tensors.size(); ++i)
+    bad.push_back(read_part(f, prefix + whole.tensors[i].name, i, config, whole, p, a));
+  return bad;
+}
+
+CheckpointTargets whole_targets(const ParamLayout& layout, float* p, float* m, float* v) {
+  const std::vector<Shard> all{{0, layout.total}};
+  return {&layout, {1, 0}, {p, p ? all : std::vector<Shard>{}}, {m, m ? all : std::vector<Shard>{}},
+          {v, v ? all : std::vector<Shard>{}}};
+}
 
 TrainState read_state(const h5::Handle& g, const std::string& w) {
   TrainState s;
@@ -169,7 +218,7 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
 }
 
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
-                           const ParamLayout& layout, const CheckpointBuffers& out,
+                           const ParamLayout& layout, const CheckpointTargets& out,
                            const RunLayout& run, int world_rank, const RankState& rank,
                            RunLayout* saved) {
   h5::File f = h5::File::open_read(path, "checkpoint");
@@ -214,13 +263,22 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
          rank.cp_rank, ") with the run at ", s.data_epoch, ":", s.data_cursor,
          "; the ranks must keep their places to resume: launch the same way as before");
 
-  read_tensors(f, "", c, layout, out.params);
-  read_tensors(f, kAvg, c, layout, out.exp_avg);
-  read_tensors(f, kAvgSq, c, layout, out.exp_avg_sq);
-  check_finite_tensors(f, "", layout, out.params);
-  check_finite_tensors(f, kAvg, layout, out.exp_avg);
-  check_finite_tensors(f, kAvgSq, layout, out.exp_avg_sq);
+  const auto bad_p = read_parts(f, "", c, layout, out, out.params);
+  const auto bad_m = read_parts(f, kAvg, c, layout, out, out.exp_avg);
+  const auto bad_v = read_parts(f, kAvgSq, c, layout, out, out.exp_avg_sq);
+  check_finite_counts(f, "", layout, bad_p);
+  check_finite_counts(f, kAvg, layout, bad_m);
+  check_finite_counts(f, kAvgSq, layout, bad_v);
   return s;
+}
+
+TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
+                           const ParamLayout& layout, const CheckpointBuffers& out,
+                           const RunLayout& run, int world_rank, const RankState& rank,
+                           RunLayout* saved) {
+  return read_checkpoint(path, expected, layout,
+                         whole_targets(layout, out.params, out.exp_avg, out.exp_avg_sq), run,
+                         world_rank, rank, saved);
 }
 
 std::optional<TrainState> read_checkpoint_state(const std::string& path) {
@@ -231,15 +289,20 @@ std::optional<TrainState> read_checkpoint_state(const std::string& path) {
   return read_state(h5::open_group(f, "train_state"), h5::where(f, "train_state"));
 }
 
-void read_checkpoint_moments(const std::string& path, const ParamLayout& layout, float* exp_avg,
-                             float* exp_avg_sq) {
+void read_checkpoint_moments(const std::string& path, const ParamLayout& layout,
+                             const CheckpointTargets& out) {
   h5::File f = h5::File::open_read(path, "checkpoint");
   h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
   const ModelConfig c = read_model_config(f);
-  read_tensors(f, kAvg, c, layout, exp_avg);
-  read_tensors(f, kAvgSq, c, layout, exp_avg_sq);
-  check_finite_tensors(f, kAvg, layout, exp_avg);
-  check_finite_tensors(f, kAvgSq, layout, exp_avg_sq);
+  const auto bad_m = read_parts(f, kAvg, c, layout, out, out.exp_avg);
+  const auto bad_v = read_parts(f, kAvgSq, c, layout, out, out.exp_avg_sq);
+  check_finite_counts(f, kAvg, layout, bad_m);
+  check_finite_counts(f, kAvgSq, layout, bad_v);
+}
+
+void read_checkpoint_moments(const std::string& path, const ParamLayout& layout, float* exp_avg,
+                             float* exp_avg_sq) {
+  read_checkpoint_moments(path, layout, whole_targets(layout, nullptr, exp_avg, exp_avg_sq));
 }
 
 }  // namespace lct

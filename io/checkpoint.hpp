@@ -83,16 +83,42 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
 // Bytes a checkpoint of `layout` takes on disk, roughly (for a free-space check).
 double checkpoint_bytes(const ParamLayout& layout);
 
-struct CheckpointBuffers {  // each of layout.total floats
+// What one rank reads of one array: the read-side twin of ArrayPart (`ranges` of the rank's
+// layout, ascending, read back to back into `data`).
+struct ArrayTarget {
+  float* data = nullptr;
+  std::vector<Shard> ranges;
+};
+
+// A rank's own share of a checkpoint, read straight out of the whole tensors into the buffers
+// that keep it: the same blocks the writers place (tp_blocks of its `ranges` of `local`), so
+// a rank never holds a whole tensor it does not keep. Unlike the write, every rank reads all
+// it keeps: the norms on every tp rank, replicated arrays (ZeRO 0 moments, parameters below
+// stage 3) on every replica. Which blocks are read depends on the reading run's layout
+// alone: the file holds full shapes, whatever degrees wrote it.
+struct CheckpointTargets {
+  const ParamLayout* local;
+  TpSplit tp;
+  ArrayTarget params, exp_avg, exp_avg_sq;
+};
+
+struct CheckpointBuffers {  // each of layout.total floats: everything, whole
   float* params;
   float* exp_avg;
   float* exp_avg_sq;
 };
 
-// Reads every tensor and verifies kind, format version, config (equal to `expected`),
-// shapes, checksums, the sequence length (equal to `run`'s) and, when the run is laid out
-// as the checkpoint was, this rank's row (`rank`'s mesh coordinates). Returns the training
-// state; *saved receives the layout the checkpoint was written with.
+// Verifies kind, format version, config (equal to `expected`), shapes, checksums (of the
+// chunks read), the sequence length (equal to `run`'s) and, when the run is laid out as the
+// checkpoint was, this rank's row (`rank`'s mesh coordinates), and reads this rank's `out`
+// (independently: each rank opens the file for itself; what it reads is checked finite).
+// Returns the training state; *saved receives the layout the checkpoint was written with.
+// `layout` is the whole (file) layout.
+TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
+                           const ParamLayout& layout, const CheckpointTargets& out,
+                           const RunLayout& run, int world_rank, const RankState& rank,
+                           RunLayout* saved);
+// The same, every tensor whole into `out`.
 TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
                            const ParamLayout& layout, const CheckpointBuffers& out,
                            const RunLayout& run, int world_rank, const RankState& rank,
@@ -102,9 +128,13 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
 // its tensors; nullopt for a model file (or any file that is not a checkpoint).
 std::optional<TrainState> read_checkpoint_state(const std::string& path);
 
-// A checkpoint's AdamW moments (each layout.total floats), checked (shapes, checksums,
-// finite) as read_checkpoint checks them; its run layout and ranks are not compared: a new
-// run starts from them (train --init-moments).
+// A checkpoint's AdamW moments: this rank's parts of them (out.exp_avg, out.exp_avg_sq; its
+// params target is ignored), checked (shapes, checksums, finite) as read_checkpoint checks
+// them; its run layout and ranks are not compared: a new run starts from them
+// (train --init-moments).
+void read_checkpoint_moments(const std::string& path, const ParamLayout& layout,
+                             const CheckpointTargets& out);
+// The same, whole (each layout.total floats).
 void read_checkpoint_moments(const std::string& path, const ParamLayout& layout, float* exp_avg,
                              float* exp_avg_sq);
 

@@ -418,6 +418,36 @@ void write_blocks(const File& f, hid_t loc, const std::string& name,
   agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": write failed (disk full or I/O error?)")));
 }
 
+void read_blocks(const File& f, hid_t loc, const std::string& name,
+                 const std::vector<int64_t>& shape, float* data, const std::vector<Block>& blocks) {
+  if (shape.size() > 2) fail(where(f, name), ": read_blocks takes 1-D and 2-D arrays");
+  hsize_t buffer = 0;
+  for (const Block& b : blocks)
+    if (b.rows > 0 && b.cols > 0) buffer = std::max<hsize_t>(buffer, b.at + hsize_t(b.rows * b.cols));
+  if (buffer == 0) return;  // nothing of this array here
+  Handle d(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) throw Error(with_reason(cat(where(f, name), ": cannot open dataset")));
+  Handle file(H5Dget_space(d), H5Sclose);
+  Handle mem(H5Screate_simple(1, &buffer, nullptr), H5Sclose);
+  bool ok = H5Sselect_none(file) >= 0 && H5Sselect_none(mem) >= 0;
+  bool first = true;
+  for (const Block& b : blocks) {
+    if (b.rows <= 0 || b.cols <= 0) continue;
+    // Row-major order on both sides, as write_blocks: value for value.
+    const H5S_seloper_t op = first ? H5S_SELECT_SET : H5S_SELECT_OR;
+    first = false;
+    const hsize_t start[2] = {hsize_t(b.row), hsize_t(b.col)}, count[2] = {hsize_t(b.rows), hsize_t(b.cols)};
+    const hsize_t at = b.at, n = hsize_t(b.rows * b.cols);
+    ok = ok && H5Sselect_hyperslab(file, op, start, nullptr, count, nullptr) >= 0 &&
+         H5Sselect_hyperslab(mem, op, &at, nullptr, &n, nullptr) >= 0;
+  }
+  if (!ok || H5Sget_select_npoints(file) != H5Sget_select_npoints(mem))
+    throw Error(with_reason(cat(where(f, name), ": bad selection of ", blocks.size(), " blocks")));
+  if (H5Dread(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data) < 0)
+    throw Error(with_reason(cat(where(f, name), ": read failed: the data is corrupt or ",
+                                "truncated (checksum or I/O error)")));
+}
+
 void write_rank_rows(const File& f, hid_t loc, const std::string& name,
                      const std::vector<int64_t>& row) {
   int ranks = 1;

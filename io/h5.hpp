@@ -121,6 +121,11 @@ struct Block {
 void write_blocks(const File& f, hid_t loc, const std::string& name,
                   const std::vector<int64_t>& shape, const float* data,
                   const std::vector<Block>& blocks);
+// The other way: `blocks` of a float32 1-D or 2-D array (as write_blocks lays them out) into
+// `data`, by this rank alone (an independent read; any file, parallel or not). Only the chunks
+// the blocks touch are read (and their checksums verified). The caller has checked the shape.
+void read_blocks(const File& f, hid_t loc, const std::string& name,
+                 const std::vector<int64_t>& shape, float* data, const std::vector<Block>& blocks);
 // Parallel file: a [ranks, row.size()] int64 dataset, row r written by rank r.
 void write_rank_rows(const File& f, hid_t loc, const std::string& name,
                      const std::vector<int64_t>& row);

@@ -38,38 +38,42 @@ ModelConfig read_model_config(const h5::File& f) {
   return c;
 }
 
+void check_tensor(const h5::File& f, const std::string& name, const TensorSpec& t,
+                  const ModelConfig& config) {
+  const h5::ArrayInfo info = h5::array_info(f, f.h, name);
+  if (info.type_class != H5T_FLOAT || info.type_size != 4)
+    fail("model file ", h5::where(f, name), ": dtype is ", info.dtype,
+         " but weights must be float32");
+  if (info.shape != t.shape)
+    fail("model file ", h5::where(f, name), ": shape is ", h5::shape_str(info.shape),
+         " but the config (hidden_size ", config.hidden_size, ", intermediate_size ",
+         config.intermediate_size, ", heads ", config.num_attention_heads, "/",
+         config.num_key_value_heads, ", vocab_size ", config.vocab_size, ") needs ",
+         h5::shape_str(t.shape));
+}
+
 void read_tensors(const h5::File& f, const std::string& prefix, const ModelConfig& config,
                   const ParamLayout& layout, float* out) {
   for (const TensorSpec& t : layout.tensors) {
     const std::string name = prefix + t.name;
-    const h5::ArrayInfo info = h5::array_info(f, f.h, name);
-    if (info.type_class != H5T_FLOAT || info.type_size != 4)
-      fail("model file ", h5::where(f, name), ": dtype is ", info.dtype,
-           " but weights must be float32");
-    if (info.shape != t.shape)
-      fail("model file ", h5::where(f, name), ": shape is ", h5::shape_str(info.shape),
-           " but the config (hidden_size ", config.hidden_size, ", intermediate_size ",
-           config.intermediate_size, ", heads ", config.num_attention_heads, "/",
-           config.num_key_value_heads, ", vocab_size ", config.vocab_size, ") needs ",
-           h5::shape_str(t.shape));
+    check_tensor(f, name, t, config);
     h5::read_array(f, f.h, name, out + t.offset);
   }
 }
 
-
-void check_finite_tensors(const h5::File& f, const std::string& prefix, const ParamLayout& layout,
-                          const float* values) {
+void check_finite_counts(const h5::File& f, const std::string& prefix, const ParamLayout& layout,
+                         const std::vector<NonFinite>& counts) {
   const TensorSpec* first = nullptr;
   NonFinite bad;
   size_t other_tensors = 0;
-  for (const TensorSpec& t : layout.tensors) {
-    const NonFinite c = count_non_finite(values + t.offset, t.numel);
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const NonFinite& c = counts.at(i);
     if (c.total() == 0) continue;
     if (first) {
       ++other_tensors;
       continue;
     }
-    first = &t;
+    first = &layout.tensors[i];
     bad = c;
   }
   if (!first) return;
@@ -78,6 +82,13 @@ void check_finite_tensors(const h5::File& f, const std::string& prefix, const Pa
   fail("'", f.path, "': tensor '", prefix + first->name, "' holds ", describe(bad), " among its ",
        first->numel, others, "; training from it would skip every step and eval would give NaN: ",
        "re-create the model (lctrain init) or use an earlier checkpoint");
+}
+
+void check_finite_tensors(const h5::File& f, const std::string& prefix, const ParamLayout& layout,
+                          const float* values) {
+  std::vector<NonFinite> counts;
+  for (const TensorSpec& t : layout.tensors) counts.push_back(count_non_finite(values + t.offset, t.numel));
+  check_finite_counts(f, prefix, layout, counts);
 }
 
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

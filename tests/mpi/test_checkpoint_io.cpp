@@ -242,6 +242,118 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
   if (r == 0) fs::remove_all(dir);
 }
 
+// A resume reads only what a rank keeps: the hyperslabs of its tp slices and of its ZeRO
+// pieces (parameters, stage 3) or range (moments, stages 1-2) of every tensor, straight into
+// its own buffers. Whatever layout wrote the file (rank 0 alone, whole; or every rank its own
+// parts under tp n x ZeRO-3), each reading layout gets, bit for bit, the corresponding part
+// of the whole read, through read_checkpoint and read_checkpoint_moments alike.
+TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
+  const std::string dir = shared_dir("read_parts");
+  const int r = rank_of(), n = size_of();
+  ModelConfig c;  // every degree up to 4 divides heads, KV heads, I and vocabulary
+  c.vocab_size = 4 * 75;
+  c.hidden_size = 64;
+  c.intermediate_size = 4 * 11;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.max_position_embeddings = 256;
+  const ParamLayout full = ParamLayout::llama(c);
+  std::vector<float> p(full.total), m(full.total), v(full.total);
+  for (size_t i = 0; i < full.total; ++i) {
+    p[i] = float(std::sin(double(i)));
+    m[i] = float(std::cos(double(i))) * 1e-3f;
+    v[i] = float(i % 1013) * 1e-7f + 1e-9f;
+  }
+  TrainState s;
+  s.step = 4;
+  const RunLayout one{1, 1, 1, 64, 1, 1, ""};
+  const std::string whole_file = dir + "/whole.h5", parts_file = dir + "/parts.h5";
+  if (r == 0)
+    write_checkpoint(whole_file, {&c, &full, p.data(), m.data(), v.data(), s, one, {0, 0, 0, 0}}, {},
+                     MPI_COMM_SELF);
+  {  // every rank writes its own parts: tp n x ZeRO-3 over nothing (tp takes every rank)
+    const TpSplit tp{n, r};
+    const ParamLayout local = ParamLayout::llama(c, n);
+    std::vector<float> lp(local.total), lm(local.total), lv(local.total);
+    tp_take_local(full, local, tp, p.data(), lp.data());
+    tp_take_local(full, local, tp, m.data(), lm.data());
+    tp_take_local(full, local, tp, v.data(), lv.data());
+    const std::vector<Shard> all{{0, local.total}};
+    const CheckpointParts parts{&local, tp, {lp.data(), all}, {lm.data(), all}, {lv.data(), all},
+                                lp.data(), local.total};
+    write_checkpoint(parts_file,
+                     {&c, &full, nullptr, nullptr, nullptr, s, {n, 1, 1, 64, 1, 1, ""}, {0, 0, 0, 0}, &parts},
+                     {}, MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The whole read, on every rank.
+  std::vector<float> wp(full.total), wm(full.total), wv(full.total);
+  RunLayout saved;
+  read_checkpoint(whole_file, c, full, CheckpointBuffers{wp.data(), wm.data(), wv.data()}, one, 0,
+                  {0, 0, 0, 0}, &saved);
+  ASSERT_EQ(wp, p);
+  struct Case {
+    const char* name;
+    int tp;    // consecutive ranks
+    int zero;  // over the other ranks: 0 (replicated), 1 (moment ranges) or 3 (pieces)
+  };
+  const int tp2 = n % 2 == 0 ? 2 : 1;
+  for (const Case& k : {Case{"replicated", 1, 0}, Case{"zero 1", 1, 1}, Case{"zero 3", 1, 3},
+                        Case{"tp", n, 0}, Case{"tp 2 x zero 1", tp2, 1}, Case{"tp 2 x zero 3", tp2, 3}}) {
+    const TpSplit tp{k.tp, r % k.tp};
+    MPI_Comm shard_comm;
+    MPI_Comm_split(MPI_COMM_WORLD, tp.rank, r, &shard_comm);
+    int shard = 0, shards = 1;
+    MPI_Comm_rank(shard_comm, &shard);
+    MPI_Comm_size(shard_comm, &shards);
+    const ParamLayout local = ParamLayout::llama(c, k.tp);
+    // What this rank keeps, cut out of the whole read: its tp slices, then its ranges.
+    std::vector<float> lp(local.total), lm(local.total), lv(local.total);
+    tp_take_local(full, local, tp, wp.data(), lp.data());
+    tp_take_local(full, local, tp, wm.data(), lm.data());
+    tp_take_local(full, local, tp, wv.data(), lv.data());
+    std::vector<Shard> p_ranges{{0, local.total}}, m_ranges{{0, local.total}};
+    std::unique_ptr<MpiParamShards> z3;
+    if (k.zero == 3) {
+      z3 = std::make_unique<MpiParamShards>(shard_comm, local, c);
+      p_ranges = m_ranges = z3->pieces();
+    } else if (k.zero == 1) {
+      const std::vector<size_t> b = shard_bounds(local.total, shards);
+      m_ranges = {{b[size_t(shard)], b[size_t(shard) + 1]}};
+    }
+    auto cut = [](const std::vector<float>& x, const std::vector<Shard>& ranges) {
+      std::vector<float> out;
+      for (const Shard& q : ranges) out.insert(out.end(), x.begin() + long(q.begin), x.begin() + long(q.end));
+      return out;
+    };
+    auto count = [](const std::vector<Shard>& ranges) {
+      size_t t = 0;
+      for (const Shard& q : ranges) t += q.size();
+      return t;
+    };
+    const std::vector<float> want_p = cut(lp, p_ranges), want_m = cut(lm, m_ranges), want_v = cut(lv, m_ranges);
+    for (const std::string& file : {whole_file, parts_file}) {
+      std::vector<float> gp(count(p_ranges), -1.0f), gm(count(m_ranges), -1.0f), gv(gm.size(), -1.0f);
+      const CheckpointTargets into{&local, tp, {gp.data(), p_ranges}, {gm.data(), m_ranges}, {gv.data(), m_ranges}};
+      // Another layout than the file's: read whatever the rank's coordinates.
+      EXPECT_EQ(read_checkpoint(file, c, full, into, {n, n / k.tp, 1, 64, 2, 1, ""}, r, {r, 0, 0, 0}, &saved).step, 4);
+      EXPECT_EQ(gp, want_p) << k.name << ", " << file << ": parameters";
+      EXPECT_EQ(gm, want_m) << k.name << ", " << file << ": exp_avg";
+      EXPECT_EQ(gv, want_v) << k.name << ", " << file << ": exp_avg_sq";
+      std::fill(gm.begin(), gm.end(), -1.0f);
+      std::fill(gv.begin(), gv.end(), -1.0f);
+      read_checkpoint_moments(file, full, {&local, tp, {}, {gm.data(), m_ranges}, {gv.data(), m_ranges}});
+      EXPECT_EQ(gm, want_m) << k.name << ", " << file << ": exp_avg (--init-moments)";
+      EXPECT_EQ(gv, want_v) << k.name << ", " << file << ": exp_avg_sq (--init-moments)";
+    }
+    z3.reset();
+    MPI_Comm_free(&shard_comm);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == 0) fs::remove_all(dir);
+}
+
 TEST(CheckpointIo, FullDiskFailsOnEveryRankAndLeavesTheOldFile) {
   const std::string dir = shared_dir("full");
   int mounted = 0;
