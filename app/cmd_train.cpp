@@ -127,7 +127,7 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
     });
     if (o.init_moments) {
       agreed(world, [&] {
-        read_checkpoint_moments(o.model, *req.layout, req.into.exp_avg, req.into.exp_avg_sq);
+        read_checkpoint_moments(o.model, *req.layout, req.into);
       });
       out << "AdamW moments from '" << o.model << "' (step " << origin.step << "); bias correction "
           << "restarts at step 1 of this run\n";
@@ -307,46 +307,23 @@ int cmd_train(Context& ctx) {
   const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum, schedule.text()};
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size);
-  // Sharded moments are read whole (checkpoints hold them whole), then each rank keeps its range.
-  // --zero 3 and --tp read the parameters whole too (--tp: then each rank takes its slices).
-  // Only when a checkpoint may be read (--resume, --init-moments): a fresh run never holds
-  // whole copies (they would set its peak memory).
-  const bool reads = o.resume != "none" || o.init_moments;
-  const size_t whole = (trainer.sharded() || tp > 1) && reads ? init.layout.total : 0;
-  Buffer<float> m_whole(whole), v_whole(whole), p_whole(zero3 || tp > 1 ? whole : 0);
-  if (p_whole.size()) {  // the parameters as they are, whole, unless a checkpoint replaces them
-    Buffer<float> mine(zero3 && tp > 1 ? local.total : 0);
-    float* gathered = tp > 1 ? mine.data() : p_whole.data();
-    if (zero3) zero3->gather_whole(zero3->params(), gathered);
-    if (tp > 1)
-      tp_gather_whole(tp_comm, init.layout, local, zero3 ? gathered : model.params(), p_whole.data());
-  }
-  TrainState state = start_state(
-      world, out, o, run.get(),
-      {o.resume, o.run_dir, &mc, &init.layout,
-       {zero3 || tp > 1 ? p_whole.data() : model.params(), whole ? m_whole.data() : trainer.optimizer().m(),
-        whole ? v_whole.data() : trainer.optimizer().v()},
-       layout, where},
-      identify(*dataset), origin, tokenizer_info(ds), record);
-  if (whole) {  // this rank's slices (--tp) and its range or shard (ZeRO) of what was read whole
-    if (p_whole.size()) take_params(p_whole.data(), model.params());
-    Buffer<float> m(tp > 1 ? local.total : 0), v(tp > 1 ? local.total : 0);
-    if (tp > 1) {
-      tp_take_local(init.layout, local, split, m_whole.data(), m.data());
-      tp_take_local(init.layout, local, split, v_whole.data(), v.data());
-    }
-    const float* mm = tp > 1 ? m.data() : m_whole.data();
-    const float* vv = tp > 1 ? v.data() : v_whole.data();
-    if (trainer.sharded()) {
-      trainer.load_moments(mm, vv);
-    } else {
-      std::copy(mm, mm + local.total, trainer.optimizer().m());
-      std::copy(vv, vv + local.total, trainer.optimizer().v());
-    }
-  }
-  m_whole = Buffer<float>();
-  v_whole = Buffer<float>();
-  p_whole = Buffer<float>();
+  // A checkpoint (--resume, --init-moments) is read straight into the buffers that keep it:
+  // each rank reads only its own blocks of every tensor (its tp slices, its ZeRO-3 pieces of
+  // the parameters, its ZeRO range or pieces of the moments; everything it replicates),
+  // never a whole copy first (io/checkpoint.hpp, CheckpointTargets). Nothing is read, and
+  // nothing changes, when no checkpoint is found.
+  const std::vector<Shard> all{{0, local.total}};
+  const std::vector<Shard> moment_ranges = !trainer.sharded()    ? all
+                                           : trainer.stage() == 3 ? zero3->pieces()
+                                                                  : std::vector<Shard>{trainer.optimizer().shard()};
+  const CheckpointTargets into{&local,
+                               split,
+                               {zero3 ? zero3->params() : model.params(), zero3 ? zero3->pieces() : all},
+                               {trainer.optimizer().m(), moment_ranges},
+                               {trainer.optimizer().v(), moment_ranges}};
+  TrainState state = start_state(world, out, o, run.get(),
+                                 {o.resume, o.run_dir, &mc, &init.layout, into, layout, where},
+                                 identify(*dataset), origin, tokenizer_info(ds), record);
   // A checkpoint's data position is that of the loader of its next step (curriculum.hpp).
   DataLoader& loader = data.at(state.step + 1);
   loader.seek(state.data_epoch, state.data_cursor);

@@ -26,8 +26,8 @@ struct ResumeRequest {
   std::string how;      // "auto" (newest usable checkpoint in run_dir) or a checkpoint path
   std::string run_dir;
   const ModelConfig* config;
-  const ParamLayout* layout;
-  CheckpointBuffers into;
+  const ParamLayout* layout;  // the whole (file) layout
+  CheckpointTargets into;     // what this rank reads, where
   RunLayout run;
   RankState rank;
 };
