@@ -144,7 +144,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
       << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
-      << gib(mem.scratch) << ", at start-up or a checkpoint " << gib(mem.transient) << ", the process "
+      << gib(mem.scratch) << ", at start-up " << gib(mem.transient) << ", the process "
       << gib(mem.process) << "; " << gib(avail) << " available per rank (" << budget.source
       << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << ")\n";
   if (avail > 0 && need > 0.95 * avail)

@@ -39,16 +39,19 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // The gradient reduction's buffers (MPI's scratch included) by stage.
   r.scratch = double(m.scratch) + cp_buffers +
               double(MpiStepReducer::scratch_bytes(layout.total, world, int(l.zero), shape.precision));
-  // The larger of what start-up and checkpoints hold besides: the model file's fp32 weights
-  // until the model has copied them (ZeRO-3 takes its shard and frees them first), or, under
-  // a sharded optimizer, both moments gathered whole for a checkpoint (ZeRO-3: the weights too).
-  // --tp: a resume (cmd_train) reads the weights and both moments whole (3 whole copies), then
-  // cuts this rank's slices of the two moments into buffers of its own (2 P) while the whole
-  // copies are still held; the most a rank holds besides the model, under every ZeRO stage.
-  // (A fresh start holds only the model file's weights and one slice of them: less.)
+  // What start-up holds beyond what a step holds. Checkpoints are written and read by parts
+  // (each rank its own blocks, straight from and into its own buffers), so neither a write
+  // nor a resume holds a whole copy: only start-up holds anything extra. It reads the model
+  // file's fp32 weights whole and, under --tp, cuts this rank's slices into a buffer of their
+  // own (P); both are freed before the AdamW moments are allocated (cmd_train), and under
+  // ZeRO-3 before the model's activations and scratch too. The peak is the larger of
+  // start-up and a step: a step's total plus what start-up holds beyond what it has not
+  // allocated yet (nothing on one rank, under ZeRO over dp, or ZeRO-3; about P under tp).
   const double P = double(layout.total) * 4, whole = double(ParamLayout::llama(mc).total) * 4;
-  const bool sharded = l.ranks_sharing_state() > 1;
-  r.transient = l.tp > 1 ? 3 * whole + 2 * P : !sharded ? P : l.zero == 3 ? 3 * P : 2 * P;
+  const bool zero3 = l.zero == 3 && world > 1;
+  const double startup = whole + (l.tp > 1 ? P : 0.0);
+  const double not_yet = r.optimizer + (zero3 ? r.activations + double(m.scratch) : 0.0);
+  r.transient = std::max(0.0, startup - not_yet);
   r.process = l.process_bytes;
   return r;
 }

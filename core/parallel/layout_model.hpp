@@ -40,8 +40,8 @@ struct RankMemory {
   double activations = 0;   // kept for the backward pass, under the checkpointing policy
   double batches = 0;       // the step's micro-batches (token ids, targets, tags)
   double scratch = 0;       // workspaces, and the cp attention's buffers
-  double transient = 0;     // held for a moment: the model file's weights while the model is
-                            // built, or whole moments (and ZeRO-3 weights) for a checkpoint
+  double transient = 0;     // held at start-up beyond what a step holds: the model file's
+                            // weights (and under tp their slices) before the moments exist
   double process = 0;       // Layout::process_bytes
   double total() const { return params_grads + optimizer + activations + batches + scratch + transient + process; }
 };
