@@ -197,12 +197,12 @@ def init_from_records_its_origin_and_changes_rope():
         assert f["train_state"].attrs["init_from_step"] == 3  # kept by the resume
 
 
-def assert_init_moments(ranks=None, *degrees):
+def assert_init_moments(ranks=None, *degrees, model="m.h5"):
     """The moments after a first step from a checkpoint's moments are beta * those plus the
     first step's own contribution, which a run without --init-moments holds alone (the same
     weights and batch give the same gradient): m = b1 m0 + (1 - b1) g, v = b2 v0 + (1 - b2) g^2."""
     fixture()
-    p = train("a", "--seq-len", "200", "--steps", "3", *degrees, ranks=ranks)
+    p = train("a", "--seq-len", "200", "--steps", "3", *degrees, model=model, ranks=ranks)
     assert p.returncode == 0, p.stderr
     for d, extra in (("with", ["--init-moments"]), ("without", [])):
         p = train(d, "--seq-len", "200", "--steps", "1", *extra, *degrees, model=ckpt("a", 3), ranks=ranks)
@@ -229,6 +229,13 @@ def init_moments_are_the_checkpoints_moments():
 @case
 def init_moments_under_zero1_dp2():
     assert_init_moments(2, "--zero", "1", "--dp", "2")
+
+
+@case
+def init_moments_under_tp2():
+    """Each tp rank reads only its slices of the checkpoint's moments (the norms whole)."""
+    ok("init", "-o", "m260.h5", "--preset", "tiny", "--vocab-size", "260")  # tp 2 splits 260
+    assert_init_moments(2, "--tp", "2", model="m260.h5")
 
 
 @case
