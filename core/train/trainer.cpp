@@ -29,17 +29,6 @@ Trainer::Trainer(LlamaModel& model, const AdamWConfig& config, StepReducer* redu
   if (stage < 0 || stage > 3) fail("ZeRO stage ", stage, ": use 0, 1, 2 or 3");
 }
 
-void Trainer::load_moments(const float* m, const float* v) {
-  if (stage_ == 3) {
-    model_.param_shards()->take_mine(m, opt_.m());
-    model_.param_shards()->take_mine(v, opt_.v());
-    return;
-  }
-  const Shard& s = opt_.shard();
-  std::copy(m + s.begin, m + s.end, opt_.m());
-  std::copy(v + s.begin, v + s.end, opt_.v());
-}
-
 StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t step,
                               PhaseClock& clock) {
   StepStats s;

@@ -59,8 +59,6 @@ class Trainer {
   AdamW& optimizer() { return opt_; }
   bool sharded() const { return bounds_.size() > 2 || stage_ == 3; }
   int stage() const { return stage_; }
-  // Sharded only: this rank's part of whole moments (a checkpoint's, on resume).
-  void load_moments(const float* m, const float* v);
 
  private:
   LlamaModel& model_;
