@@ -24,3 +24,12 @@ latest="$RUN_DIR/run/checkpoints/$(cat "$RUN_DIR/run/checkpoints/latest")"
 "$lctrain" --config "$cfg" eval --model "$latest" --data "$RUN_DIR/passkey-eval.h5" \
   --out "$RUN_DIR/eval.h5" --force
 "$lctrain" inspect "$RUN_DIR/run"
+# The plots (python3-h5py and python3-matplotlib, which the quick start installs).
+bench=$(cd "$(dirname "$0")/../bench" && pwd)
+if /usr/bin/python3 -c "import h5py, matplotlib" 2>/dev/null; then
+  /usr/bin/python3 "$bench/plot_passkey.py" "$RUN_DIR/eval.h5" --out "$RUN_DIR/passkey.png" >/dev/null
+  /usr/bin/python3 "$bench/plot_timing.py" "$RUN_DIR/run" --out "$RUN_DIR/plots" >/dev/null
+  echo "plots: $RUN_DIR/passkey.png (retrieval by depth x length), $RUN_DIR/plots/ (loss, speed, held-out retrieval)"
+else
+  echo "plots: install python3-h5py and python3-matplotlib, then run bench/plot_passkey.py $RUN_DIR/eval.h5 and bench/plot_timing.py $RUN_DIR/run"
+fi
