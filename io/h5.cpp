@@ -381,6 +381,26 @@ void write_array(const File& f, hid_t loc, const std::string& name, const T* dat
   agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": write failed (disk full or I/O error?)")));
 }
 
+namespace {
+// The blocks of a 1-D or 2-D array selected in the file's space and, as runs of a 1-D
+// buffer, in the memory space. The file's selection is read in row-major order, the buffer's
+// runs in ascending order: blocks given in row-major order match value for value.
+bool select_blocks(hid_t file, hid_t mem, const std::vector<Block>& blocks) {
+  bool ok = H5Sselect_none(file) >= 0 && H5Sselect_none(mem) >= 0;
+  bool first = true;
+  for (const Block& b : blocks) {
+    if (b.rows <= 0 || b.cols <= 0) continue;
+    const H5S_seloper_t op = first ? H5S_SELECT_SET : H5S_SELECT_OR;
+    first = false;
+    const hsize_t start[2] = {hsize_t(b.row), hsize_t(b.col)}, count[2] = {hsize_t(b.rows), hsize_t(b.cols)};
+    const hsize_t at = b.at, n = hsize_t(b.rows * b.cols);
+    ok = ok && H5Sselect_hyperslab(file, op, start, nullptr, count, nullptr) >= 0 &&
+         H5Sselect_hyperslab(mem, op, &at, nullptr, &n, nullptr) >= 0;
+  }
+  return ok;
+}
+}  // namespace
+
 void write_blocks(const File& f, hid_t loc, const std::string& name,
                   const std::vector<int64_t>& shape, const float* data,
                   const std::vector<Block>& blocks) {
@@ -394,19 +414,7 @@ void write_blocks(const File& f, hid_t loc, const std::string& name,
   hsize_t buffer = 1;  // the memory side: `data` as a 1-D array, the blocks' runs of it
   for (const Block& b : blocks) buffer = std::max<hsize_t>(buffer, b.at + hsize_t(b.rows * b.cols));
   Handle mem(H5Screate_simple(1, &buffer, nullptr), H5Sclose);
-  bool ok = H5Sselect_none(file) >= 0 && H5Sselect_none(mem) >= 0;
-  bool first = true;
-  for (const Block& b : blocks) {
-    if (b.rows <= 0 || b.cols <= 0) continue;
-    // The file's selection is read in row-major order, the buffer's runs in ascending
-    // order: blocks given in row-major order match value for value.
-    const H5S_seloper_t op = first ? H5S_SELECT_SET : H5S_SELECT_OR;
-    first = false;
-    const hsize_t start[2] = {hsize_t(b.row), hsize_t(b.col)}, count[2] = {hsize_t(b.rows), hsize_t(b.cols)};
-    const hsize_t at = b.at, n = hsize_t(b.rows * b.cols);
-    ok = ok && H5Sselect_hyperslab(file, op, start, nullptr, count, nullptr) >= 0 &&
-         H5Sselect_hyperslab(mem, op, &at, nullptr, &n, nullptr) >= 0;
-  }
+  bool ok = select_blocks(file, mem, blocks);
   if (ok && H5Sget_select_npoints(file) != H5Sget_select_npoints(mem)) ok = false;
   // Agreed before the collective write: a rank that cannot take part must not strand the others in it.
   agree(f, ok, ok ? "" : with_reason(cat(where(f, name), ": bad selection of ", blocks.size(), " blocks")));
@@ -429,18 +437,7 @@ void read_blocks(const File& f, hid_t loc, const std::string& name,
   if (!d.valid()) throw Error(with_reason(cat(where(f, name), ": cannot open dataset")));
   Handle file(H5Dget_space(d), H5Sclose);
   Handle mem(H5Screate_simple(1, &buffer, nullptr), H5Sclose);
-  bool ok = H5Sselect_none(file) >= 0 && H5Sselect_none(mem) >= 0;
-  bool first = true;
-  for (const Block& b : blocks) {
-    if (b.rows <= 0 || b.cols <= 0) continue;
-    // Row-major order on both sides, as write_blocks: value for value.
-    const H5S_seloper_t op = first ? H5S_SELECT_SET : H5S_SELECT_OR;
-    first = false;
-    const hsize_t start[2] = {hsize_t(b.row), hsize_t(b.col)}, count[2] = {hsize_t(b.rows), hsize_t(b.cols)};
-    const hsize_t at = b.at, n = hsize_t(b.rows * b.cols);
-    ok = ok && H5Sselect_hyperslab(file, op, start, nullptr, count, nullptr) >= 0 &&
-         H5Sselect_hyperslab(mem, op, &at, nullptr, &n, nullptr) >= 0;
-  }
+  const bool ok = select_blocks(file, mem, blocks);
   if (!ok || H5Sget_select_npoints(file) != H5Sget_select_npoints(mem))
     throw Error(with_reason(cat(where(f, name), ": bad selection of ", blocks.size(), " blocks")));
   if (H5Dread(d, H5T_NATIVE_FLOAT, mem, file, H5P_DEFAULT, data) < 0)
