@@ -144,14 +144,10 @@ TEST(CheckpointIo, TokenizerModelIsWrittenOnceAndReadBackOnEveryRank) {
   if (rank_of() == 0) fs::remove_all(dir);
 }
 
-// Every tensor and both moments of a checkpoint whose ranks each write only what they own
-// (ZeRO-3 pieces, ZeRO-1/2 moment ranges, tp slices, replicated data by one rank) equal, bit
-// for bit, the checkpoint rank 0 writes alone from the same state held whole (the write
-// before ranks wrote their own parts: everything gathered first).
-TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
-  const std::string dir = shared_dir("parts");
-  const int r = rank_of(), n = size_of();
-  ModelConfig c;  // tiny, with every degree up to 4 dividing heads, KV heads, I and vocabulary
+// The model of the checkpoint-by-parts tests: tiny, with every degree up to 4 dividing
+// heads, KV heads, I and vocabulary.
+ModelConfig parts_test_model() {
+  ModelConfig c;
   c.vocab_size = 4 * 75;
   c.hidden_size = 64;
   c.intermediate_size = 4 * 11;
@@ -159,13 +155,59 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
   c.num_attention_heads = 8;
   c.num_key_value_heads = 4;
   c.max_position_embeddings = 256;
-  const ParamLayout full = ParamLayout::llama(c);
-  std::vector<float> p(full.total), m(full.total), v(full.total);
-  for (size_t i = 0; i < full.total; ++i) {  // distinct bits everywhere, the same on every rank
-    p[i] = float(std::sin(double(i)));
-    m[i] = float(std::cos(double(i))) * 1e-3f;
-    v[i] = float(i % 1013) * 1e-7f + 1e-9f;
+  return c;
+}
+
+// Parameters and both moments [total] with distinct bits everywhere, the same on every rank.
+struct WholeState {
+  std::vector<float> p, m, v;
+};
+WholeState distinct_state(size_t total) {
+  WholeState w{std::vector<float>(total), std::vector<float>(total), std::vector<float>(total)};
+  for (size_t i = 0; i < total; ++i) {
+    w.p[i] = float(std::sin(double(i)));
+    w.m[i] = float(std::cos(double(i))) * 1e-3f;
+    w.v[i] = float(i % 1013) * 1e-7f + 1e-9f;
   }
+  return w;
+}
+
+// One layout case of those tests on this rank: its tp group (tp_degree consecutive ranks),
+// the ranks of its tp index over which state is sharded (shard of shards), and its tp slices
+// of whole parameters and moments.
+struct TpCase {
+  TpSplit tp;
+  MPI_Comm shard_comm = MPI_COMM_NULL;
+  int shard = 0, shards = 1;
+  ParamLayout local;
+  std::vector<float> lp, lm, lv;  // [local.total] each
+  TpCase(const ModelConfig& c, const ParamLayout& full, int tp_degree, int rank, const std::vector<float>& p,
+         const std::vector<float>& m, const std::vector<float>& v)
+      : tp{tp_degree, rank % tp_degree}, local(ParamLayout::llama(c, tp_degree)),
+        lp(local.total), lm(local.total), lv(local.total) {
+    MPI_Comm_split(MPI_COMM_WORLD, tp.rank, rank, &shard_comm);
+    MPI_Comm_rank(shard_comm, &shard);
+    MPI_Comm_size(shard_comm, &shards);
+    tp_take_local(full, local, tp, p.data(), lp.data());
+    tp_take_local(full, local, tp, m.data(), lm.data());
+    tp_take_local(full, local, tp, v.data(), lv.data());
+  }
+  ~TpCase() { MPI_Comm_free(&shard_comm); }
+  TpCase(const TpCase&) = delete;
+  TpCase& operator=(const TpCase&) = delete;
+};
+
+// Every tensor and both moments of a checkpoint whose ranks each write only what they own
+// (ZeRO-3 pieces, ZeRO-1/2 moment ranges, tp slices, replicated data by one rank) equal, bit
+// for bit, the checkpoint rank 0 writes alone from the same state held whole (the write
+// before ranks wrote their own parts: everything gathered first).
+TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
+  const std::string dir = shared_dir("parts");
+  const int r = rank_of(), n = size_of();
+  const ModelConfig c = parts_test_model();
+  const ParamLayout full = ParamLayout::llama(c);
+  const WholeState whole = distinct_state(full.total);
+  const std::vector<float>&p = whole.p, &m = whole.m, &v = whole.v;
   TrainState s;
   s.step = 3;
   // The reference: rank 0 alone, whole arrays.
@@ -188,17 +230,12 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
   };
   for (const Case& k : {Case{"zero 3", 1, 3}, Case{"zero 1", 1, 1}, Case{"tp", n, 0},
                         Case{"tp 2 x zero 3", n % 2 == 0 ? 2 : 1, 3}, Case{"tp 2 x zero 1", n % 2 == 0 ? 2 : 1, 1}}) {
-    const TpSplit tp{k.tp, r % k.tp};
-    MPI_Comm shard_comm;  // the ranks of one tp index
-    MPI_Comm_split(MPI_COMM_WORLD, tp.rank, r, &shard_comm);
-    int shard = 0, shards = 1;
-    MPI_Comm_rank(shard_comm, &shard);
-    MPI_Comm_size(shard_comm, &shards);
-    const ParamLayout local = ParamLayout::llama(c, k.tp);
-    std::vector<float> lp(local.total), lm(local.total), lv(local.total);
-    tp_take_local(full, local, tp, p.data(), lp.data());
-    tp_take_local(full, local, tp, m.data(), lm.data());
-    tp_take_local(full, local, tp, v.data(), lv.data());
+    TpCase tc(c, full, k.tp, r, p, m, v);
+    const TpSplit& tp = tc.tp;
+    const ParamLayout& local = tc.local;
+    const MPI_Comm shard_comm = tc.shard_comm;
+    const int shard = tc.shard, shards = tc.shards;
+    std::vector<float>&lp = tc.lp, &lm = tc.lm, &lv = tc.lv;
     const std::vector<Shard> all{{0, local.total}}, none;
     const std::vector<Shard>& replica = shard == 0 ? all : none;
     std::vector<float> sp, sm, sv;  // this rank's pieces, back to back
@@ -235,8 +272,7 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
           << k.name << ": array " << a << " (params, exp_avg, exp_avg_sq)";
     MPI_Barrier(MPI_COMM_WORLD);
     if (r == 0) fs::remove(path);
-    z3.reset();
-    MPI_Comm_free(&shard_comm);
+    z3.reset();  // before tc frees the communicator it uses
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (r == 0) fs::remove_all(dir);
@@ -250,21 +286,10 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
 TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
   const std::string dir = shared_dir("read_parts");
   const int r = rank_of(), n = size_of();
-  ModelConfig c;  // every degree up to 4 divides heads, KV heads, I and vocabulary
-  c.vocab_size = 4 * 75;
-  c.hidden_size = 64;
-  c.intermediate_size = 4 * 11;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.max_position_embeddings = 256;
+  const ModelConfig c = parts_test_model();
   const ParamLayout full = ParamLayout::llama(c);
-  std::vector<float> p(full.total), m(full.total), v(full.total);
-  for (size_t i = 0; i < full.total; ++i) {
-    p[i] = float(std::sin(double(i)));
-    m[i] = float(std::cos(double(i))) * 1e-3f;
-    v[i] = float(i % 1013) * 1e-7f + 1e-9f;
-  }
+  const WholeState whole = distinct_state(full.total);
+  const std::vector<float>&p = whole.p, &m = whole.m, &v = whole.v;
   TrainState s;
   s.step = 4;
   const RunLayout one{1, 1, 1, 64, 1, 1, ""};
@@ -301,18 +326,13 @@ TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
   const int tp2 = n % 2 == 0 ? 2 : 1;
   for (const Case& k : {Case{"replicated", 1, 0}, Case{"zero 1", 1, 1}, Case{"zero 3", 1, 3},
                         Case{"tp", n, 0}, Case{"tp 2 x zero 1", tp2, 1}, Case{"tp 2 x zero 3", tp2, 3}}) {
-    const TpSplit tp{k.tp, r % k.tp};
-    MPI_Comm shard_comm;
-    MPI_Comm_split(MPI_COMM_WORLD, tp.rank, r, &shard_comm);
-    int shard = 0, shards = 1;
-    MPI_Comm_rank(shard_comm, &shard);
-    MPI_Comm_size(shard_comm, &shards);
-    const ParamLayout local = ParamLayout::llama(c, k.tp);
     // What this rank keeps, cut out of the whole read: its tp slices, then its ranges.
-    std::vector<float> lp(local.total), lm(local.total), lv(local.total);
-    tp_take_local(full, local, tp, wp.data(), lp.data());
-    tp_take_local(full, local, tp, wm.data(), lm.data());
-    tp_take_local(full, local, tp, wv.data(), lv.data());
+    TpCase tc(c, full, k.tp, r, wp, wm, wv);
+    const TpSplit& tp = tc.tp;
+    const ParamLayout& local = tc.local;
+    const MPI_Comm shard_comm = tc.shard_comm;
+    const int shard = tc.shard, shards = tc.shards;
+    const std::vector<float>&lp = tc.lp, &lm = tc.lm, &lv = tc.lv;
     std::vector<Shard> p_ranges{{0, local.total}}, m_ranges{{0, local.total}};
     std::unique_ptr<MpiParamShards> z3;
     if (k.zero == 3) {
@@ -347,8 +367,7 @@ TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
       EXPECT_EQ(gm, want_m) << k.name << ", " << file << ": exp_avg (--init-moments)";
       EXPECT_EQ(gv, want_v) << k.name << ", " << file << ": exp_avg_sq (--init-moments)";
     }
-    z3.reset();
-    MPI_Comm_free(&shard_comm);
+    z3.reset();  // before tc frees the communicator it uses
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (r == 0) fs::remove_all(dir);
