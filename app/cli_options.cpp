@@ -131,8 +131,9 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "\\n is a newline)");
   r.add(c, "--synthetic", o.synthetic, std::string(),
         "generate data instead of reading files: passkey (one key hidden in filler, asked for at "
-        "the end), or recall (dense key-value statements whose keys are asked for again)")
-      ->check(CLI::IsMember({"", "passkey", "recall"}));
+        "the end), recall (dense key-value statements whose keys are asked for again), or copy "
+        "(random strings each said twice: \"k3xq9 k3xq9. \")")
+      ->check(CLI::IsMember({"", "passkey", "recall", "copy"}));
   r.add(c, "--tokenizer", o.tokenizer, std::string("byte"),
         "byte (ids 0-255 are bytes, then BOS, EOS, PAD), or train a SentencePiece model on the "
         "input texts: bpe or unigram (with --vocab-size; byte fallback, unk 0, BOS 1, EOS 2, PAD 3)")
@@ -155,8 +156,8 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey, recall: digits of each key")
       ->check(count(1));
   r.add(c, "--loss-on", o.loss_on, std::string("all"),
-        "passkey, recall: which targets the training loss counts: all, or answers (the digits of "
-        "the keys asked for, stored as a loss mask)")
+        "passkey, recall, copy: which targets the training loss counts: all, or answers (the "
+        "digits of the keys asked for; copy: each string's second copy), stored as a loss mask")
       ->check(CLI::IsMember({"all", "answers"}));
   r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed")
       ->check(count(0));

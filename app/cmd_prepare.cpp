@@ -1,5 +1,6 @@
-// lctrain prepare: text files or synthetic passkey data -> a dataset file, with the
-// statistics that decide the sequence length (tokens per document, packing efficiency).
+// lctrain prepare: text files or synthetic data (passkey, recall, copy) -> a dataset file,
+// with the statistics that decide the sequence length (tokens per document, packing
+// efficiency).
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "app/progress.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
+#include "data/copy.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
 #include "data/recall.hpp"
@@ -38,8 +40,8 @@ void check_synthetic_fits_memory(const PrepareOptions& o, const std::vector<int6
                                           int64_t(lengths.size()));
     longest = std::max(longest, double(lengths[i]));
   }
-  // ids, and the mask as floats (recall makes its mask in any case)
-  const double per_token = o.loss_on == "answers" || o.synthetic == "recall" ? 8.0 : 4.0;
+  // ids, and the mask as floats (recall and copy make their masks in any case)
+  const double per_token = o.loss_on == "answers" || o.synthetic != "passkey" ? 8.0 : 4.0;
   const double need = per_token * tokens + 10.0 * longest + 28.0 * double(o.num_docs);
   const double avail = available_memory().bytes;
   if (avail <= 0 || need <= 0.95 * avail) return;
@@ -51,7 +53,7 @@ void check_synthetic_fits_memory(const PrepareOptions& o, const std::vector<int6
        " are available; use fewer documents (--num-docs) or shorter ones (", length_flag, ")");
 }
 
-// Synthetic data (passkey, recall) is generated whole in memory (progress: documents
+// Synthetic data (passkey, recall, copy) is generated whole in memory (progress: documents
 // generated), then written.
 DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
   if (!o.inputs.empty())
@@ -66,15 +68,15 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   check_synthetic_fits_memory(o, lengths);
   Progress gen(out, "prepare: generating", o.progress_every);
   const auto done = [&](int64_t docs) { gen.update(double(docs), double(o.num_docs), "documents"); };
+  SyntheticSpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
+  if (!o.doc_lengths.empty()) spec.doc_lengths = lengths;
   TokenDataset ds;
-  if (o.synthetic == "recall") {
-    ds = make_recall_dataset({o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)}, done);
-    if (o.loss_on == "all") ds.loss_weights.clear();
-  } else {
-    PasskeySpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
-    if (!o.doc_lengths.empty()) spec.doc_lengths = lengths;
+  if (o.synthetic == "passkey") {
     ds = make_passkey_dataset(spec, done);
     if (o.loss_on == "answers") ds.loss_weights = passkey_answer_mask(ds);
+  } else {  // recall and copy mark their answers as they write them
+    ds = o.synthetic == "recall" ? make_recall_dataset(spec, done) : make_copy_dataset(spec, done);
+    if (o.loss_on == "all") ds.loss_weights.clear();
   }
   write_dataset_file(o.out, ds, prov, o.force);
   return ds;
@@ -180,8 +182,8 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
 
 DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
   if (o.loss_on != "all")
-    fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey ",
-         "and recall mark; drop --loss-on for text files");
+    fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey, ",
+         "recall and copy mark; drop --loss-on for text files");
   if (!o.doc_lengths.empty())
     fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; text files keep ",
          "their own: drop --doc-lengths");

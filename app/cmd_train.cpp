@@ -206,6 +206,11 @@ int cmd_train(Context& ctx) {
   if (eval_data) {
     check_fits_model(eval_data->info(), o.eval_data, init.config.vocab_size, o.model);
     check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(eval_data->info()), o.eval_data);
+    // Text and copy data ask for no passkeys: their retrieval is no number, never reached.
+    if (o.until_retrieval > 0 && eval_data->info().passkey.empty())
+      fail("--until-retrieval ", o.until_retrieval, " needs passkeys to retrieve, but --eval-data '",
+           o.eval_data, "' has none (its evaluations measure loss only); give passkey or recall ",
+           "data, or drop --until-retrieval");
   }
   const std::optional<TrainState> source = read_checkpoint_state(o.model);
   if (o.init_moments && !source)

@@ -43,12 +43,22 @@ void check_synthetic_counts(const char* task, int32_t key_digits, int64_t num_do
   if (num_docs < 1) fail(task, ": the number of documents must be at least 1");
 }
 
+void append_synthetic_document(TokenDataset& ds, const std::string& text,
+                               const std::vector<size_t>& answers) {
+  const std::vector<int32_t> ids = ByteTokenizer::encode_bytes(text);  // BOS text EOS
+  std::vector<float> weights(ids.size(), 0.0f);
+  for (size_t a : answers) weights[1 + a] = 1.0f;  // +1: the BOS before the text
+  ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
+  ds.loss_weights.insert(ds.loss_weights.end(), weights.begin(), weights.end());
+  ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+}
+
 int64_t passkey_min_doc_length(int32_t key_digits) {
   const std::string key(size_t(key_digits), '0');
   return int64_t(2 + kIntro.size() + needle(key).size() + question().size() + key.size());
 }
 
-TokenDataset make_passkey_dataset(const PasskeySpec& spec,
+TokenDataset make_passkey_dataset(const SyntheticSpec& spec,
                                   const std::function<void(int64_t)>& progress) {
   check_synthetic_counts("passkey", spec.key_digits, spec.num_docs);
   const int64_t min_len = passkey_min_doc_length(spec.key_digits);

@@ -11,13 +11,17 @@
 
 namespace lct {
 
-struct PasskeySpec {
+// What every synthetic kind (passkey, recall, copy) is made from: one spec, filled once from
+// prepare's options. Each kind reads the fields it has a use for: copy has no keys, and only
+// passkey takes several lengths.
+struct SyntheticSpec {
   int64_t num_docs = 0;
   int64_t doc_length = 0;  // tokens per document, BOS and EOS included
-  int32_t key_digits = 5;
+  int32_t key_digits = 5;  // passkey, recall
   uint64_t seed = 0;
-  // Several context lengths in one dataset: document d has doc_lengths[d % size] tokens (the
-  // lengths cycle, so any prefix of the documents holds every length); empty = doc_length.
+  // passkey: several context lengths in one dataset: document d has doc_lengths[d % size]
+  // tokens (the lengths cycle, so any prefix of the documents holds every length); empty =
+  // doc_length.
   std::vector<int64_t> doc_lengths = {};
 };
 
@@ -34,12 +38,18 @@ int passkey_depth_bucket(double depth, int buckets);
 // digits (they must fit int64), no documents.
 void check_synthetic_counts(const char* task, int32_t key_digits, int64_t num_docs);
 
+// Appends BOS `text` EOS to `ds` as its next document, byte-tokenized, with its loss weights:
+// 1 on the bytes of `text` at the offsets `answers`, 0 elsewhere (recall and copy, which mark
+// their answers as they write them).
+void append_synthetic_document(TokenDataset& ds, const std::string& text,
+                               const std::vector<size_t>& answers);
+
 // The shortest document that holds the instructions, the key and the question.
 int64_t passkey_min_doc_length(int32_t key_digits);
 
 // Deterministic in the spec: document d draws from stream (seed, d) only. `progress` is
 // told the documents made so far after each one.
-TokenDataset make_passkey_dataset(const PasskeySpec& spec,
+TokenDataset make_passkey_dataset(const SyntheticSpec& spec,
                                   const std::function<void(int64_t docs)>& progress = {});
 
 // A loss mask for `ds` (made by make_passkey_dataset): 1 on each answer digit, 0 elsewhere,

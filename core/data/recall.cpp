@@ -54,7 +54,7 @@ int64_t recall_min_doc_length(int32_t key_digits) {
   return int64_t(2 + kMaxGap + statement(name, key).size() + question(name).size() + key.size());
 }
 
-TokenDataset make_recall_dataset(const RecallSpec& spec,
+TokenDataset make_recall_dataset(const SyntheticSpec& spec,
                                  const std::function<void(int64_t)>& progress) {
   check_synthetic_counts("recall", spec.key_digits, spec.num_docs);
   const int64_t min_len = recall_min_doc_length(spec.key_digits);
@@ -114,12 +114,7 @@ TokenDataset make_recall_dataset(const RecallSpec& spec,
     ds.passkey.answer_length.push_back(spec.key_digits);
     ds.passkey.depth.push_back(double(said_at[asked]) / double(budget));
 
-    std::vector<int32_t> ids = ByteTokenizer::encode_bytes(text);  // BOS text EOS
-    std::vector<float> weights(ids.size(), 0.0f);
-    for (size_t a : answers) weights[1 + a] = 1.0f;  // +1: the BOS before the text
-    ds.tokens.insert(ds.tokens.end(), ids.begin(), ids.end());
-    ds.loss_weights.insert(ds.loss_weights.end(), weights.begin(), weights.end());
-    ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
+    append_synthetic_document(ds, text, answers);
     if (progress) progress(d + 1);
   }
   return ds;

@@ -13,23 +13,18 @@
 #include <functional>
 
 #include "data/dataset.hpp"
+#include "data/passkey.hpp"  // SyntheticSpec
 
 namespace lct {
-
-struct RecallSpec {
-  int64_t num_docs = 0;
-  int64_t doc_length = 0;  // tokens per document, BOS and EOS included
-  int32_t key_digits = 5;
-  uint64_t seed = 0;
-};
 
 // The shortest document that holds one statement and its repeat as a question.
 int64_t recall_min_doc_length(int32_t key_digits);
 
-// Deterministic in the spec: document d draws from stream (seed, d) only. The dataset's
-// loss_weights mark the answers (1 on each digit of a repeated key, 0 elsewhere); the
-// caller drops them to score every token. `progress` is told the documents made so far.
-TokenDataset make_recall_dataset(const RecallSpec& spec,
+// Deterministic in the spec: document d draws from stream (seed, d) only; every document is
+// doc_length tokens (doc_lengths is passkey's). The dataset's loss_weights mark the answers
+// (1 on each digit of a repeated key, 0 elsewhere); the caller drops them to score every
+// token. `progress` is told the documents made so far.
+TokenDataset make_recall_dataset(const SyntheticSpec& spec,
                                  const std::function<void(int64_t docs)>& progress = {});
 
 }  // namespace lct

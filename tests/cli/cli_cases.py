@@ -776,6 +776,39 @@ def loss_on_answers_writes_a_mask_and_a_mask_of_ones_trains_bitwise_as_none():
 
 
 @case
+def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
+    """--synthetic copy: byte documents of "S S. " pairs and no passkey answers; --loss-on
+    answers masks the second copies. eval and train --eval-every measure its loss alone, and
+    --until-retrieval, with no keys there to judge, is one error."""
+    good_model()
+    p = ok("prepare", "--synthetic", "copy", "--num-docs", "8", "--doc-length", "256", "-o", "c.h5")
+    assert "(synthetic copy: 8 documents of 256 tokens, seed 1)" in p.stdout, p.stdout
+    ok("prepare", "--synthetic", "copy", "--num-docs", "8", "--doc-length", "256", "--loss-on", "answers",
+       "-o", "cm.h5")
+    with h5py.File("c.h5", "r") as f, h5py.File("cm.h5", "r") as g:
+        t, off = f["tokens"][:], f["doc_offsets"][:]
+        assert list(off) == list(range(0, 8 * 256 + 1, 256)), off
+        assert "passkey" not in f and "loss_weights" not in f, list(f)
+        assert np.array_equal(t, g["tokens"][:])
+        m = g["loss_weights"][:]
+        for d in range(8):
+            text = bytes(t[off[d] + 1:off[d + 1] - 1].astype(np.uint8)).decode()
+            s, copy = text.split(". ")[0].split(" ")
+            assert s == copy and 4 <= len(s) <= 12 and len(set(s)) == len(s), text
+            first = off[d] + 2 + len(s)  # BOS, S and the space before the copy
+            assert not m[off[d]:first].any() and m[first:first + len(s)].all(), m[off[d]:first + len(s)]
+        assert 0.3 * len(m) < m.sum() < 0.5 * len(m), m.sum()  # the copies: 4-12 of each 11-27 bytes
+    p = ok("eval", "--model", "m.h5", "--data", "c.h5", "--seq-len", "256")
+    assert "loss" in p.stdout and "passkey" not in p.stdout, p.stdout
+    p = tiny_run("run", "--eval-every", "2", "--eval-data", "c.h5", "--eval-sequences", "2", steps=2, data="cm.h5")
+    assert re.search(r"\] eval at step 2: loss [0-9.]+, next token [0-9.]+%", p.stdout), p.stdout
+    assert "passkeys" not in p.stdout, p.stdout
+    expect_error(list(command_of_tiny_run("u", "--eval-every", "2", "--eval-data", "c.h5", "--until-retrieval",
+                                          "0.5", steps=2, data="cm.h5")),
+                 "--until-retrieval 0.5 needs passkeys", "'c.h5' has none")
+
+
+@case
 def bad_dataset_float_tokens():
     good_dataset()
     def fn(f):

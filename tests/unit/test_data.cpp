@@ -1,4 +1,4 @@
-// Tokenizer, UTF-8 checks, passkey and recall generation, and packing.
+// Tokenizer, UTF-8 checks, passkey, recall and copy generation, and packing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.hpp"
+#include "data/copy.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
 #include "data/recall.hpp"
@@ -78,7 +79,7 @@ TEST(Text, RejectsInvalidUtf8NamingFileAndOffset) {
   EXPECT_EQ(encode_texts({{"empty", ""}}, "").num_docs(), 0);
 }
 
-PasskeySpec spec(uint64_t seed) { return {40, 300, 5, seed}; }
+SyntheticSpec spec(uint64_t seed) { return {40, 300, 5, seed}; }
 
 TEST(Passkey, IsDeterministicInItsSeed) {
   const TokenDataset a = make_passkey_dataset(spec(7)), b = make_passkey_dataset(spec(7));
@@ -129,7 +130,7 @@ TEST(Passkey, RejectsDocumentsTooShortForTheTask) {
 }
 
 TEST(Recall, IsDeterministicAndEveryDocumentHasItsLength) {
-  const RecallSpec spec{30, 400, 5, 7};
+  const SyntheticSpec spec{30, 400, 5, 7};
   const TokenDataset a = make_recall_dataset(spec), b = make_recall_dataset(spec);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.loss_weights, b.loss_weights);
@@ -170,10 +171,84 @@ TEST(Recall, ScoredDigitsAreTheKeyGivenEarlierToTheSameName) {
   EXPECT_GT(recalled, 20 * 5);  // dense: several recalls in every 700-token document
 }
 
+SyntheticSpec copy_spec(int64_t doc_length, uint64_t seed) {
+  return {.num_docs = 12, .doc_length = doc_length, .seed = seed};
+}
+
+// Lengths that are no multiple of a pair's: the last pair is cut anywhere.
+const int64_t kCopyLengths[] = {97, 254, 512};
+
+TEST(Copy, EveryDocumentHasItsLengthAndTheSeedDecidesTheData) {
+  for (int64_t len : kCopyLengths) {
+    const TokenDataset a = make_copy_dataset(copy_spec(len, 7)), b = make_copy_dataset(copy_spec(len, 7));
+    EXPECT_NO_THROW(validate(a, "copy"));
+    ASSERT_EQ(a.num_docs(), 12);
+    for (int64_t d = 0; d < a.num_docs(); ++d) {
+      ASSERT_EQ(a.doc_length(d), len);
+      EXPECT_EQ(a.tokens[size_t(a.doc_offsets[d])], ByteTokenizer::kBos);
+      EXPECT_EQ(a.tokens[size_t(a.doc_offsets[d] + len - 1)], ByteTokenizer::kEos);
+    }
+    EXPECT_TRUE(a.passkey.empty());  // nothing to retrieve: eval measures loss only
+    EXPECT_EQ(a.source, cat("synthetic copy: 12 documents of ", len, " tokens, seed 7"));
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.loss_weights, b.loss_weights);
+    EXPECT_NE(a.tokens, make_copy_dataset(copy_spec(len, 8)).tokens);
+  }
+}
+
+// Each document is "S S. " pairs cut to its length: every complete pair is a string of 4 to
+// 12 distinct symbols and its copy, and the mask is 1 exactly on the second copies' symbols
+// (those a cut leaves too), 0 on BOS, EOS, the first copies, spaces and full stops.
+TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
+  const std::string symbols = "abcdefghijklmnopqrstuvwxyz0123456789";
+  for (int64_t len : kCopyLengths) {
+    const TokenDataset ds = make_copy_dataset(copy_spec(len, 3));
+    ASSERT_EQ(ds.loss_weights.size(), ds.tokens.size());
+    std::set<size_t> sizes;
+    for (int64_t d = 0; d < ds.num_docs(); ++d) {
+      const int64_t begin = ds.doc_offsets[d];
+      const std::string text = ByteTokenizer::decode_bytes(ds.tokens.data() + begin, size_t(len));
+      ASSERT_EQ(text.size(), size_t(len) - 2);  // BOS and EOS decode to nothing
+      std::vector<float> want(size_t(len), 0.0f);
+      std::string rebuilt;  // the pairs read, whole: the text is them cut to its length
+      size_t complete = 0;
+      for (size_t at = 0; at < text.size();) {
+        const size_t space = std::min(text.find(' ', at), text.size());
+        const std::string s = text.substr(at, space - at);
+        EXPECT_LE(s.size(), 12u) << "document " << d << " at " << at;
+        EXPECT_EQ(s.find_first_not_of(symbols), std::string::npos) << s;
+        EXPECT_EQ(std::set<char>(s.begin(), s.end()).size(), s.size()) << s << " repeats a symbol";
+        for (size_t k = space + 1; k < std::min(space + 1 + s.size(), text.size()); ++k) want[1 + k] = 1.0f;
+        if (space + 1 + s.size() + 2 <= text.size()) {  // the copy and its ". " are whole
+          EXPECT_GE(s.size(), 4u) << s;
+          EXPECT_EQ(text.substr(space + 1, s.size()), s) << "document " << d << " at " << at;
+          sizes.insert(s.size());
+          ++complete;
+        }
+        rebuilt += s + ' ' + s + ". ";
+        at = space + 1 + s.size() + 2;
+      }
+      EXPECT_EQ(rebuilt.substr(0, text.size()), text) << "document " << d;
+      EXPECT_GE(complete, size_t(len - 2) / 27);  // pairs are 11 to 27 bytes
+      const std::vector<float> got(ds.loss_weights.begin() + begin, ds.loss_weights.begin() + begin + len);
+      EXPECT_EQ(got, want) << "document " << d;
+    }
+    if (len >= 254) {
+      EXPECT_EQ(sizes, (std::set<size_t>{4, 5, 6, 7, 8, 9, 10, 11, 12}));
+    }
+  }
+}
+
+TEST(Copy, RejectsDocumentsTooShortForAPairAndNoDocuments) {
+  EXPECT_THROW(make_copy_dataset(copy_spec(copy_min_doc_length() - 1, 1)), Error);
+  EXPECT_NO_THROW(make_copy_dataset(copy_spec(copy_min_doc_length(), 1)));
+  EXPECT_THROW(make_copy_dataset({.num_docs = 0, .doc_length = 256, .seed = 1}), Error);
+}
+
 // --doc-lengths: the documents take the lengths in turn, each a whole passkey document of its
 // length; one length is the same data as --doc-length.
 TEST(Passkey, DocumentsTakeTheLengthsInTurn) {
-  PasskeySpec several = spec(5);
+  SyntheticSpec several = spec(5);
   several.num_docs = 7;
   several.doc_lengths = {300, 420, 512};
   const TokenDataset ds = make_passkey_dataset(several);
@@ -185,7 +260,7 @@ TEST(Passkey, DocumentsTakeTheLengthsInTurn) {
     EXPECT_EQ(ds.passkey.answer_offset[size_t(d)] + 5, len - 1);  // the key ends the document
   }
   EXPECT_NE(ds.source.find("documents of 300, 420, 512 tokens (in turn)"), std::string::npos);
-  PasskeySpec one = spec(5);
+  SyntheticSpec one = spec(5);
   one.doc_lengths = {300};
   const TokenDataset a = make_passkey_dataset(one), b = make_passkey_dataset(spec(5));
   EXPECT_EQ(a.tokens, b.tokens);

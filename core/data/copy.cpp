@@ -1,0 +1,74 @@
+#include "data/copy.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/rng.hpp"
+#include "data/tokenizer.hpp"
+
+namespace lct {
+
+namespace {
+
+// The data that taught the copy circuit in the experiments came from a script with these
+// symbols and lengths; the kind keeps them so that it makes the same kind of documents.
+const std::string kSymbols = "abcdefghijklmnopqrstuvwxyz0123456789";
+constexpr uint64_t kMinSymbols = 4, kMaxSymbols = 12;
+
+// 4 to 12 distinct symbols (Python's random.sample): distinct, so that every symbol of the
+// first copy has one successor and the second copy is a plain copy, no choice among several.
+std::string random_string(Rng& rng) {
+  const size_t n = size_t(kMinSymbols + rng.below(kMaxSymbols - kMinSymbols + 1));
+  std::string pool = kSymbols, s;
+  for (size_t i = 0; i < n; ++i) {  // a partial Fisher-Yates shuffle: the first n of a random order
+    std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
+    s.push_back(pool[i]);
+  }
+  return s;
+}
+
+// "S S. ": the length of one pair of `symbols`-symbol strings.
+constexpr size_t pair_size(uint64_t symbols) { return size_t(2 * symbols + 3); }
+
+}  // namespace
+
+int64_t copy_min_doc_length() { return int64_t(2 + pair_size(kMaxSymbols)); }
+
+TokenDataset make_copy_dataset(const SyntheticSpec& spec,
+                               const std::function<void(int64_t)>& progress) {
+  if (spec.num_docs < 1) fail("copy: the number of documents must be at least 1");
+  const int64_t min_len = copy_min_doc_length();
+  if (spec.doc_length < min_len)
+    fail("copy: documents of ", spec.doc_length, " tokens cannot hold a string and its copy; ",
+         "with strings of up to ", kMaxSymbols, " symbols they need at least ", min_len, " tokens");
+
+  TokenDataset ds = ByteTokenizer().empty_dataset();
+  ds.source = cat("synthetic copy: ", spec.num_docs, " documents of ", spec.doc_length,
+                  " tokens, seed ", spec.seed);
+  ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
+  ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
+
+  const size_t budget = size_t(spec.doc_length - 2);  // text bytes between BOS and EOS
+  for (int64_t d = 0; d < spec.num_docs; ++d) {
+    Rng rng(spec.seed, uint64_t(d));
+    std::string text;
+    std::vector<size_t> answers;  // byte offsets of the second copies' symbols in `text`
+    // Pairs until the text is full; the last is cut at the length, as in the script (a cut
+    // second copy still scores the symbols it has).
+    while (text.size() < budget) {
+      const std::string s = random_string(rng);
+      text += s + ' ';
+      for (size_t k = 0; k < s.size(); ++k) answers.push_back(text.size() + k);
+      text += s + ". ";
+    }
+    text.resize(budget);
+    std::erase_if(answers, [&](size_t a) { return a >= budget; });
+    append_synthetic_document(ds, text, answers);
+    if (progress) progress(d + 1);
+  }
+  return ds;
+}
+
+}  // namespace lct

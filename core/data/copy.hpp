@@ -1,0 +1,30 @@
+// Synthetic copying ("copy"): every string is said twice, so the second copy of each can be
+// predicted only by finding the first and copying what followed it, the induction circuit
+// (Olsson et al. 2022) that passkey retrieval and recall are built on. A small model learns
+// it here quickly, with no key to find among filler: the first stage of a retrieval
+// curriculum.
+//
+// A document is pairs "S S. " with S 4 to 12 distinct symbols of a-z0-9, repeated and cut
+// to the document's length:
+//   "k3xq9 k3xq9. 0fbm7wzt 0fbm7wzt. aqe4 aqe4. ..."
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "data/dataset.hpp"
+#include "data/passkey.hpp"  // SyntheticSpec
+
+namespace lct {
+
+// The shortest document that holds one whole pair of the longest strings.
+int64_t copy_min_doc_length();
+
+// Deterministic in the spec: document d draws from stream (seed, d) only; every document is
+// doc_length tokens (key_digits and doc_lengths are not copy's). The dataset's loss_weights
+// mark the answers (1 on each symbol of a second copy, 0 elsewhere); the caller drops them to
+// score every token. There are no passkey answers. `progress` is told the documents made so
+// far.
+TokenDataset make_copy_dataset(const SyntheticSpec& spec,
+                               const std::function<void(int64_t docs)>& progress = {});
+
+}  // namespace lct
