@@ -12,7 +12,7 @@ set -euo pipefail
 LCT_ROOT=${LCT_ROOT:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 cd "$LCT_ROOT"
 LCTRAIN=${LCTRAIN:-$LCT_ROOT/build/app/lctrain}
-LCT_CONFIG=${LCT_CONFIG:-$LCT_ROOT/inputs/default.toml}
+LCT_CONFIG=${LCT_CONFIG:-$LCT_ROOT/inputs/long_context.toml}
 LCT_WORK=${LCT_WORK:-$LCT_ROOT/runs/slurm}             # model and dataset, made once if missing
 LCT_MODEL=${LCT_MODEL:-$LCT_WORK/model.h5}
 LCT_DATA=${LCT_DATA:-$LCT_WORK/passkey.h5}

@@ -1,35 +1,54 @@
 #!/usr/bin/env bash
-# The default job (inputs/default.toml): model, data, training on 2 ranks (cp = 2), the
-# held-out evaluation of the last checkpoint and the run's summary. Run by
+# The default job (inputs/default.toml and its three stage files): a small Llama learns passkey
+# retrieval in three stages on 2 ranks (copying, passkeys at 256 tokens, extension to 2,048
+# tokens); then the last model is evaluated on held-out passkeys of 256 to 2,048 tokens
+# (cp = 2: the ring splits each sequence over the ranks) and the run is summarised. Run by
 #   bash jobs/quickstart.sh run              (after installing and building)
 #   bash jobs/default_job.sh LCTRAIN RUN_DIR (the same with a built lctrain)
-# LCT_DEFAULT_TRAIN_ARGS adds train flags (the test passes "--steps 2").
+# LCT_DEFAULT_TRAIN_ARGS adds train flags to every stage (the test passes "--steps 2").
 set -euo pipefail
 lctrain=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 RUN_DIR=$2  # relative to the caller's directory
-cfg=$(cd "$(dirname "$0")/.." && pwd)/inputs/default.toml
+inputs=$(cd "$(dirname "$0")/.." && pwd)/inputs
 read -r -a extra <<< "${LCT_DEFAULT_TRAIN_ARGS:-}"
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+# Two ranks, one core each on 2 cores; on fewer cores both lctrain and mpirun must be told.
+over=(); [ "$(nproc)" -ge 2 ] || over=(--oversubscribe)
+on2() { mpirun -n 2 "${over[@]}" "$lctrain" "${over[@]}" "$@"; }
+last_checkpoint() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 mkdir -p "$RUN_DIR"
 echo "== default job in $RUN_DIR"
-# Model, data and run are generated deterministically from the config: starting over is safe.
-"$lctrain" --config "$cfg" init --out "$RUN_DIR/model.h5" --force
-"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey.h5" --force
-"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey-eval.h5" --num-docs 256 --seed 2 --force
-# Two ranks with context parallelism (cp = 2 in the config): one core each on 2 cores.
-over=(); [ "$(nproc)" -ge 2 ] || over=(--oversubscribe)
-mpirun -n 2 "${over[@]}" "$lctrain" "${over[@]}" --config "$cfg" train --model "$RUN_DIR/model.h5" \
-  --data "$RUN_DIR/passkey.h5" --run-dir "$RUN_DIR/run" --force "${extra[@]}"
-latest="$RUN_DIR/run/checkpoints/$(cat "$RUN_DIR/run/checkpoints/latest")"
-"$lctrain" --config "$cfg" eval --model "$latest" --data "$RUN_DIR/passkey-eval.h5" \
-  --out "$RUN_DIR/eval.h5" --force
-"$lctrain" inspect "$RUN_DIR/run"
+# Model and data are generated deterministically from the configs: starting over is safe.
+"$lctrain" --config "$inputs/default.toml" init --out "$RUN_DIR/model.h5" --force
+
+# stage(NAME, TOML, MODEL, EVAL_PREPARE_FLAGS...): its data, its held-out set, its training.
+stage() {
+  local name=$1 cfg=$2 model=$3; shift 3
+  echo "== stage $name ($cfg)"
+  "$lctrain" --config "$cfg" prepare --out "$RUN_DIR/$name.h5" --force
+  "$lctrain" --config "$cfg" prepare --out "$RUN_DIR/$name-eval.h5" --seed 2 "$@" --force
+  on2 --config "$cfg" train --model "$model" --data "$RUN_DIR/$name.h5" \
+    --eval-data "$RUN_DIR/$name-eval.h5" --run-dir "$RUN_DIR/$name" --force "${extra[@]}"
+}
+stage copy "$inputs/stage1_copy.toml" "$RUN_DIR/model.h5" --num-docs 64
+stage passkey "$inputs/stage2_passkey.toml" "$(last_checkpoint "$RUN_DIR/copy")" --num-docs 128
+stage extend "$inputs/stage3_extend.toml" "$(last_checkpoint "$RUN_DIR/passkey")" \
+  --num-docs 64 --doc-lengths 2048
+
+echo "== held-out passkeys of 256 to 2,048 tokens"
+cfg=$inputs/default.toml
+"$lctrain" --config "$cfg" prepare --out "$RUN_DIR/passkey-test.h5" --force
+on2 --config "$cfg" eval --model "$(last_checkpoint "$RUN_DIR/extend")" \
+  --data "$RUN_DIR/passkey-test.h5" --out "$RUN_DIR/eval.h5" --force
+"$lctrain" inspect "$RUN_DIR/extend"
 # The plots (python3-h5py and python3-matplotlib, which the quick start installs).
 bench=$(cd "$(dirname "$0")/../bench" && pwd)
 if /usr/bin/python3 -c "import h5py, matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$bench/plot_passkey.py" "$RUN_DIR/eval.h5" --out "$RUN_DIR/passkey.png" >/dev/null
-  /usr/bin/python3 "$bench/plot_timing.py" "$RUN_DIR/run" --out "$RUN_DIR/plots" >/dev/null
-  echo "plots: $RUN_DIR/passkey.png (retrieval by depth x length), $RUN_DIR/plots/ (loss, speed, held-out retrieval)"
+  for s in copy passkey extend; do
+    /usr/bin/python3 "$bench/plot_timing.py" "$RUN_DIR/$s" --out "$RUN_DIR/plots/$s" >/dev/null
+  done
+  echo "plots: $RUN_DIR/passkey.png (retrieval by depth x length), $RUN_DIR/plots/{copy,passkey,extend}/ (loss, speed, held-out loss and retrieval)"
 else
-  echo "plots: install python3-h5py and python3-matplotlib, then run bench/plot_passkey.py $RUN_DIR/eval.h5 and bench/plot_timing.py $RUN_DIR/run"
+  echo "plots: install python3-h5py and python3-matplotlib, then run bench/plot_passkey.py $RUN_DIR/eval.h5 and bench/plot_timing.py on $RUN_DIR/copy, $RUN_DIR/passkey and $RUN_DIR/extend"
 fi

@@ -88,8 +88,8 @@ def readme_pandas_lines_read_one_rank_and_two_rank_tables():
     code = readme_pandas_block()
     print(code)
     os.makedirs("runs/default")
-    for ranks in (1, 2):  # the README's own path: runs/default/run/timing.h5
-        train("runs/default/run", "--steps", "4", "--force", ranks=ranks if ranks > 1 else None)
+    for ranks in (1, 2):  # the README's own path: runs/default/passkey/timing.h5
+        train("runs/default/passkey", "--steps", "4", "--force", ranks=ranks if ranks > 1 else None)
         scope = {}
         exec(code, scope)  # noqa: S102 - the README's lines, literally
         steps, per_rank = scope["steps"], scope["ranks"]
