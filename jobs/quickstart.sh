@@ -37,9 +37,10 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 
 # --- build --------------------------------------------------------------------------------
 echo "== building in $BUILD_DIR"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR.configure.log" 2>&1 ||
-  { cat "$BUILD_DIR.configure.log"; exit 1; }
-grep -A13 "lctrain .* configuration" "$BUILD_DIR.configure.log" | sed 's/^-- //'
+mkdir -p "$BUILD_DIR"  # its configure log goes inside it, where git ignores it
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR/configure.log" 2>&1 ||
+  { cat "$BUILD_DIR/configure.log"; exit 1; }
+sed -n '/lctrain .* configuration/,/^-- Configuring done/{/Configuring done/!s/^-- //p}' "$BUILD_DIR/configure.log"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
 if [ "$mode" = test ]; then
