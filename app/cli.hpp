@@ -56,6 +56,7 @@ struct PrepareOptions {
   std::string tokenizer_model;      // an existing SentencePiece .model file ("" = none)
   int64_t num_docs, doc_length, key_digits, seed;
   std::string doc_lengths;          // passkey: comma-separated lengths taken in turn ("" = doc_length)
+  double copy_repeats;              // copy: share of digit strings with repeats (0 = all distinct)
   int64_t seq_len;                  // report packing efficiency at this length
   double progress_every;            // seconds between progress lines; 0 = none
   bool force;

@@ -159,6 +159,11 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "passkey, recall, copy: which targets the training loss counts: all, or answers (the "
         "digits of the keys asked for; copy: each string's second copy), stored as a loss mask")
       ->check(CLI::IsMember({"all", "answers"}));
+  r.add(c, "--copy-repeats", o.copy_repeats, 0.0,
+        "copy: the share of strings made of digits drawn with replacement (\"92225\"), whose "
+        "repeated symbols make the second copy depend on the place in the string, as a "
+        "passkey's digits do; the others are distinct symbols (0 = all distinct)")
+      ->check(number(false, 0, false, 1, false));
   r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed")
       ->check(count(0));
   r.add(c, "--seq-len", o.seq_len, int64_t(4096),

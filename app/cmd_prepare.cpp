@@ -62,6 +62,9 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   if (!o.doc_lengths.empty() && o.synthetic != "passkey")
     fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; ", o.synthetic,
          " documents take --doc-length: drop --doc-lengths");
+  if (o.copy_repeats > 0 && o.synthetic != "copy")
+    fail("prepare: --copy-repeats shapes --synthetic copy's strings; ", o.synthetic,
+         " documents have none: drop --copy-repeats");
   // --doc-lengths: the documents take the lengths in turn (document d: lengths[d % n]).
   const std::vector<int64_t> lengths =
       o.doc_lengths.empty() ? std::vector<int64_t>{o.doc_length} : parse_int_list(o.doc_lengths, "--doc-lengths");
@@ -70,6 +73,7 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   const auto done = [&](int64_t docs) { gen.update(double(docs), double(o.num_docs), "documents"); };
   SyntheticSpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
   if (!o.doc_lengths.empty()) spec.doc_lengths = lengths;
+  spec.copy_repeats = o.copy_repeats;
   TokenDataset ds;
   if (o.synthetic == "passkey") {
     ds = make_passkey_dataset(spec, done);

@@ -19,9 +19,17 @@ constexpr uint64_t kMinSymbols = 4, kMaxSymbols = 12;
 
 // 4 to 12 distinct symbols (Python's random.sample): distinct, so that every symbol of the
 // first copy has one successor and the second copy is a plain copy, no choice among several.
-std::string random_string(Rng& rng) {
+// With probability `repeats`, digits drawn with replacement instead: a symbol then recurs
+// with other successors ("92225": after the second 2 comes 2, after the third 5), as in
+// passkeys, where a copy circuit that matches the last symbol alone picks the wrong one;
+// the place in the string has to be found from more than the last symbol.
+std::string random_string(Rng& rng, double repeats) {
   const size_t n = size_t(kMinSymbols + rng.below(kMaxSymbols - kMinSymbols + 1));
   std::string pool = kSymbols, s;
+  if (repeats > 0 && rng.uniform() < repeats) {  // no draw at 0: the distinct data stays as it was
+    for (size_t i = 0; i < n; ++i) s.push_back(char('0' + rng.below(10)));
+    return s;
+  }
   for (size_t i = 0; i < n; ++i) {  // a partial Fisher-Yates shuffle: the first n of a random order
     std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
     s.push_back(pool[i]);
@@ -39,6 +47,8 @@ int64_t copy_min_doc_length() { return int64_t(2 + pair_size(kMaxSymbols)); }
 TokenDataset make_copy_dataset(const SyntheticSpec& spec,
                                const std::function<void(int64_t)>& progress) {
   if (spec.num_docs < 1) fail("copy: the number of documents must be at least 1");
+  if (!(spec.copy_repeats >= 0 && spec.copy_repeats <= 1))
+    fail("copy: the share of strings with repeated symbols is ", spec.copy_repeats, "; give 0 to 1");
   const int64_t min_len = copy_min_doc_length();
   if (spec.doc_length < min_len)
     fail("copy: documents of ", spec.doc_length, " tokens cannot hold a string and its copy; ",
@@ -47,6 +57,7 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
   TokenDataset ds = ByteTokenizer().empty_dataset();
   ds.source = cat("synthetic copy: ", spec.num_docs, " documents of ", spec.doc_length,
                   " tokens, seed ", spec.seed);
+  if (spec.copy_repeats > 0) ds.source += cat(", ", spec.copy_repeats, " of the strings digits with repeats");
   ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
   ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
 
@@ -58,7 +69,7 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
     // Pairs until the text is full; the last is cut at the length, as in the script (a cut
     // second copy still scores the symbols it has).
     while (text.size() < budget) {
-      const std::string s = random_string(rng);
+      const std::string s = random_string(rng, spec.copy_repeats);
       text += s + ' ';
       for (size_t k = 0; k < s.size(); ++k) answers.push_back(text.size() + k);
       text += s + ". ";

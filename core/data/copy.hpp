@@ -7,6 +7,9 @@
 // A document is pairs "S S. " with S 4 to 12 distinct symbols of a-z0-9, repeated and cut
 // to the document's length:
 //   "k3xq9 k3xq9. 0fbm7wzt 0fbm7wzt. aqe4 aqe4. ..."
+// SyntheticSpec::copy_repeats makes that share of the strings digits drawn with replacement
+// ("92225 92225. "), whose second copies need the place in the string, not just the last
+// symbol.
 #pragma once
 #include <cstdint>
 #include <functional>

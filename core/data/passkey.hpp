@@ -23,6 +23,9 @@ struct SyntheticSpec {
   // tokens (the lengths cycle, so any prefix of the documents holds every length); empty =
   // doc_length.
   std::vector<int64_t> doc_lengths = {};
+  // copy: the share of strings made of digits drawn with replacement (repeats, as in a
+  // passkey), the rest distinct symbols of a-z0-9; 0 = all distinct.
+  double copy_repeats = 0.0;
 };
 
 // `n` characters of the passkey's filler text, starting `phase` characters into its cycle

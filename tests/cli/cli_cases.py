@@ -806,6 +806,21 @@ def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
     expect_error(list(command_of_tiny_run("u", "--eval-every", "2", "--eval-data", "c.h5", "--until-retrieval",
                                           "0.5", steps=2, data="cm.h5")),
                  "--until-retrieval 0.5 needs passkeys", "'c.h5' has none")
+    # --copy-repeats: that share of the strings digits that repeat; refused out of [0, 1] and
+    # for other kinds of data.
+    p = ok("prepare", "--synthetic", "copy", "--num-docs", "8", "--doc-length", "256", "--copy-repeats", "1",
+           "-o", "cr.h5")
+    assert "0.5 of the strings" not in p.stdout and "1 of the strings digits with repeats" in p.stdout, p.stdout
+    with h5py.File("cr.h5", "r") as f:
+        t, off = f["tokens"][:], f["doc_offsets"][:]
+    strings = [s.split(" ")[0] for d in range(8)
+               for s in bytes(t[off[d] + 1:off[d + 1] - 1].astype(np.uint8)).decode().split(". ")[:-1]]
+    assert all(s.isdigit() for s in strings), strings
+    assert sum(len(set(s)) < len(s) for s in strings) > len(strings) / 2, strings
+    expect_error(["prepare", "--synthetic", "copy", "--copy-repeats", "1.5", "-o", "x.h5"],
+                 "--copy-repeats: 1.5 is not in [0, 1]", code=2)  # a usage error
+    expect_error(["prepare", "--synthetic", "passkey", "--copy-repeats", "0.5", "-o", "x.h5"],
+                 "--copy-repeats shapes --synthetic copy's strings", "drop --copy-repeats")
 
 
 @case

@@ -171,8 +171,8 @@ TEST(Recall, ScoredDigitsAreTheKeyGivenEarlierToTheSameName) {
   EXPECT_GT(recalled, 20 * 5);  // dense: several recalls in every 700-token document
 }
 
-SyntheticSpec copy_spec(int64_t doc_length, uint64_t seed) {
-  return {.num_docs = 12, .doc_length = doc_length, .seed = seed};
+SyntheticSpec copy_spec(int64_t doc_length, uint64_t seed, double repeats = 0.0) {
+  return {.num_docs = 12, .doc_length = doc_length, .seed = seed, .copy_repeats = repeats};
 }
 
 // Lengths that are no multiple of a pair's: the last pair is cut anywhere.
@@ -198,11 +198,15 @@ TEST(Copy, EveryDocumentHasItsLengthAndTheSeedDecidesTheData) {
 
 // Each document is "S S. " pairs cut to its length: every complete pair is a string of 4 to
 // 12 distinct symbols and its copy, and the mask is 1 exactly on the second copies' symbols
-// (those a cut leaves too), 0 on BOS, EOS, the first copies, spaces and full stops.
+// (those a cut leaves too), 0 on BOS, EOS, the first copies, spaces and full stops. With
+// copy_repeats, about that share of the strings are digits that may repeat (a string of 4
+// to 12 digits repeats one with probability 0.5-1), and only digit strings repeat.
 TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
   const std::string symbols = "abcdefghijklmnopqrstuvwxyz0123456789";
-  for (int64_t len : kCopyLengths) {
-    const TokenDataset ds = make_copy_dataset(copy_spec(len, 3));
+  for (const auto& [len, repeats] : {std::pair<int64_t, double>{97, 0.0}, {254, 0.0}, {512, 0.0},
+                                     {254, 0.5}, {512, 0.5}, {512, 1.0}}) {
+    const TokenDataset ds = make_copy_dataset(copy_spec(len, 3, repeats));
+    size_t strings = 0, repeating = 0;
     ASSERT_EQ(ds.loss_weights.size(), ds.tokens.size());
     std::set<size_t> sizes;
     for (int64_t d = 0; d < ds.num_docs(); ++d) {
@@ -217,7 +221,12 @@ TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
         const std::string s = text.substr(at, space - at);
         EXPECT_LE(s.size(), 12u) << "document " << d << " at " << at;
         EXPECT_EQ(s.find_first_not_of(symbols), std::string::npos) << s;
-        EXPECT_EQ(std::set<char>(s.begin(), s.end()).size(), s.size()) << s << " repeats a symbol";
+        const bool digits = s.find_first_not_of("0123456789") == std::string::npos;
+        const bool repeat = std::set<char>(s.begin(), s.end()).size() < s.size();
+        if (repeats == 0 || !digits) EXPECT_FALSE(repeat) << s << " repeats a symbol";
+        if (repeats == 1) EXPECT_TRUE(digits) << s;
+        strings += 1;
+        repeating += repeat;
         for (size_t k = space + 1; k < std::min(space + 1 + s.size(), text.size()); ++k) want[1 + k] = 1.0f;
         if (space + 1 + s.size() + 2 <= text.size()) {  // the copy and its ". " are whole
           EXPECT_GE(s.size(), 4u) << s;
@@ -236,13 +245,19 @@ TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
     if (len >= 254) {
       EXPECT_EQ(sizes, (std::set<size_t>{4, 5, 6, 7, 8, 9, 10, 11, 12}));
     }
+    const double share = double(repeating) / double(strings);
+    EXPECT_GE(share, 0.5 * repeats * 0.8) << strings << " strings";
+    EXPECT_LE(share, repeats * 1.2) << strings << " strings";
   }
+  EXPECT_NE(make_copy_dataset(copy_spec(254, 3, 0.5)).tokens, make_copy_dataset(copy_spec(254, 3)).tokens);
 }
 
 TEST(Copy, RejectsDocumentsTooShortForAPairAndNoDocuments) {
   EXPECT_THROW(make_copy_dataset(copy_spec(copy_min_doc_length() - 1, 1)), Error);
   EXPECT_NO_THROW(make_copy_dataset(copy_spec(copy_min_doc_length(), 1)));
   EXPECT_THROW(make_copy_dataset({.num_docs = 0, .doc_length = 256, .seed = 1}), Error);
+  EXPECT_THROW(make_copy_dataset(copy_spec(256, 1, 1.5)), Error);
+  EXPECT_THROW(make_copy_dataset(copy_spec(256, 1, std::nan(""))), Error);
 }
 
 // --doc-lengths: the documents take the lengths in turn, each a whole passkey document of its
