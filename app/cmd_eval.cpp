@@ -86,7 +86,12 @@ void print_passkey_table(const EvalResult& r, std::ostream& out) {
   };
   row("  all", [&](size_t l) { return passkey_cell(sum(t.correct, l), sum(t.total, l)); },
       passkey_cell(r.keys_retrieved(), r.keys_asked()));
-  out << "  answer tokens right, " << answer_places_summary(r) << "\n" << split;
+  out << "  answer tokens right, " << answer_places_summary(r) << "\n";
+  if (r.answer_tokens.size() > 1)  // keys of several symbols: those that repeat one, and the others
+    out << "  keys repeating a digit  " << passkey_cell(r.repeat_retrieved, r.repeat_asked)
+        << "   the others  " << passkey_cell(r.keys_retrieved() - r.repeat_retrieved, r.keys_asked() - r.repeat_asked)
+        << "\n";
+  out << split;
 }
 
 // The table as [lengths x depth buckets] arrays of --out (h5py reads them as they are).
@@ -225,7 +230,9 @@ int cmd_eval(Context& ctx) {
                       {"mean_loss", r.mean_loss()}, {"valid_targets", r.valid_targets},
                       {"next_token_correct", r.correct}, {"cp", o.cp},
                       {"sequences", r.sequences}, {"seq_len", o.seq_len},
-                      {"passkey_retrieved", got}, {"passkey_asked", asked}, {"model", o.model},
+                      {"passkey_retrieved", got}, {"passkey_asked", asked},
+                      {"passkey_repeat_retrieved", r.repeat_retrieved}, {"passkey_repeat_asked", r.repeat_asked},
+                      {"model", o.model},
                       {"data", o.data}},
                      o.force, &prov);
     out << "wrote " << o.out << std::endl;

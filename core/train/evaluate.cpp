@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "data/passkey.hpp"
 
@@ -130,6 +131,10 @@ EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64
             r.answer_right[k] += right;
             ok = ok && right;
           }
+          const auto key = b.tokens.begin() + std::ptrdiff_t(a);
+          const bool repeats = std::set<int32_t>(key, key + std::ptrdiff_t(n_answer)).size() < n_answer;
+          r.repeat_asked += repeats;
+          r.repeat_retrieved += repeats && ok;
           const double depth = ds.passkey.depth[size_t(d)];
           const int bucket = passkey_depth_bucket(depth, EvalResult::kBuckets);
           ++r.asked[bucket];

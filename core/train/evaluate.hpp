@@ -43,6 +43,11 @@ struct EvalResult {
   // Partial credit, for watching retrieval being learnt: answer tokens by their place in the
   // answer (0 = the first digit), and how many of them had the right argmax.
   std::vector<int64_t> answer_tokens, answer_right;
+  // Keys in which a symbol occurs more than once ("92225"), asked and retrieved: a copy
+  // circuit that finds its place in the key by the last symbol alone fails on these (after
+  // "922" it cannot tell which 2 it is at), so their share of the errors tells that apart
+  // from not finding the key at all. The other keys are keys_asked() - repeat_asked.
+  int64_t repeat_asked = 0, repeat_retrieved = 0;
   double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
   int64_t keys_asked() const;      // over every depth
   int64_t keys_retrieved() const;

@@ -450,11 +450,24 @@ def eval_over_cp_ranks_equals_one_rank():
             assert rel < 1e-5 and got["valid_targets"] == one["valid_targets"], (got, one)
             assert abs(int(got["next_token_correct"]) - int(one["next_token_correct"])) <= 2, (got, one)
             assert got["passkey_retrieved"] == one["passkey_retrieved"], (got, one)
+            assert got["passkey_repeat_asked"] == one["passkey_repeat_asked"] == repeating_keys("d16.h5"), (got, one)
+            assert got["passkey_repeat_retrieved"] == one["passkey_repeat_retrieved"] <= one["passkey_retrieved"]
+            assert "  keys repeating a digit  " in p.stdout and "the others" in p.stdout, p.stdout
             # loss by position in the document: the same buckets, the same losses
             assert list(got["position_start"]) == list(one["position_start"]) == [0, 64, 128, 256], one
             assert np.max(np.abs(got["position_loss"] - one["position_loss"]) / one["position_loss"]) < 1e-5
     expect_error(["--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600"],
                  "eval splits every sequence over --cp 1 ranks but runs on 2", ranks=2)
+
+
+def repeating_keys(path):
+    """How many of a passkey file's keys repeat a digit ("92225"), counted from its answers."""
+    with h5py.File(path, "r") as f:
+        tok, off = f["tokens"][:], f["doc_offsets"][:]
+        at, n = f["passkey/answer_offset"][:], f["passkey/answer_length"][:]
+    keys = [tok[off[d] + at[d]:off[d] + at[d] + n[d]] for d in range(len(at))]
+    assert all(((k >= ord("0")) & (k <= ord("9"))).all() for k in keys), keys[:3]
+    return sum(len(set(k.tolist())) < len(k) for k in keys)
 
 
 @case
@@ -489,6 +502,7 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
         assert [l.split()[1] for l in lines[2:7]] == ["0-", "20-", "40-", "60-", "80-100%"], lines
         assert lines[7].split()[0] == "all", lines
         assert lines[8].startswith("  answer tokens right, by digit ") and lines[8].endswith("%"), lines
+        assert "repeating a digit" not in p.stdout, p.stdout  # 1-digit keys repeat nothing
     t, attrs = runs[1]
     print("\n".join(lines))
     assert list(t["lengths"]) == [256, 400, 600] and t["total"].shape == t["correct"].shape == (3, 5), t
