@@ -25,11 +25,12 @@ constexpr uint64_t kMinSymbols = 4, kMaxSymbols = 12;
 // the place in the string has to be found from more than the last symbol.
 std::string random_string(Rng& rng, double repeats) {
   const size_t n = size_t(kMinSymbols + rng.below(kMaxSymbols - kMinSymbols + 1));
-  std::string pool = kSymbols, s;
+  std::string s;
   if (repeats > 0 && rng.uniform() < repeats) {  // no draw at 0: the distinct data stays as it was
     for (size_t i = 0; i < n; ++i) s.push_back(char('0' + rng.below(10)));
     return s;
   }
+  std::string pool = kSymbols;  // only the distinct strings draw from it
   for (size_t i = 0; i < n; ++i) {  // a partial Fisher-Yates shuffle: the first n of a random order
     std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
     s.push_back(pool[i]);
