@@ -74,10 +74,10 @@ double TrainLoop::bytes_sent() const {
 
 // lctrain eval's evaluation of the model as it is after this step, forward only in the
 // training model itself (no copy of the weights), over this rank's cp group as eval --cp runs
-// it. Every dp replica evaluates the same sequences, so every rank has the whole result and
-// no sum over dp is needed (the simplest correct choice; with ZeRO-3 every rank also takes part
-// in the same parameter gathers). It reads only --eval-data: the training loader, the
-// gradients and the optimizer are untouched, so the training goes on bit for bit as without.
+// it. The dp replicas share the batches (EvalShare; before, each evaluated them all: dp times
+// the work) and every rank merges every replica's part into the whole result. It reads only
+// --eval-data: the training loader, the gradients and the optimizer are untouched, so the
+// training goes on bit for bit as without.
 EvalResult TrainLoop::evaluate_held_out() {
   const MPI_Comm cp_comm = mesh.comm("cp");
   MpiStepReducer sums(cp_comm);
@@ -86,7 +86,12 @@ EvalResult TrainLoop::evaluate_held_out() {
                                   : EvalCp{};
   PhaseClock clock;  // the step's phases are recorded already; evaluation is not one of them
   const double t0 = omp_get_wtime();
-  const EvalResult r = evaluate(model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp);
+  const EvalShare share{layout.dp, mesh.index("dp")};
+  const EvalResult part =
+      evaluate(model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp, share);
+  EvalResult r;
+  for (const std::vector<double>& p : allgather_varying(part.to_numbers(), mesh.comm("dp"), "the evaluation's parts"))
+    r.merge(EvalResult::from_numbers(p));
   bytes_before_ = bytes_sent();  // its traffic is no step's
   // The next step may be followed by an evaluation too: --time-limit keeps room for one.
   last_eval_ = omp_get_wtime() - t0;

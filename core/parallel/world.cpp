@@ -154,20 +154,33 @@ int comm_size(MPI_Comm comm) {
   return n;
 }
 
-std::vector<std::vector<int32_t>> allgather_varying(const std::vector<int32_t>& mine, MPI_Comm comm,
-                                                    const char* what) {
+namespace {
+template <class T>
+std::vector<std::vector<T>> allgather_any(const std::vector<T>& mine, MPI_Datatype type, MPI_Comm comm,
+                                          const char* what) {
   const int ranks = comm_size(comm);
   std::vector<int> counts(static_cast<size_t>(ranks)), offsets(static_cast<size_t>(ranks), 0);
   const int n = int(mine.size());
   WaitScope w(what);
   MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
   for (int r = 1; r < ranks; ++r) offsets[size_t(r)] = offsets[size_t(r - 1)] + counts[size_t(r - 1)];
-  std::vector<int32_t> flat(size_t(offsets.back() + counts.back()));
-  MPI_Allgatherv(mine.data(), n, MPI_INT32_T, flat.data(), counts.data(), offsets.data(), MPI_INT32_T, comm);
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(ranks));
+  std::vector<T> flat(size_t(offsets.back() + counts.back()));
+  MPI_Allgatherv(mine.data(), n, type, flat.data(), counts.data(), offsets.data(), type, comm);
+  std::vector<std::vector<T>> out(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r)
     out[size_t(r)].assign(flat.begin() + offsets[size_t(r)], flat.begin() + offsets[size_t(r)] + counts[size_t(r)]);
   return out;
+}
+}  // namespace
+
+std::vector<std::vector<int32_t>> allgather_varying(const std::vector<int32_t>& mine, MPI_Comm comm,
+                                                    const char* what) {
+  return allgather_any(mine, MPI_INT32_T, comm, what);
+}
+
+std::vector<std::vector<double>> allgather_varying(const std::vector<double>& mine, MPI_Comm comm,
+                                                   const char* what) {
+  return allgather_any(mine, MPI_DOUBLE, comm, what);
 }
 
 }  // namespace lct

@@ -65,5 +65,7 @@ std::vector<double> allgather(const std::vector<double>& mine, MPI_Comm comm, co
 // Every rank's `mine`, of any length: [rank][...].
 std::vector<std::vector<int32_t>> allgather_varying(const std::vector<int32_t>& mine, MPI_Comm comm,
                                                     const char* what);
+std::vector<std::vector<double>> allgather_varying(const std::vector<double>& mine, MPI_Comm comm,
+                                                   const char* what);
 
 }  // namespace lct

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include "data/passkey.hpp"
 
@@ -53,17 +54,41 @@ int position_bucket(int32_t pos) {
 }
 }  // namespace
 
-void PasskeyTable::add(int64_t length, double depth, bool retrieved) {
-  const auto it = std::lower_bound(lengths.begin(), lengths.end(), length);
-  const size_t row = size_t(it - lengths.begin());
-  if (it == lengths.end() || *it != length) {
-    lengths.insert(it, length);
-    total.insert(total.begin() + std::ptrdiff_t(row * kBuckets), kBuckets, 0);
-    correct.insert(correct.begin() + std::ptrdiff_t(row * kBuckets), kBuckets, 0);
+namespace {
+// The row of `length` in t, inserted (zero counts) where the ascending order puts it.
+size_t row_of(PasskeyTable& t, int64_t length) {
+  const auto it = std::lower_bound(t.lengths.begin(), t.lengths.end(), length);
+  const size_t row = size_t(it - t.lengths.begin());
+  if (it == t.lengths.end() || *it != length) {
+    t.lengths.insert(it, length);
+    t.total.insert(t.total.begin() + std::ptrdiff_t(row * PasskeyTable::kBuckets), PasskeyTable::kBuckets, 0);
+    t.correct.insert(t.correct.begin() + std::ptrdiff_t(row * PasskeyTable::kBuckets), PasskeyTable::kBuckets, 0);
   }
-  const size_t k = at(row, passkey_depth_bucket(depth, kBuckets));
+  return row;
+}
+
+// a[i] += b[i], a grown to b's length first.
+template <class T>
+void add_into(std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() < b.size()) a.resize(b.size(), T(0));
+  for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+}
+}  // namespace
+
+void PasskeyTable::add(int64_t length, double depth, bool retrieved) {
+  const size_t k = at(row_of(*this, length), passkey_depth_bucket(depth, kBuckets));
   ++total[k];
   correct[k] += retrieved;
+}
+
+void PasskeyTable::merge(const PasskeyTable& other) {
+  for (size_t i = 0; i < other.lengths.size(); ++i) {
+    const size_t row = row_of(*this, other.lengths[i]);
+    for (int k = 0; k < kBuckets; ++k) {
+      total[at(row, k)] += other.total[at(i, k)];
+      correct[at(row, k)] += other.correct[at(i, k)];
+    }
+  }
 }
 
 int64_t EvalResult::bucket_start(int k) { return k == 0 ? 0 : int64_t(64) << (k - 1); }
@@ -80,9 +105,81 @@ int64_t EvalResult::keys_retrieved() const {
   return n;
 }
 
+void EvalResult::merge(const EvalResult& o) {
+  loss_sum += o.loss_sum;
+  valid_targets += o.valid_targets;
+  correct += o.correct;
+  add_into(position_loss, o.position_loss);
+  add_into(position_targets, o.position_targets);
+  sequences += o.sequences;
+  for (int k = 0; k < kBuckets; ++k) {
+    asked[k] += o.asked[k];
+    retrieved[k] += o.retrieved[k];
+  }
+  split_docs += o.split_docs;
+  passkey.merge(o.passkey);
+  add_into(answer_tokens, o.answer_tokens);
+  add_into(answer_right, o.answer_right);
+  repeat_asked += o.repeat_asked;
+  repeat_retrieved += o.repeat_retrieved;
+}
+
+namespace {
+// The numbers of EvalResult::to_numbers, written and read in one order: the scalars, then
+// each vector as its length and its elements.
+struct Numbers {
+  std::vector<double> v;
+  size_t at = 0;
+  template <class T>
+  void put(T x) { v.push_back(double(x)); }
+  template <class T>
+  void put(const std::vector<T>& x) {
+    put(x.size());
+    for (T e : x) put(e);
+  }
+  template <class T>
+  void get(T& x) {
+    if (at >= v.size()) throw std::runtime_error("an evaluation's numbers end too early (ranks of different lctrain builds?)");
+    x = T(v[at++]);
+  }
+  template <class T>
+  void get(std::vector<T>& x) {
+    size_t n = 0;
+    get(n);
+    x.resize(n);
+    for (T& e : x) get(e);
+  }
+};
+
+// One list of the fields for both directions.
+template <class R, class Io>
+void each_field(R& r, Io& io) {
+  io(r.loss_sum), io(r.valid_targets), io(r.correct), io(r.position_loss), io(r.position_targets);
+  io(r.sequences), io(r.split_docs), io(r.answer_tokens), io(r.answer_right);
+  io(r.repeat_asked), io(r.repeat_retrieved);
+  for (int k = 0; k < EvalResult::kBuckets; ++k) io(r.asked[k]), io(r.retrieved[k]);
+  io(r.passkey.lengths), io(r.passkey.total), io(r.passkey.correct);
+}
+}  // namespace
+
+std::vector<double> EvalResult::to_numbers() const {
+  Numbers n;
+  auto put = [&n](const auto& x) { n.put(x); };
+  each_field(*this, put);
+  return n.v;
+}
+
+EvalResult EvalResult::from_numbers(const std::vector<double>& v) {
+  Numbers n{v, 0};
+  EvalResult r;
+  auto get = [&n](auto& x) { n.get(x); };
+  each_field(r, get);
+  return r;
+}
+
 EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64_t B,
                     int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress,
-                    const EvalCp& cp) {
+                    const EvalCp& cp, const EvalShare& share) {
   const DatasetInfo& ds = data.info();
   const Packing packing = pack_documents(ds.doc_offsets, seq_len);
   int64_t n = int64_t(packing.sequences.size());
@@ -90,7 +187,15 @@ EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64
   EvalResult r;
   std::vector<int32_t> argmax(size_t(B * seq_len));
   std::vector<float> token_loss(size_t(B * seq_len));
-  for (int64_t s0 = 0; s0 < n; s0 += B) {
+  const int64_t batches = (n + B - 1) / B, rounds = (batches + share.parts - 1) / share.parts;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t s0 = (round * share.parts + share.part) * B;
+    if (s0 >= n) {  // a spare replica in the last round: the first batch again, uncounted
+      std::vector<const PackedSequence*> first;
+      for (int64_t s = 0; s < std::min(n, B); ++s) first.push_back(&packing.sequences[size_t(s)]);
+      forward(model, make_batch(data, first, seq_len), B, cp, clock, argmax.data(), token_loss.data());
+      continue;
+    }
     std::vector<const PackedSequence*> seqs;
     for (int64_t s = s0; s < std::min(n, s0 + B); ++s) seqs.push_back(&packing.sequences[size_t(s)]);
     Batch b = make_batch(data, seqs, seq_len);
@@ -109,7 +214,7 @@ EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64
       r.position_targets[k] += 1;
     }
     r.sequences += b.B;
-    if (progress) progress(r.sequences, n);
+    if (progress) progress(std::min(n, (round + 1) * share.parts * B), n);
     if (ds.passkey.empty()) continue;
     for (int64_t s = 0; s < b.B; ++s) {
       int64_t at = s * seq_len;  // stream position of the span's first token

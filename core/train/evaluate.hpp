@@ -22,6 +22,7 @@ struct PasskeyTable {
   std::vector<int64_t> lengths;       // the lengths of the documents scored, ascending
   std::vector<int64_t> total, correct;  // [lengths.size() x kBuckets], row by row
   void add(int64_t length, double depth, bool retrieved);  // a new length gets its row
+  void merge(const PasskeyTable& other);                   // adds other's counts, row by length
   static size_t at(size_t length_index, int bucket) { return length_index * kBuckets + size_t(bucket); }
   static double depth_edge(int k) { return double(k) / kBuckets; }  // k = 0..kBuckets
 };
@@ -51,6 +52,22 @@ struct EvalResult {
   double mean_loss() const { return valid_targets ? loss_sum / double(valid_targets) : 0.0; }
   int64_t keys_asked() const;      // over every depth
   int64_t keys_retrieved() const;
+  // Adds another part's counts (EvalShare): the parts of one evaluation merged in any order
+  // give the whole one's counts; the loss sums differ only by the order of the additions.
+  void merge(const EvalResult& other);
+  // Every field as one array of numbers (counts are exact in a double up to 2^53), for
+  // passing a part between ranks, and back.
+  std::vector<double> to_numbers() const;
+  static EvalResult from_numbers(const std::vector<double>& v);
+};
+
+// Data parallelism: `parts` replicas share the batches, batch k going to replica k % parts,
+// and each returns its part's result (EvalResult::merge adds them up). Every replica makes
+// the same number of forward passes (the last round's spare replicas pass the first batch
+// again, uncounted): a model whose forward pass spans the replicas (ZeRO-3's parameter
+// gathers) must not wait for a pass that never comes.
+struct EvalShare {
+  int64_t parts = 1, part = 0;
 };
 
 // Sequences done so far and in all, after each forward pass (for progress lines).
@@ -68,11 +85,12 @@ struct EvalCp {
   std::function<std::vector<int32_t>(const std::vector<int32_t>& mine)> allgather;
 };
 
-// Runs over the packed sequences [0, max_sequences) (all when 0), B at a time. With cp,
-// every rank returns the same result. Reads only the evaluated sequences' tokens from `data`.
+// Runs over the packed sequences [0, max_sequences) (all when 0), B at a time: with `share`,
+// only this replica's batches. With cp, every rank of the cp group returns the same result.
+// Reads only the evaluated sequences' tokens from `data`.
 // Loss weights, a training choice, are not applied: the loss is the mean over every target.
 EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64_t B,
                     int64_t max_sequences, PhaseClock& clock, const EvalProgress& progress = {},
-                    const EvalCp& cp = {});
+                    const EvalCp& cp = {}, const EvalShare& share = {});
 
 }  // namespace lct

@@ -1131,13 +1131,21 @@ def eval_every_over_cp_ranks_matches_one_rank():
 
 @case
 def eval_every_on_dp_replicas_matches_one_rank():
-    """dp 2 (every replica evaluates the same sequences) against one rank taking the same 2
-    sequences a step."""
+    """dp 2 (the replicas share the evaluated sequences, each merging the other's part) against
+    one rank taking the same 2 sequences a step. Then 3 sequences under --zero 3: the second
+    replica has no third one and passes its first again, uncounted, so that the forward pass's
+    parameter gathers (over the replicas) match: no hang, the same figures."""
     eval_fixture()
     assert train("one", "--steps", "4", "--batch-size", "2", *EVAL).returncode == 0
     p = train("dp2", "--steps", "4", *EVAL, ranks=2)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     assert_same_evaluations("one", "dp2")
+    three = [*EVAL[:-1], "3"]
+    assert train("one3", "--steps", "4", "--batch-size", "2", *three).returncode == 0
+    p = train("z3", "--steps", "4", "--zero", "3", *three, ranks=2)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert_same_evaluations("one3", "z3")
+    assert "passkeys " in p.stdout and "/6 (" in p.stdout, p.stdout[-2000:]  # 3 sequences of 2 documents
 
 
 @case

@@ -223,8 +223,12 @@ TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
         EXPECT_EQ(s.find_first_not_of(symbols), std::string::npos) << s;
         const bool digits = s.find_first_not_of("0123456789") == std::string::npos;
         const bool repeat = std::set<char>(s.begin(), s.end()).size() < s.size();
-        if (repeats == 0 || !digits) EXPECT_FALSE(repeat) << s << " repeats a symbol";
-        if (repeats == 1) EXPECT_TRUE(digits) << s;
+        if (repeats == 0 || !digits) {
+          EXPECT_FALSE(repeat) << s << " repeats a symbol";
+        }
+        if (repeats == 1) {
+          EXPECT_TRUE(digits) << s;
+        }
         strings += 1;
         repeating += repeat;
         for (size_t k = space + 1; k < std::min(space + 1 + s.size(), text.size()); ++k) want[1 + k] = 1.0f;
