@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
-#include <stdexcept>
 
+#include "common/error.hpp"
 #include "data/passkey.hpp"
 
 namespace lct {
@@ -139,7 +139,7 @@ struct Numbers {
   }
   template <class T>
   void get(T& x) {
-    if (at >= v.size()) throw std::runtime_error("an evaluation's numbers end too early (ranks of different lctrain builds?)");
+    if (at >= v.size()) fail("an evaluation's numbers end too early (ranks of different lctrain builds?)");
     x = T(v[at++]);
   }
   template <class T>
@@ -189,18 +189,16 @@ EvalResult evaluate(LlamaModel& model, TokenSource& data, int64_t seq_len, int64
   std::vector<float> token_loss(size_t(B * seq_len));
   const int64_t batches = (n + B - 1) / B, rounds = (batches + share.parts - 1) / share.parts;
   for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t s0 = (round * share.parts + share.part) * B;
-    if (s0 >= n) {  // a spare replica in the last round: the first batch again, uncounted
-      std::vector<const PackedSequence*> first;
-      for (int64_t s = 0; s < std::min(n, B); ++s) first.push_back(&packing.sequences[size_t(s)]);
-      forward(model, make_batch(data, first, seq_len), B, cp, clock, argmax.data(), token_loss.data());
-      continue;
-    }
+    const int64_t mine = (round * share.parts + share.part) * B;
+    const bool spare = mine >= n;  // a spare replica in the last round: the first batch again, uncounted
+    const int64_t s0 = spare ? 0 : mine;
     std::vector<const PackedSequence*> seqs;
     for (int64_t s = s0; s < std::min(n, s0 + B); ++s) seqs.push_back(&packing.sequences[size_t(s)]);
     Batch b = make_batch(data, seqs, seq_len);
     b.weights.clear();
-    r.loss_sum += forward(model, b, B, cp, clock, argmax.data(), token_loss.data());
+    const double loss = forward(model, b, B, cp, clock, argmax.data(), token_loss.data());
+    if (spare) continue;
+    r.loss_sum += loss;
     r.valid_targets += b.valid_targets();
     for (size_t t = 0; t < b.targets.size(); ++t) {
       if (b.targets[t] < 0) continue;

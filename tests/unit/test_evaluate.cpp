@@ -2,6 +2,7 @@
 // parts, merged (through the numbers the ranks exchange), are the whole evaluation.
 #include <gtest/gtest.h>
 
+#include "common/error.hpp"
 #include "data/packing.hpp"
 #include "data/passkey.hpp"
 #include "model/init.hpp"
@@ -89,7 +90,7 @@ TEST(Evaluate, NumbersRoundTripEveryField) {
   expect_same(EvalResult::from_numbers(r.to_numbers()), r);
   std::vector<double> cut = r.to_numbers();
   cut.pop_back();
-  EXPECT_THROW(EvalResult::from_numbers(cut), std::runtime_error);
+  EXPECT_THROW(EvalResult::from_numbers(cut), Error);
 }
 
 TEST(PasskeyTable, MergeAddsRowsByLength) {
