@@ -57,6 +57,7 @@ struct PrepareOptions {
   int64_t num_docs, doc_length, key_digits, seed;
   std::string doc_lengths;          // passkey: comma-separated lengths taken in turn ("" = doc_length)
   double copy_repeats;              // copy: share of digit strings with repeats (0 = all distinct)
+  int64_t copy_gap_words;           // copy: at most this many random words between the copies
   int64_t seq_len;                  // report packing efficiency at this length
   double progress_every;            // seconds between progress lines; 0 = none
   bool force;

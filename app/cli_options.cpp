@@ -164,6 +164,11 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "repeated symbols make the second copy depend on the place in the string, as a "
         "passkey's digits do; the others are distinct symbols (0 = all distinct)")
       ->check(number(false, 0, false, 1, false));
+  r.add(c, "--copy-gap-words", o.copy_gap_words, int64_t(0),
+        "copy: 0 to N random words between each string and its second copy, so that only its "
+        "symbols say where the first copy is (content-based copying); the copy's first symbol "
+        "is then not scored (0 = the copy follows at once)")
+      ->check(count(0));
   r.add(c, "--seed", o.seed, int64_t(1), "synthetic: random seed")
       ->check(count(0));
   r.add(c, "--seq-len", o.seq_len, int64_t(4096),

@@ -65,6 +65,9 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   if (o.copy_repeats > 0 && o.synthetic != "copy")
     fail("prepare: --copy-repeats shapes --synthetic copy's strings; ", o.synthetic,
          " documents have none: drop --copy-repeats");
+  if (o.copy_gap_words > 0 && o.synthetic != "copy")
+    fail("prepare: --copy-gap-words shapes --synthetic copy's pairs; ", o.synthetic,
+         " documents have none: drop --copy-gap-words");
   // --doc-lengths: the documents take the lengths in turn (document d: lengths[d % n]).
   const std::vector<int64_t> lengths =
       o.doc_lengths.empty() ? std::vector<int64_t>{o.doc_length} : parse_int_list(o.doc_lengths, "--doc-lengths");
@@ -74,6 +77,7 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   SyntheticSpec spec{o.num_docs, o.doc_length, int32_t(o.key_digits), uint64_t(o.seed)};
   if (!o.doc_lengths.empty()) spec.doc_lengths = lengths;
   spec.copy_repeats = o.copy_repeats;
+  spec.copy_gap_words = o.copy_gap_words;
   TokenDataset ds;
   if (o.synthetic == "passkey") {
     ds = make_passkey_dataset(spec, done);

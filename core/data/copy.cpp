@@ -38,6 +38,21 @@ std::string random_string(Rng& rng, double repeats) {
   return s;
 }
 
+// A word between the copies of `s`: 3 to 6 distinct symbols that `s` does not hold, so that
+// none of them is a symbol of the string being copied.
+std::string gap_word(Rng& rng, const std::string& s) {
+  std::string pool;
+  for (char c : kSymbols)
+    if (s.find(c) == std::string::npos) pool.push_back(c);
+  const size_t n = size_t(3 + rng.below(4));
+  std::string w;
+  for (size_t i = 0; i < n; ++i) {
+    std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
+    w.push_back(pool[i]);
+  }
+  return w;
+}
+
 // "S S. ": the length of one pair of `symbols`-symbol strings.
 constexpr size_t pair_size(uint64_t symbols) { return size_t(2 * symbols + 3); }
 
@@ -50,6 +65,8 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
   if (spec.num_docs < 1) fail("copy: the number of documents must be at least 1");
   if (!(spec.copy_repeats >= 0 && spec.copy_repeats <= 1))
     fail("copy: the share of strings with repeated symbols is ", spec.copy_repeats, "; give 0 to 1");
+  if (spec.copy_gap_words < 0)
+    fail("copy: the words between the copies are at most ", spec.copy_gap_words, "; give 0 or more");
   const int64_t min_len = copy_min_doc_length();
   if (spec.doc_length < min_len)
     fail("copy: documents of ", spec.doc_length, " tokens cannot hold a string and its copy; ",
@@ -59,6 +76,7 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
   ds.source = cat("synthetic copy: ", spec.num_docs, " documents of ", spec.doc_length,
                   " tokens, seed ", spec.seed);
   if (spec.copy_repeats > 0) ds.source += cat(", ", spec.copy_repeats, " of the strings digits with repeats");
+  if (spec.copy_gap_words > 0) ds.source += cat(", 0 to ", spec.copy_gap_words, " words between the copies");
   ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
   ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
 
@@ -72,7 +90,10 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
     while (text.size() < budget) {
       const std::string s = random_string(rng, spec.copy_repeats);
       text += s + ' ';
-      for (size_t k = 0; k < s.size(); ++k) answers.push_back(text.size() + k);
+      // No draw without words between: the adjacent data stays as it was.
+      const uint64_t words = spec.copy_gap_words > 0 ? rng.below(uint64_t(spec.copy_gap_words) + 1) : 0;
+      for (uint64_t w = 0; w < words; ++w) text += gap_word(rng, s) + ' ';
+      for (size_t k = spec.copy_gap_words > 0 ? 1 : 0; k < s.size(); ++k) answers.push_back(text.size() + k);
       text += s + ". ";
     }
     text.resize(budget);

@@ -26,6 +26,9 @@ struct SyntheticSpec {
   // copy: the share of strings made of digits drawn with replacement (repeats, as in a
   // passkey), the rest distinct symbols of a-z0-9; 0 = all distinct.
   double copy_repeats = 0.0;
+  // copy: at most this many random words between a string and its second copy (0 to N each
+  // time), so that the copy can be found only by its symbols, not by its place; 0 = "S S. ".
+  int64_t copy_gap_words = 0;
 };
 
 // `n` characters of the passkey's filler text, starting `phase` characters into its cycle

@@ -821,6 +821,21 @@ def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
                  "--copy-repeats: 1.5 is not in [0, 1]", code=2)  # a usage error
     expect_error(["prepare", "--synthetic", "passkey", "--copy-repeats", "0.5", "-o", "x.h5"],
                  "--copy-repeats shapes --synthetic copy's strings", "drop --copy-repeats")
+    # --copy-gap-words: 0 to N words between the copies, none of whose symbols is in the string;
+    # refused negative and for other kinds of data.
+    p = ok("prepare", "--synthetic", "copy", "--num-docs", "8", "--doc-length", "256", "--copy-gap-words", "2",
+           "-o", "cg.h5")
+    assert "0 to 2 words between the copies" in p.stdout, p.stdout
+    with h5py.File("cg.h5", "r") as f:
+        t, off = f["tokens"][:], f["doc_offsets"][:]
+    pairs = [s.split(" ") for d in range(8)
+             for s in bytes(t[off[d] + 1:off[d + 1] - 1].astype(np.uint8)).decode().split(". ")[:-1]]
+    assert all(w[0] == w[-1] and len(w) <= 4 and not set("".join(w[1:-1])) & set(w[0]) for w in pairs), pairs
+    assert {len(w) - 2 for w in pairs} == {0, 1, 2}, pairs
+    expect_error(["prepare", "--synthetic", "copy", "--copy-gap-words", "-1", "-o", "x.h5"],
+                 "--copy-gap-words", code=2)
+    expect_error(["prepare", "--synthetic", "recall", "--copy-gap-words", "1", "-o", "x.h5"],
+                 "--copy-gap-words shapes --synthetic copy's pairs", "drop --copy-gap-words")
 
 
 @case

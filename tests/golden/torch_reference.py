@@ -19,11 +19,17 @@ torch.set_num_threads(2)
 DT = torch.float64
 
 
-def load(model_path, batch_path):
+def load_model(model_path, requires_grad=True):
+    """The config attributes and the tensors of an lctrain model or checkpoint file."""
     with h5py.File(model_path, "r") as f:
         cfg = {k: f.attrs[k] for k in f.attrs}
-        params = {k: torch.tensor(f[k][:], dtype=DT, requires_grad=True)
+        params = {k: torch.tensor(f[k][:], dtype=DT, requires_grad=requires_grad)
                   for k in f.keys() if k.endswith(".weight")}
+    return cfg, params
+
+
+def load(model_path, batch_path):
+    cfg, params = load_model(model_path)
     with h5py.File(batch_path, "r") as f:
         batch = {k: torch.tensor(f[k][:].astype(np.int64)) for k in ["tokens", "targets", "doc", "idx", "pos"]}
         if "weights" in f:  # per-target loss weights (optional)
@@ -79,7 +85,8 @@ def rope_inv_freq(cfg, D, seq_len):
     raise ValueError(f"unknown rope_scaling.rope_type {kind!r}")
 
 
-def loss_sum(cfg, P, b, seq_len):
+def logits(cfg, P, b, seq_len):
+    """[T, vocab] for the batch's tokens (doc, idx, pos as in lctrain's packed batches)."""
     C, H, KV = int(cfg["hidden_size"]), int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
     D, eps, L = C // H, float(cfg["rms_norm_eps"]), int(cfg["num_hidden_layers"])
     tok, doc, idx, pos = b["tokens"], b["doc"], b["idx"], b["pos"]
@@ -118,10 +125,14 @@ def loss_sum(cfg, P, b, seq_len):
         x = x + o @ P[p + "self_attn.o_proj.weight"].T
         h = rms(x, P[p + "post_attention_layernorm.weight"])
         x = x + (F.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)) @ P[p + "mlp.down_proj.weight"].T
-    logits = rms(x, P["model.norm.weight"]) @ lm_head.T
+    return rms(x, P["model.norm.weight"]) @ lm_head.T
+
+
+def loss_sum(cfg, P, b, seq_len):
+    z = logits(cfg, P, b, seq_len)
     if "weights" not in b:
-        return F.cross_entropy(logits, b["targets"], ignore_index=-1, reduction="sum")
-    per_target = F.cross_entropy(logits, b["targets"], ignore_index=-1, reduction="none")  # 0 where ignored
+        return F.cross_entropy(z, b["targets"], ignore_index=-1, reduction="sum")
+    per_target = F.cross_entropy(z, b["targets"], ignore_index=-1, reduction="none")  # 0 where ignored
     return (per_target * b["weights"]).sum()
 
 

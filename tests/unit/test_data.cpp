@@ -256,6 +256,69 @@ TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
   EXPECT_NE(make_copy_dataset(copy_spec(254, 3, 0.5)).tokens, make_copy_dataset(copy_spec(254, 3)).tokens);
 }
 
+// copy_gap_words N: each segment before ". " is "S w1 .. wk S" with k from 0 to N (every k
+// occurs), the words 3 to 6 distinct symbols none of which is in S; the mask is 1 on the
+// second copy's symbols after its first (what the words' random number leaves predictable)
+// and 0 elsewhere. Without words between, the data is the adjacent data, draw for draw.
+TEST(Copy, WordsBetweenTheCopiesHoldNoSymbolOfTheStringAndTheCopyIsScoredAfterItsFirst) {
+  const std::string symbols = "abcdefghijklmnopqrstuvwxyz0123456789";
+  for (int64_t len : {97, 254, 512}) {
+    SyntheticSpec gapped = copy_spec(len, 5);
+    gapped.copy_gap_words = 2;
+    const TokenDataset ds = make_copy_dataset(gapped);
+    EXPECT_NO_THROW(validate(ds, "copy"));
+    EXPECT_EQ(ds.source, cat("synthetic copy: 12 documents of ", len, " tokens, seed 5, 0 to 2 words between the copies"));
+    std::set<size_t> gaps;
+    for (int64_t d = 0; d < ds.num_docs(); ++d) {
+      ASSERT_EQ(ds.doc_length(d), len);
+      const int64_t begin = ds.doc_offsets[d];
+      const std::string text = ByteTokenizer::decode_bytes(ds.tokens.data() + begin, size_t(len));
+      std::vector<float> want(size_t(len), 0.0f);
+      size_t at = 0;
+      for (size_t end; (end = text.find(". ", at)) != std::string::npos; at = end + 2) {
+        std::vector<std::string> words;  // S, the words between, S
+        for (size_t w = at; w < end;) {
+          const size_t space = std::min(text.find(' ', w), end);
+          words.push_back(text.substr(w, space - w));
+          w = space + 1;
+        }
+        ASSERT_GE(words.size(), 2u) << "document " << d << " at " << at;
+        const std::string& s = words.front();
+        EXPECT_EQ(words.back(), s) << "document " << d << " at " << at;
+        EXPECT_EQ(std::set<char>(s.begin(), s.end()).size(), s.size()) << s;
+        gaps.insert(words.size() - 2);
+        for (size_t w = 1; w + 1 < words.size(); ++w) {
+          EXPECT_GE(words[w].size(), 3u) << words[w];
+          EXPECT_LE(words[w].size(), 6u) << words[w];
+          EXPECT_EQ(words[w].find_first_not_of(symbols), std::string::npos) << words[w];
+          EXPECT_EQ(words[w].find_first_of(s), std::string::npos) << words[w] << " shares a symbol with " << s;
+        }
+        for (size_t k = end - s.size() + 1; k < end; ++k) want[1 + k] = 1.0f;
+      }
+      // The cut pair at the end: its second copy, if begun, is scored after its first symbol.
+      const size_t space = text.find(' ', at);
+      if (space != std::string::npos) {
+        const std::string s = text.substr(at, space - at);
+        const size_t last = text.rfind(' ');  // before the copy, or before a word between
+        std::string tail = text.substr(last + 1);
+        if (!tail.empty() && tail.back() == '.') tail.pop_back();
+        if (!tail.empty() && s.compare(0, tail.size(), tail) == 0)  // no word shares a symbol with S
+          for (size_t k = last + 2; k < last + 1 + tail.size(); ++k) want[1 + k] = 1.0f;
+      }
+      const std::vector<float> got(ds.loss_weights.begin() + begin, ds.loss_weights.begin() + begin + len);
+      EXPECT_EQ(got, want) << "document " << d;
+    }
+    if (len >= 254) {
+      EXPECT_EQ(gaps, (std::set<size_t>{0, 1, 2}));
+    }
+  }
+  SyntheticSpec none = copy_spec(254, 5);
+  none.copy_gap_words = 0;
+  EXPECT_EQ(make_copy_dataset(none).tokens, make_copy_dataset(copy_spec(254, 5)).tokens);
+  none.copy_gap_words = -1;
+  EXPECT_THROW(make_copy_dataset(none), Error);
+}
+
 TEST(Copy, RejectsDocumentsTooShortForAPairAndNoDocuments) {
   EXPECT_THROW(make_copy_dataset(copy_spec(copy_min_doc_length() - 1, 1)), Error);
   EXPECT_NO_THROW(make_copy_dataset(copy_spec(copy_min_doc_length(), 1)));
