@@ -7,8 +7,9 @@
 #   bash jobs/default_job.sh LCTRAIN RUN_DIR (the same with a built lctrain)
 # LCT_DEFAULT_TRAIN_ARGS adds train flags to every stage (the test passes "--steps 2").
 # LCT_DEFAULT_STAGE1=content runs stage 1 on copies with words between them
-# (inputs/stage1_content_copy.toml): about 17 minutes instead of 10, but retrieval no longer
-# depends on the initialisation (README); adjacent (the default) is inputs/stage1_copy.toml.
+# (inputs/stage1_content_copy.toml): about 17 minutes instead of 10, but retrieval was learnt
+# with each of the 3 seeds tried, not 1 of 5 (README); adjacent (the default) is
+# inputs/stage1_copy.toml.
 set -euo pipefail
 lctrain=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 RUN_DIR=$2  # relative to the caller's directory
