@@ -17,6 +17,17 @@ namespace {
 const std::string kSymbols = "abcdefghijklmnopqrstuvwxyz0123456789";
 constexpr uint64_t kMinSymbols = 4, kMaxSymbols = 12;
 
+// `n` distinct symbols of `pool` in a random order (Python's random.sample): a partial
+// Fisher-Yates shuffle, the first n of a random order.
+std::string sample_distinct(Rng& rng, std::string pool, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
+    out.push_back(pool[i]);
+  }
+  return out;
+}
+
 // 4 to 12 distinct symbols (Python's random.sample): distinct, so that every symbol of the
 // first copy has one successor and the second copy is a plain copy, no choice among several.
 // With probability `repeats`, digits drawn with replacement instead: a symbol then recurs
@@ -25,17 +36,12 @@ constexpr uint64_t kMinSymbols = 4, kMaxSymbols = 12;
 // the place in the string has to be found from more than the last symbol.
 std::string random_string(Rng& rng, double repeats) {
   const size_t n = size_t(kMinSymbols + rng.below(kMaxSymbols - kMinSymbols + 1));
-  std::string s;
   if (repeats > 0 && rng.uniform() < repeats) {  // no draw at 0: the distinct data stays as it was
+    std::string s;
     for (size_t i = 0; i < n; ++i) s.push_back(char('0' + rng.below(10)));
     return s;
   }
-  std::string pool = kSymbols;  // only the distinct strings draw from it
-  for (size_t i = 0; i < n; ++i) {  // a partial Fisher-Yates shuffle: the first n of a random order
-    std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
-    s.push_back(pool[i]);
-  }
-  return s;
+  return sample_distinct(rng, kSymbols, n);
 }
 
 // A word between the copies of `s`: 3 to 6 distinct symbols that `s` does not hold, so that
@@ -45,12 +51,7 @@ std::string gap_word(Rng& rng, const std::string& s) {
   for (char c : kSymbols)
     if (s.find(c) == std::string::npos) pool.push_back(c);
   const size_t n = size_t(3 + rng.below(4));
-  std::string w;
-  for (size_t i = 0; i < n; ++i) {
-    std::swap(pool[i], pool[i + size_t(rng.below(pool.size() - i))]);
-    w.push_back(pool[i]);
-  }
-  return w;
+  return sample_distinct(rng, pool, n);
 }
 
 // "S S. ": the length of one pair of `symbols`-symbol strings.
@@ -81,6 +82,9 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
   ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
 
   const size_t budget = size_t(spec.doc_length - 2);  // text bytes between BOS and EOS
+  // With words between, the copy's first symbol follows a random number of them: unscored.
+  const bool gapped = spec.copy_gap_words > 0;
+  const size_t first_scored = gapped ? 1 : 0;
   for (int64_t d = 0; d < spec.num_docs; ++d) {
     Rng rng(spec.seed, uint64_t(d));
     std::string text;
@@ -91,9 +95,9 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
       const std::string s = random_string(rng, spec.copy_repeats);
       text += s + ' ';
       // No draw without words between: the adjacent data stays as it was.
-      const uint64_t words = spec.copy_gap_words > 0 ? rng.below(uint64_t(spec.copy_gap_words) + 1) : 0;
+      const uint64_t words = gapped ? rng.below(uint64_t(spec.copy_gap_words) + 1) : 0;
       for (uint64_t w = 0; w < words; ++w) text += gap_word(rng, s) + ' ';
-      for (size_t k = spec.copy_gap_words > 0 ? 1 : 0; k < s.size(); ++k) answers.push_back(text.size() + k);
+      for (size_t k = first_scored; k < s.size(); ++k) answers.push_back(text.size() + k);
       text += s + ". ";
     }
     text.resize(budget);

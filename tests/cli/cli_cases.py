@@ -806,15 +806,19 @@ def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
     expect_error(list(command_of_tiny_run("u", "--eval-every", "2", "--eval-data", "c.h5", "--until-retrieval",
                                           "0.5", steps=2, data="cm.h5")),
                  "--until-retrieval 0.5 needs passkeys", "'c.h5' has none")
+    def whole_pairs(path):
+        """The words of every whole pair ("S w.. S", before its ". ") in a copy file."""
+        with h5py.File(path, "r") as f:
+            t, off = f["tokens"][:], f["doc_offsets"][:]
+        return [pair.split(" ") for d in range(len(off) - 1)
+                for pair in bytes(t[off[d] + 1:off[d + 1] - 1].astype(np.uint8)).decode().split(". ")[:-1]]
+
     # --copy-repeats: that share of the strings digits that repeat; refused out of [0, 1] and
     # for other kinds of data.
     p = ok("prepare", "--synthetic", "copy", "--num-docs", "8", "--doc-length", "256", "--copy-repeats", "1",
            "-o", "cr.h5")
     assert "0.5 of the strings" not in p.stdout and "1 of the strings digits with repeats" in p.stdout, p.stdout
-    with h5py.File("cr.h5", "r") as f:
-        t, off = f["tokens"][:], f["doc_offsets"][:]
-    strings = [s.split(" ")[0] for d in range(8)
-               for s in bytes(t[off[d] + 1:off[d + 1] - 1].astype(np.uint8)).decode().split(". ")[:-1]]
+    strings = [words[0] for words in whole_pairs("cr.h5")]
     assert all(s.isdigit() for s in strings), strings
     assert sum(len(set(s)) < len(s) for s in strings) > len(strings) / 2, strings
     expect_error(["prepare", "--synthetic", "copy", "--copy-repeats", "1.5", "-o", "x.h5"],
@@ -826,10 +830,7 @@ def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
     p = ok("prepare", "--synthetic", "copy", "--num-docs", "8", "--doc-length", "256", "--copy-gap-words", "2",
            "-o", "cg.h5")
     assert "0 to 2 words between the copies" in p.stdout, p.stdout
-    with h5py.File("cg.h5", "r") as f:
-        t, off = f["tokens"][:], f["doc_offsets"][:]
-    pairs = [s.split(" ") for d in range(8)
-             for s in bytes(t[off[d] + 1:off[d + 1] - 1].astype(np.uint8)).decode().split(". ")[:-1]]
+    pairs = whole_pairs("cg.h5")
     assert all(w[0] == w[-1] and len(w) <= 4 and not set("".join(w[1:-1])) & set(w[0]) for w in pairs), pairs
     assert {len(w) - 2 for w in pairs} == {0, 1, 2}, pairs
     expect_error(["prepare", "--synthetic", "copy", "--copy-gap-words", "-1", "-o", "x.h5"],

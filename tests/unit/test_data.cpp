@@ -171,6 +171,9 @@ TEST(Recall, ScoredDigitsAreTheKeyGivenEarlierToTheSameName) {
   EXPECT_GT(recalled, 20 * 5);  // dense: several recalls in every 700-token document
 }
 
+// What copy strings and the words between copies are made of.
+const std::string kCopySymbols = "abcdefghijklmnopqrstuvwxyz0123456789";
+
 SyntheticSpec copy_spec(int64_t doc_length, uint64_t seed, double repeats = 0.0) {
   return {.num_docs = 12, .doc_length = doc_length, .seed = seed, .copy_repeats = repeats};
 }
@@ -202,7 +205,6 @@ TEST(Copy, EveryDocumentHasItsLengthAndTheSeedDecidesTheData) {
 // copy_repeats, about that share of the strings are digits that may repeat (a string of 4
 // to 12 digits repeats one with probability 0.5-1), and only digit strings repeat.
 TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
-  const std::string symbols = "abcdefghijklmnopqrstuvwxyz0123456789";
   for (const auto& [len, repeats] : {std::pair<int64_t, double>{97, 0.0}, {254, 0.0}, {512, 0.0},
                                      {254, 0.5}, {512, 0.5}, {512, 1.0}}) {
     const TokenDataset ds = make_copy_dataset(copy_spec(len, 3, repeats));
@@ -220,7 +222,7 @@ TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
         const size_t space = std::min(text.find(' ', at), text.size());
         const std::string s = text.substr(at, space - at);
         EXPECT_LE(s.size(), 12u) << "document " << d << " at " << at;
-        EXPECT_EQ(s.find_first_not_of(symbols), std::string::npos) << s;
+        EXPECT_EQ(s.find_first_not_of(kCopySymbols), std::string::npos) << s;
         const bool digits = s.find_first_not_of("0123456789") == std::string::npos;
         const bool repeat = std::set<char>(s.begin(), s.end()).size() < s.size();
         if (repeats == 0 || !digits) {
@@ -261,7 +263,6 @@ TEST(Copy, PairsAreDistinctSymbolsSaidTwiceAndOnlyTheCopiesAreScored) {
 // second copy's symbols after its first (what the words' random number leaves predictable)
 // and 0 elsewhere. Without words between, the data is the adjacent data, draw for draw.
 TEST(Copy, WordsBetweenTheCopiesHoldNoSymbolOfTheStringAndTheCopyIsScoredAfterItsFirst) {
-  const std::string symbols = "abcdefghijklmnopqrstuvwxyz0123456789";
   for (int64_t len : {97, 254, 512}) {
     SyntheticSpec gapped = copy_spec(len, 5);
     gapped.copy_gap_words = 2;
@@ -290,7 +291,7 @@ TEST(Copy, WordsBetweenTheCopiesHoldNoSymbolOfTheStringAndTheCopyIsScoredAfterIt
         for (size_t w = 1; w + 1 < words.size(); ++w) {
           EXPECT_GE(words[w].size(), 3u) << words[w];
           EXPECT_LE(words[w].size(), 6u) << words[w];
-          EXPECT_EQ(words[w].find_first_not_of(symbols), std::string::npos) << words[w];
+          EXPECT_EQ(words[w].find_first_not_of(kCopySymbols), std::string::npos) << words[w];
           EXPECT_EQ(words[w].find_first_of(s), std::string::npos) << words[w] << " shares a symbol with " << s;
         }
         for (size_t k = end - s.size() + 1; k < end; ++k) want[1 + k] = 1.0f;
