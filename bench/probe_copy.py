@@ -19,6 +19,7 @@ import os
 import random
 import sys
 
+import h5py
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
@@ -59,6 +60,19 @@ def copy_accuracy(cfg, P, words_between, docs, seed, length=254):
     return right / total
 
 
+def check_model_file(path):
+    """Exits with one line unless `path` is an lctrain model or checkpoint file."""
+    if not os.path.exists(path):
+        sys.exit(f"probe_copy: '{path}' does not exist (give lctrain model or checkpoint files)")
+    try:
+        with h5py.File(path, "r") as f:
+            kind = f.attrs.get("lctrain_file", "")
+    except OSError:
+        kind = "not HDF5"
+    if kind not in ("model", "checkpoint"):
+        sys.exit(f"probe_copy: '{path}' is not an lctrain model or checkpoint (lctrain_file: {kind or 'none'})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", help="lctrain model or checkpoint files")
@@ -66,11 +80,11 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    for path in a.models:  # every file checked before any work
+        check_model_file(path)
     print(f"copy accuracy (second copies after their first symbol), {a.docs} documents of 256 tokens each")
     print(f"{'words between the copies':>26}      0      1      2   model")
     for path in a.models:
-        if not os.path.exists(path):
-            sys.exit(f"probe_copy: '{path}' does not exist (give lctrain model or checkpoint files)")
         cfg, P = ref.load_model(path, requires_grad=False)
         acc = [copy_accuracy(cfg, P, k, a.docs, a.seed) for k in (0, 1, 2)]
         print(f"{'':>26} " + " ".join(f"{x:6.1%}" for x in acc) + f"   {path}")

@@ -837,6 +837,13 @@ def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
                  "--copy-gap-words", code=2)
     expect_error(["prepare", "--synthetic", "recall", "--copy-gap-words", "1", "-o", "x.h5"],
                  "--copy-gap-words shapes --synthetic copy's pairs", "drop --copy-gap-words")
+    # bench/probe_copy.py: one row of three accuracies per model; anything else one line, exit 1.
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "probe_copy.py")
+    p = subprocess.run(["/usr/bin/python3", probe, "--docs", "1", "m.h5"], capture_output=True, text=True)
+    assert p.returncode == 0 and re.search(r"(\d+\.\d%\s+){3}m\.h5", p.stdout), p.stdout + p.stderr
+    p = subprocess.run(["/usr/bin/python3", probe, "m.h5", "c.h5"], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.strip() == \
+        "probe_copy: 'c.h5' is not an lctrain model or checkpoint (lctrain_file: dataset)", p.stdout + p.stderr
 
 
 @case
