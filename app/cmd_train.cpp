@@ -311,7 +311,7 @@ int cmd_train(Context& ctx) {
   // 4. Where to start: weights, AdamW moments, step, data position and counters.
   const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum, schedule.text()};
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
-  TrainRecord record(world.size);
+  TrainRecord record(world.size, cp_attention && cp_attention->tells_peer_wait());
   // A checkpoint (--resume, --init-moments) is read straight into the buffers that keep it:
   // each rank reads only its own blocks of every tensor (its tp slices, its ZeRO-3 pieces of
   // the parameters, its ZeRO range or pieces of the moments; everything it replicates),

@@ -48,7 +48,7 @@ std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_
 // close to --time-limit for another step and a checkpoint, --stop-at), in one collective.
 RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   const auto& ph = clock.seconds;
-  const double bytes = bytes_sent();
+  const double bytes = bytes_sent(), peer_wait = peer_wait_s();
   slowest_step_ = std::max(slowest_step_, clock.total());
   const bool near_limit =
       o.time_limit > 0 &&
@@ -59,12 +59,15 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
                                          : 0;
   const std::vector<double> mine = {
       clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
-      ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before_, why,
-      omp_get_wtime() - last_timing_write_};
+      ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before_,
+      peer_wait - peer_wait_before_, why, omp_get_wtime() - last_timing_write_};
   bytes_before_ = bytes;
+  peer_wait_before_ = peer_wait;
   return {allgather(mine, ctx.world.comm, "the allgather of the step's per-rank figures"),
           ctx.world.size};
 }
+
+double TrainLoop::peer_wait_s() const { return cp_attention ? cp_attention->peer_wait_s() : 0; }
 
 double TrainLoop::bytes_sent() const {
   return (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent) +
@@ -92,7 +95,8 @@ EvalResult TrainLoop::evaluate_held_out() {
   EvalResult r;
   for (const std::vector<double>& p : allgather_varying(part.to_numbers(), mesh.comm("dp"), "the evaluation's parts"))
     r.merge(EvalResult::from_numbers(p));
-  bytes_before_ = bytes_sent();  // its traffic is no step's
+  bytes_before_ = bytes_sent();  // its traffic and waits are no step's
+  peer_wait_before_ = peer_wait_s();
   // The next step may be followed by an evaluation too: --time-limit keeps room for one.
   last_eval_ = omp_get_wtime() - t0;
   return r;

@@ -53,7 +53,8 @@ struct TrainLoop {
   void write_timing();
   std::string stop_reason(const RankFigures& ranks, int64_t step) const;
 
-  double bytes_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
+  double peer_wait_s() const;  // of this rank's cp exchanges so far (RingTransport::peer_wait_s)
+  double bytes_before_ = 0, peer_wait_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
 };
 
 }  // namespace lct

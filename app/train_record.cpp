@@ -51,6 +51,7 @@ const ColumnSpec kColumns[] = {
     {"eval_loss", "nats", "--eval-every: mean loss on --eval-data's first sequences (NaN: no evaluation)"},
     {"eval_accuracy", "", "--eval-every: share of its targets whose argmax is the target (greedy next token)"},
     {"eval_retrieval", "", "--eval-every: share of its passkeys retrieved exactly (NaN: no passkeys)"},
+    {"peer_wait_frac", "", "of exposed_comm_frac, the part spent waiting for a slower rank (shared-memory ring hops)"},
 };
 // One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kBytesSent).
 const ColumnSpec kRankColumns[] = {
@@ -59,6 +60,7 @@ const ColumnSpec kRankColumns[] = {
     {"rank_comm_s", "s", "exposed context-parallel communication per rank"},
     {"rank_allreduce_s", "s", "allreduce time per rank"},
     {"rank_bytes_sent", "bytes", "bytes sent per rank (ring transfers + allreduce volume)"},
+    {"rank_peer_wait_s", "s", "of rank_comm_s, the time before the neighbours had started the hop (shared-memory ring hops; the rest is transfer)"},
 };
 
 }  // namespace
@@ -75,6 +77,12 @@ double RankFigures::exposed_comm_frac() const {
   return f;
 }
 
+double RankFigures::peer_wait_frac() const {
+  double f = 0;
+  for (int r = 0; r < ranks; ++r) f += rank(r)[kPeerWait] / rank(r)[kSeconds] / ranks;
+  return f;
+}
+
 double RankFigures::imbalance() const {
   double busy_max = 0, busy_sum = 0;
   for (int r = 0; r < ranks; ++r) {
@@ -85,7 +93,8 @@ double RankFigures::imbalance() const {
   return busy_max / (busy_sum / ranks);
 }
 
-TrainRecord::TrainRecord(int ranks) : ranks_(ranks), width_(ranks) {
+TrainRecord::TrainRecord(int ranks, bool peer_wait_known)
+    : ranks_(ranks), peer_wait_known_(peer_wait_known), width_(ranks) {
   for (const ColumnSpec& c : kColumns) table_.columns.push_back({c.name, c.unit, c.help, {}, 1});
   for (const ColumnSpec& c : kRankColumns)
     table_.columns.push_back({c.name, c.unit, c.help, {}, int64_t(ranks), true});
@@ -99,7 +108,8 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
   const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
                                                   {"eval_loss", std::nan("")},
                                                   {"eval_accuracy", std::nan("")},
-                                                  {"eval_retrieval", std::nan("")}};
+                                                  {"eval_retrieval", std::nan("")},
+                                                  {"peer_wait_frac", std::nan("")}};
   for (const auto& [name, fill] : added) {
     if (previous.find(name)) continue;
     const size_t at = size_t(&table_.column(name) - table_.columns.data());
@@ -108,8 +118,16 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
     c.values.assign(previous.rows(), fill);
     previous.columns.insert(previous.columns.begin() + long(at), std::move(c));
   }
-  if (previous.columns.size() != table_.columns.size()) return false;
   const size_t first_rank_column = std::size(kColumns);
+  // The last per-rank column (rank_peer_wait_s, from before the split of comm_s): NaN.
+  if (previous.columns.size() == table_.columns.size() - 1 && previous.columns.size() > first_rank_column &&
+      !previous.find(table_.columns.back().name.c_str())) {
+    TimingColumn c = table_.columns.back();
+    c.width = previous.columns[first_rank_column].width;
+    c.values.assign(previous.columns[first_rank_column].values.size(), std::nan(""));
+    previous.columns.push_back(std::move(c));
+  }
+  if (previous.columns.size() != table_.columns.size()) return false;
   for (size_t c = 0; c < table_.columns.size(); ++c)
     if (previous.columns[c].name != table_.columns[c].name ||
         (c < first_rank_column ? previous.columns[c].width != 1
@@ -148,7 +166,7 @@ void TrainRecord::add(const StepFigures& f) {
                         phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
                         f.ranks->exposed_comm_frac(), f.ranks->imbalance(), peak_rss_mib(),
-                        f.eval_loss, f.eval_accuracy, f.eval_retrieval};
+                        f.eval_loss, f.eval_accuracy, f.eval_retrieval, f.ranks->peer_wait_frac()};
   static_assert(std::size(row) == std::size(kColumns));
   static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
@@ -160,9 +178,12 @@ void TrainRecord::add(const StepFigures& f) {
 
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   const StepStats& st = f.stats;
-  char line[352], par[64] = "", seq[32] = "";
+  char line[384], par[96] = "", seq[32] = "";
   if (f.show_seq_len) std::snprintf(seq, sizeof seq, "  seq %lld", (long long)f.seq_len);
-  if (ranks_ > 1)
+  if (ranks_ > 1 && peer_wait_known_)
+    std::snprintf(par, sizeof par, "  comm %.1f%% (peer %.1f%%)  imb %.2f", 100 * f.ranks->exposed_comm_frac(),
+                  100 * f.ranks->peer_wait_frac(), f.ranks->imbalance());
+  else if (ranks_ > 1)
     std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f", 100 * f.ranks->exposed_comm_frac(),
                   f.ranks->imbalance());
   std::snprintf(line, sizeof line,
@@ -196,9 +217,14 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
     return median(std::vector<double>(v.begin() + long(skip), v.end()));
   };
   const double fom = tail("tokens_per_s");
+  std::vector<double> transfer = mine("exposed_comm_frac");  // per step: comm that was not a peer's lateness
+  const std::vector<double> peer = mine("peer_wait_frac");
+  for (size_t i = 0; i < transfer.size(); ++i) transfer[i] -= peer[i];
+  const double transfer_frac = median(std::vector<double>(transfer.begin() + long(skip), transfer.end()));
   table_.summary = {{"figure_of_merit_tokens_per_s", fom},
                     {"median_mfu", tail("mfu")},
                     {"median_exposed_comm_frac", tail("exposed_comm_frac")},
+                    {"median_peer_wait_frac", tail("peer_wait_frac")},
                     {"median_imbalance", tail("imbalance")},
                     {"peak_gflops", peak},
                     {"peak_how", peak_how},
@@ -213,9 +239,13 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
       << std::fixed << std::setprecision(1) << "figure of merit: " << fom
       << " tokens/s (median over steps" << (skip ? " after the first" : "") << "), MFU "
       << 100 * tail("mfu") << "%";
-  if (ranks_ > 1)
-    out << ", exposed communication " << 100 * tail("exposed_comm_frac") << "%, imbalance "
-        << std::setprecision(2) << tail("imbalance");
+  if (ranks_ > 1) {
+    out << ", exposed communication " << 100 * tail("exposed_comm_frac") << "%";
+    if (peer_wait_known_)
+      out << " (waiting for a slower rank " << 100 * tail("peer_wait_frac") << "%, transfers "
+          << 100 * transfer_frac << "%)";
+    out << ", imbalance " << std::setprecision(2) << tail("imbalance");
+  }
   out << "\n";
   if (tail("mfu") > 1.0)  // no step can beat the hardware: the peak itself is too low
     out << (peak_how == "--peak-gflops"

@@ -17,9 +17,10 @@ namespace lct {
 
 // What every rank measured in a step, gathered on every rank.
 struct RankFigures {
-  // One rank's values, in this order; the first five are the per-rank timing columns.
+  // One rank's values, in this order; the first six are the per-rank timing columns.
   enum Slot : int {
     kSeconds, kAttention, kComm, kAllreduce, kBytesSent,
+    kPeerWait,          // of kComm, the part spent waiting for a slower rank
     kStopFlag,          // this rank asks to stop at this step boundary
     kSinceTimingWrite,  // seconds since the timing table was last written
     kCount
@@ -29,6 +30,7 @@ struct RankFigures {
   const double* rank(int r) const { return &all[size_t(kCount * r)]; }
   bool any_stop() const;            // some rank asks to stop at this step boundary
   double exposed_comm_frac() const; // mean over ranks of comm / seconds
+  double peer_wait_frac() const;    // mean over ranks of the peer-wait part of comm / seconds
   double imbalance() const;         // max / mean busy time (seconds - comm - allreduce)
 };
 
@@ -46,7 +48,9 @@ struct StepFigures {
 
 class TrainRecord {
  public:
-  explicit TrainRecord(int ranks);
+  // `peer_wait_known`: the cp exchanges tell waiting for a slower rank from transfer (a ring
+  // with shared-memory hops); the step line and figure of merit then show both.
+  TrainRecord(int ranks, bool peer_wait_known);
   // Appends to a table read back from a previous run of this run's columns (its rank count
   // may differ: per-rank columns then widen to the larger, NaN where a row had no such
   // rank); false (and the table left as it was) when the columns do not match. `seq_len`:
@@ -65,6 +69,7 @@ class TrainRecord {
   TimingTable table_;
   size_t first_row_ = 0;  // this run's first row
   int ranks_;
+  bool peer_wait_known_;
   int64_t width_;  // of the per-rank columns: ranks_, or more after a resume from more ranks
 };
 

@@ -196,6 +196,7 @@ void Fault::maybe_fire(int my_rank, int64_t now) const {
   if (kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (kind == "stallring") ring_stall_next_hop();
+  if (kind == "slowring") ring_attention_slow_down(kSlowRingMs);
 }
 
 Fault injected_fault() {
@@ -204,8 +205,8 @@ Fault injected_fault() {
     char kind[16] = "";
     long long step = -1;
     const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
-    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring" && k != "nan")
-      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring or nan");
+    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring" && k != "slowring" && k != "nan")
+      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring or nan");
     f.kind = kind;
     f.step = step;
   }

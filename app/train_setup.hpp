@@ -62,9 +62,12 @@ CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, in
 
 // Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
-// (hang), exit at once (exit), stop in the middle of its next ring exchange (stallring) or
-// set its first weight to NaN (nan, done by the caller when poisons(): the step is
-// skipped, and a checkpoint of the weights must be refused).
+// (hang), exit at once (exit), stop in the middle of its next ring exchange (stallring),
+// spend kSlowRingMs more on every ring step's attention from then on (slowring: a slower rank, whose
+// neighbours' waits must count as waiting for a peer, not as transfer) or set its first
+// weight to NaN (nan, done by the caller when poisons(): the step is skipped, and a
+// checkpoint of the weights must be refused).
+inline constexpr int kSlowRingMs = 40;
 struct Fault {
   std::string kind;
   int rank = -1;

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Context parallelism on one node: the 30m model at each SEQ_LEN, trained by
+# Context parallelism on one node: the PRESET model (default 30m) at each SEQ_LEN, trained by
 #   1 rank x T threads            (no context parallelism)
 #   T ranks x 1 thread, cp = T    zigzag split
 #   T ranks x 1 thread, cp = T    contiguous split (for comparison)
 # and for each: median tokens/s (steps after the first), exposed communication (share of
-# step time blocked on ring transfers) and attention-time imbalance (max / mean over ranks
-# of each rank's attention compute), from the runs' timing tables.
-#   bash bench/cp_scaling.sh "16384 32768" [STEPS] [T]
+# step time blocked on ring transfers; of it, the part spent waiting for a slower rank, which
+# shared-memory hops tell apart, and the transfers') and attention-time imbalance (max / mean
+# over ranks of each rank's attention compute), from the runs' timing tables.
+#   bash bench/cp_scaling.sh "16384 32768" [STEPS] [T] [PRESET]
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 bench_setup cp
 LENS=${1:-"16384 32768"}
 STEPS=${2:-3}
 T=${3:-2}
-$L init -o "$W/m.h5" --preset 30m > /dev/null
+PRESET=${4:-30m}
+$L init -o "$W/m.h5" --preset "$PRESET" > /dev/null
 for S in $LENS; do
   $L prepare --synthetic passkey --num-docs $((STEPS + 1)) --doc-length "$S" -o "$W/d$S.h5" > /dev/null
   common=(train --model "$W/m.h5" --data "$W/d$S.h5" --seq-len "$S" --steps "$STEPS" --log-every 1000)
@@ -32,11 +34,14 @@ def stats(run):
         a = s["rank_attn_s"][1:]
         out["imb"] = np.median(a.max(1) / a.mean(1))
         out["comm"] = np.median(s["exposed_comm_frac"][1:])
+        out["peer"] = np.median(s["peer_wait_frac"][1:])
+        out["transfer"] = np.median(s["exposed_comm_frac"][1:] - s["peer_wait_frac"][1:])
     return out
 one, zig, con = stats("one"), stats("zig"), stats("con")
 print(f"S={S}: 1 rank x {T} threads {one['tps']:.1f} tok/s | {T} ranks x 1 thread cp={T}: "
       f"zigzag {zig['tps']:.1f} tok/s = {zig['tps'] / one['tps']:.2f} of 1 rank, exposed comm "
-      f"{100 * zig['comm']:.2f}%, attention imbalance {zig['imb']:.3f} | contiguous {con['tps']:.1f} tok/s "
+      f"{100 * zig['comm']:.2f}% (waiting for a slower rank {100 * zig['peer']:.2f}%, transfers "
+      f"{100 * zig['transfer']:.2f}%), attention imbalance {zig['imb']:.3f} | contiguous {con['tps']:.1f} tok/s "
       f"= {con['tps'] / one['tps']:.2f}, attention imbalance {con['imb']:.3f}")
 PY
 done

@@ -17,6 +17,10 @@ class AttentionOp {
   virtual ~AttentionOp() = default;
   // Bytes this rank has sent to others since construction (0 on one rank).
   virtual size_t bytes_sent() const { return 0; }
+  // Seconds this rank has waited on exchanges for a slower rank (not for a transfer) since
+  // construction: the ring's shared-memory hops tell; 0 where no exchange can.
+  virtual double peer_wait_s() const { return 0; }
+  virtual bool tells_peer_wait() const { return false; }  // whether peer_wait_s can be non-zero
   // The tags of the tokens every call until the next new_tokens() will carry (the model
   // calls it once per micro-batch, before its first layer; n tokens on this rank): a cp
   // attention may plan its exchanges here, once (which blocks anyone sees under `window`).

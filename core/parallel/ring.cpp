@@ -44,16 +44,20 @@ int translate(MPI_Comm from, int rank, MPI_Comm to) {
   return out;
 }
 
-// Each rank's part of the window: two counters on a cache line of their own, then the slots.
+// Each rank's part of the window: counters on two cache lines (one per writer), then the slots.
 //   ready:   the hops this rank is ready to receive (it has finished with the slot the next
 //            one lands in): raised by the receiver in start()
 //   arrived: the hops that have landed in this rank's slots: raised by the sender
+//   posted:  the hops the sender has started (its block is ready): raised by the sender in
+//            start(), so that a wait can tell a late neighbour from a slow transfer
 struct alignas(64) Flags {
   int64_t ready;
   char pad[56];
   int64_t arrived;
+  int64_t posted;
 };
 constexpr size_t kHeader = 2 * 64;
+static_assert(sizeof(Flags) == kHeader);
 
 class Transport : public RingTransport {
  public:
@@ -117,6 +121,7 @@ class Transport : public RingTransport {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (send_shm_) {
       pending_ = {static_cast<const char*>(send), to, bytes};
+      __atomic_store_n(&flags(next_base_)->posted, hop_, __ATOMIC_RELEASE);
     } else {
       MPI_Isend(send, int(bytes), MPI_BYTE, next_, tag_, comm_, &req_[1]);
     }
@@ -143,14 +148,20 @@ class Transport : public RingTransport {
     };
     if (!pending_.send && landed()) return finish_mpi();
     WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);
-    // Our own copy to the next rank first (it may be waiting on it), then the arrival.
+    // Our own copy to the next rank first (it may be waiting on it), then the arrival. Until
+    // both neighbours have started this hop the wait is theirs (a slower rank), not the
+    // transfer's: that part is counted in peer_wait_s.
+    const double t0 = MPI_Wtime();
+    double late_until = t0;
     for (int spins = 0; pending_.send || !landed(); ++spins) {
       progress();
+      if (neighbour_late()) late_until = MPI_Wtime();
       if (spins < 256)
         _mm_pause();
       else
         sched_yield();  // a rank that shares its core (tests) lets the other run
     }
+    peer_wait_s += late_until - t0;
     finish_mpi();
   }
 
@@ -163,6 +174,12 @@ class Transport : public RingTransport {
 
  private:
   static Flags* flags(char* part) { return reinterpret_cast<Flags*>(part); }
+  // A shared-memory neighbour has not started our current hop yet: the next rank has not
+  // freed the slot our block goes to, or the previous one has no block for us yet.
+  bool neighbour_late() const {
+    return (pending_.send && __atomic_load_n(&flags(next_base_)->ready, __ATOMIC_ACQUIRE) < hop_) ||
+           (recv_shm_ && __atomic_load_n(&flags(mine_)->posted, __ATOMIC_ACQUIRE) < hop_);
+  }
   void finish_mpi() {
     if (send_shm_ && recv_shm_) return;
     WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);

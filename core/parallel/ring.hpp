@@ -38,6 +38,10 @@ class RingTransport {
   virtual size_t slot_bytes() const = 0;     // slots x capacity: the memory hops land in
   size_t bytes_sent = 0;        // since construction
   size_t bytes_sent_shm = 0;    // of which through shared memory
+  // Of the seconds blocked in wait() since construction, those before both neighbours had
+  // started the hop: waiting for a slower rank, not for the transfer. Shared-memory hops
+  // only (their flags show it); a wait on an MPI hop counts as transfer whatever its cause.
+  double peer_wait_s = 0;
 };
 
 // Collective over `comm`. Auto: shared memory for the hops whose two ranks share a node.

@@ -1,6 +1,9 @@
 #include "parallel/ring_attention.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
@@ -9,6 +12,18 @@
 namespace lct {
 
 namespace {
+std::atomic<int> g_slow_ms{0};
+// The test hook of ring_attention_slow_down: `ms` more of "compute", which lets the rings'
+// transfers progress as the kernel's progress hook does.
+void slow_down(RingTransport& a, RingTransport& b) {
+  const int ms = g_slow_ms.load(std::memory_order_relaxed);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (ms > 0 && std::chrono::steady_clock::now() < until) {
+    a.progress();
+    b.progress();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 void zero(float* x, int64_t n) { std::memset(x, 0, size_t(n) * sizeof(float)); }
 void add_into(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static)
@@ -64,11 +79,17 @@ double RingAttention::allocated_bytes() const {
 }
 
 size_t RingAttention::bytes_sent() const {
-  return kv_ring_->bytes_sent + dkv_ring_->bytes_sent + (dkv_home_ ? dkv_home_->bytes_sent : 0);
+  return kv_ring_->bytes_sent + dkv_ring_->bytes_sent + home_bytes_ + (dkv_home_ ? dkv_home_->bytes_sent : 0);
 }
 
 size_t RingAttention::bytes_sent_shm() const {
-  return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm + (dkv_home_ ? dkv_home_->bytes_sent_shm : 0);
+  return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm + home_bytes_shm_ +
+         (dkv_home_ ? dkv_home_->bytes_sent_shm : 0);
+}
+
+double RingAttention::peer_wait_s() const {
+  return kv_ring_->peer_wait_s + dkv_ring_->peer_wait_s + home_peer_wait_s_ +
+         (dkv_home_ ? dkv_home_->peer_wait_s : 0);
 }
 
 void RingAttention::new_tokens(TokenTags tags, int64_t n, int64_t window) {
@@ -102,6 +123,11 @@ RingTransport& RingAttention::dkv_home() {
   if (steps_ == n_) return *dkv_ring_;  // one more hop of the ring is home
   const int shift = n_ - (steps_ - 1);  // back steps_ - 1 ranks
   if (!dkv_home_ || home_shift_ != shift) {
+    if (dkv_home_) {  // its traffic so far stays counted
+      home_bytes_ += dkv_home_->bytes_sent;
+      home_bytes_shm_ += dkv_home_->bytes_sent_shm;
+      home_peer_wait_s_ += dkv_home_->peer_wait_s;
+    }
     dkv_home_ = make_ring_transport(transport_, comm_, 13, sizes_.dkv * sizeof(float), 1, shift);
     home_shift_ = shift;
   }
@@ -116,6 +142,7 @@ void RingAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, T
   for (int step = 0; step < steps_; ++step) {
     const bool more = step + 1 < steps_;
     if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());  // next block
+    slow_down(*kv_ring_, *dkv_ring_);
     if (step == 0) {
       flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o, lse);
     } else if (sees_[size_t(step)]) {
@@ -145,6 +172,7 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
     if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());
     acc = dkv_[step % 2].data();  // this block's dK/dV: our part first
     zero(acc, 2 * n);
+    slow_down(*kv_ring_, *dkv_ring_);
     if (sees_[size_t(step)])
       flash_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
                       kv_.tags(cur), dq, acc, acc + n);
@@ -269,6 +297,8 @@ void AllGatherAttention::bwd(const AttnDims& d, const X* q, const X* k, const X*
 LCT_RING_TYPES(float)
 LCT_RING_TYPES(bf16)
 #undef LCT_RING_TYPES
+
+void ring_attention_slow_down(int ms) { g_slow_ms.store(ms); }
 
 }  // namespace lct
 

@@ -75,6 +75,8 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   int ranks() const { return n_; }
   size_t bytes_sent() const override;
   size_t bytes_sent_shm() const;
+  double peer_wait_s() const override;
+  bool tells_peer_wait() const override { return kv_ring_->sends_shm(); }
   std::string describe() const { return kv_ring_->describe(); }
   std::string hops() const { return ring_hops(*kv_ring_, comm_); }  // collective
   // The size of every buffer below: the constructor allocates these, and the memory estimate
@@ -102,6 +104,8 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   Sizes sizes_;
   FlashAttention flash_;
   int home_shift_ = 0;                 // dkv_home_'s
+  size_t home_bytes_ = 0, home_bytes_shm_ = 0;  // the counters of dkv_home_s replaced by
+  double home_peer_wait_s_ = 0;                 //   a plan with another shift
   int steps_;                          // ring steps of the current tokens (n_ without a plan)
   std::vector<char> sees_;             // [step]: local queries see the block in hand
   std::unique_ptr<RingTransport> kv_ring_, dkv_ring_, dkv_home_;
@@ -158,5 +162,9 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   Buffer<float> dk_all_, dv_all_, dkv_send_, dkv_own_, delta_;
   Buffer<int32_t> idx_all_, doc_all_;
 };
+
+// Test hook (LCT_INJECT_FAULT=slowring:RANK:STEP): from now on every ring step's attention
+// on this process takes `ms` milliseconds longer, as on a rank slower than the others.
+void ring_attention_slow_down(int ms);
 
 }  // namespace lct

@@ -414,6 +414,34 @@ def hung_rank_is_reported_and_the_job_aborted():
 
 
 @case
+def a_slower_rank_is_counted_as_waiting_for_a_peer_not_as_transfer():
+    """Rank 1's attention takes 40 ms longer per ring step from step 2 on (slowring): rank 0's
+    exposed communication is then waiting for rank 1, which shared-memory hops tell apart from
+    transfer (rank_peer_wait_s); over MPI every wait counts as transfer, and the step line
+    and figure of merit do not claim a split."""
+    fixture()
+    for transport in ("shm", "mpi"):
+        p = train(transport, "--steps", "4", "--cp", "2", "--cp-transport", transport, "--log-every", "1",
+                  ranks=2, env={"LCT_INJECT_FAULT": "slowring:1:2"})
+        assert p.returncode == 0, p.stderr
+        steps = timing(transport)[0]
+        comm, peer = steps["rank_comm_s"][1:], steps["rank_peer_wait_s"][1:]
+        print(transport, "comm", comm.round(4).tolist(), "peer", peer.round(4).tolist())
+        assert np.all(comm[:, 0] > 0.1), comm  # 4 layers x 3 ring waits x 40 ms, at least
+        fom = [l for l in p.stdout.splitlines() if l.startswith("figure of merit")][0]
+        if transport == "shm":
+            assert np.all(peer[:, 0] >= 0.9 * comm[:, 0]), (comm, peer)  # rank 0 waited for rank 1
+            assert np.all(peer[:, 1] <= comm[:, 1]), (comm, peer)
+            assert np.allclose(steps["peer_wait_frac"][1:], (peer / steps["rank_seconds"][1:]).mean(1)), steps["peer_wait_frac"]
+            assert re.search(r"comm \d+\.\d% \(peer \d+\.\d%\)", p.stdout), p.stdout
+            assert "waiting for a slower rank" in fom, fom
+        else:
+            assert np.all(peer == 0), peer
+            assert "(peer" not in p.stdout and "waiting for a slower rank" not in fom, fom
+        print(fom)
+
+
+@case
 def a_rank_stalled_inside_a_shared_memory_hop_is_named_and_the_job_aborted():
     """Rank 1 stops in the middle of a ring exchange over shared memory (its slot announced
     free, its own block never written): rank 0 spins on the window's flags, and the watchdog

@@ -27,7 +27,8 @@ PLOT = os.path.join(ROOT, "bench", "plot_timing.py")
 PLOT_PASSKEY = os.path.join(ROOT, "bench", "plot_passkey.py")
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
          "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
-RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent"]
+RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent",
+                "rank_peer_wait_s"]
 STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] "
 
 
@@ -122,6 +123,28 @@ def resume_continues_a_one_rank_table_of_the_older_layout():
     for name in RANK_COLUMNS:
         assert np.array_equal(steps[name][:3, 0], old[name]), name  # the earlier rows kept
     print("a [steps] table of the older layout continued as [steps, 1]")
+
+
+@case
+def resume_continues_a_table_from_before_the_peer_wait_columns():
+    """A two-rank table without peer_wait_frac and rank_peer_wait_s (removed here, as lctrain
+    wrote it before exposed communication was split) continues with them: NaN on its earlier
+    rows, the resumed steps' values after."""
+    fixture()
+    p = run("--oversubscribe", *TRAIN, "--run-dir", "r", "--cp", "2", "--steps", "4", "--checkpoint-every", "2",
+            "--stop-at", "2", ranks=2)
+    assert p.returncode == 85, p.stdout + p.stderr
+    with h5py.File("r/timing.h5", "a") as f:
+        for c in ("peer_wait_frac", "rank_peer_wait_s"):
+            del f[f"steps/{c}"]
+            f["steps"].attrs["columns"] = f["steps"].attrs["columns"].replace(f" {c}", "")
+    train("r", "--steps", "4", "--checkpoint-every", "2", "--resume", "auto", ranks=2)
+    assert_layout("r", 4, 2)
+    steps = timing("r")[0]
+    for c in ("peer_wait_frac", "rank_peer_wait_s"):
+        v = steps[c].reshape(4, -1)
+        assert np.isnan(v[:2]).all() and np.isfinite(v[2:]).all() and (v[2:] >= 0).all(), (c, v)
+    print("continued with", steps["peer_wait_frac"])
 
 
 def stamped(stdout, pattern):
