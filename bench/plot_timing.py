@@ -142,7 +142,8 @@ def grad_panel(a, t, config):
 
 
 def rank_panels(a_comm, a_busy, t):
-    """Per rank, medians over steps: exposed communication (% of the step) and busy time
+    """Per rank, medians over steps: exposed communication (% of the step; the part spent
+    waiting for a slower rank drawn over it where the ring could tell) and busy time
     (step - comm - allreduce) over the mean of the ranks; both axes fit the data. A run resumed
     on another rank count has NaN where a step had no such rank: those are left out."""
     secs, comm = t["rank_seconds"], t["rank_comm_s"]
@@ -156,6 +157,9 @@ def rank_panels(a_comm, a_busy, t):
     ranks = np.arange(secs.shape[1])
     frac = 100 * np.nanmedian(comm / secs, axis=0)
     a_comm.bar(ranks, frac, 0.6, color="C3", label="exposed comm, % of step")
+    if "rank_peer_wait_s" in t and np.nansum(t["rank_peer_wait_s"]) > 0:  # shm hops tell (lctrain >= the split)
+        peer = 100 * np.nanmedian(t["rank_peer_wait_s"] / secs, axis=0)
+        a_comm.bar(ranks, peer, 0.6, color="C1", hatch="//", label="of it, waiting for a slower rank")
     a_comm.set(xlabel="rank", ylabel="%", title="exposed communication per rank (median)", xticks=ranks,
                ylim=(0, max(np.nanmax(frac) * 1.25, 1e-3)))
     a_comm.legend(fontsize=7)
