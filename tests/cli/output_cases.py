@@ -147,6 +147,32 @@ def resume_continues_a_table_from_before_the_peer_wait_columns():
     print("continued with", steps["peer_wait_frac"])
 
 
+@case
+def cp_sweep_runs_each_layout_and_cp_table_splits_the_waits_where_known():
+    """bench/cp_sweep.sh (bash and mpirun only, for the packed tree of a bigger machine) runs
+    every configuration and packs the tables; bench/cp_table.py reads the pack: a row each,
+    the peer/transfer split for the shm ring and "-" over MPI. A bad configuration stops it
+    before any run."""
+    fixture()
+    sweep, table = os.path.join(ROOT, "bench", "cp_sweep.sh"), os.path.join(ROOT, "bench", "cp_table.py")
+    # rank 1 slower from step 1 on, so that the shm ring surely has waits for a peer to show
+    _, env = cc.command(env={"LCTRAIN": cc.LCTRAIN, "LCT_INJECT_FAULT": "slowring:1:1"})
+    p = subprocess.run(["bash", sweep, "sw", "tiny", "600", "1x2 2x1:ring:shm 2x1:ring:mpi", "3"],
+                       capture_output=True, text=True, env=env, timeout=240)
+    assert p.returncode == 0 and "wrote sw/runs.tar" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run(["/usr/bin/python3", table, "sw/runs.tar"], capture_output=True, text=True, timeout=60)
+    print(p.stdout)
+    rows = {l.split("|")[2].strip(): [c.strip() for c in l.split("|")[1:-1]] for l in p.stdout.splitlines()[2:]}
+    assert p.returncode == 0 and sorted(rows) == ["1x2", "2x1:ring:mpi", "2x1:ring:shm"], p.stdout + p.stderr
+    assert rows["1x2"][3] == "1.00" and rows["1x2"][5] == "-", rows
+    shm, mpi = rows["2x1:ring:shm"], rows["2x1:ring:mpi"]
+    assert shm[5].endswith("%") and shm[6].endswith("%") and shm[7].endswith("%"), shm
+    assert mpi[5].endswith("%") and mpi[6] == "-" and mpi[7] == "-", mpi
+    assert float(shm[6].rstrip("%")) > 0.5 * float(shm[5].rstrip("%")), shm  # mostly rank 1's lateness
+    p = subprocess.run(["bash", sweep, "bad", "tiny", "600", "1x2 2x1:rign"], capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "'2x1:rign' is not" in p.stderr and not os.path.exists("bad"), p.stderr
+
+
 def stamped(stdout, pattern):
     """The lines of stdout that are `pattern` after a timestamp, with their times."""
     out = []
