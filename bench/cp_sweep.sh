@@ -13,7 +13,8 @@
 # Example (16 cores):
 #   bash bench/cp_sweep.sh /work/cp small "32768" "1x16 16x1:ring:shm 16x1:ring:mpi 8x2:ring:shm
 #     8x2:ring:mpi 4x4:ulysses 16x1:hybrid4:shm 16x1:allgather" 3
-# LCTRAIN (default: build/app/lctrain, else lctrain on PATH) and the usual mpirun environment
+# It needs bash, coreutils, tar and mpirun (all in that tree; grep is not). LCTRAIN (default:
+# build/app/lctrain, else lctrain on PATH) and the usual mpirun environment
 # (OMPI_ALLOW_RUN_AS_ROOT...) are taken from the caller; OPENBLAS_CORETYPE is unset, as in
 # a user's shell.
 set -euo pipefail
@@ -51,7 +52,9 @@ for S in $LENS; do
     echo "== $name: ${cmd[*]}"
     start=$(date +%s)
     if "${cmd[@]}" > "$OUT/$name.log" 2>&1; then
-      echo "   $(grep '^figure of merit' "$OUT/$name.log") [$(($(date +%s) - start)) s]"
+      while read -r line; do  # no grep in the packed tree
+        [[ $line == "figure of merit"* ]] && echo "   $line [$(($(date +%s) - start)) s]"
+      done < "$OUT/$name.log"
     else
       echo "   FAILED (exit $?): $(tail -n 1 "$OUT/$name.log")"
     fi
