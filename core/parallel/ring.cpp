@@ -125,8 +125,8 @@ class Transport : public RingTransport {
     } else {
       MPI_Isend(send, int(bytes), MPI_BYTE, next_, tag_, comm_, &req_[1]);
     }
-    bytes_sent += bytes;
-    if (send_shm_) bytes_sent_shm += bytes;
+    counters.bytes_sent += bytes;
+    if (send_shm_) counters.bytes_sent_shm += bytes;
     progress();
   }
 
@@ -150,7 +150,7 @@ class Transport : public RingTransport {
     WaitScope w("the context-parallel ring transfer (K/V or dK/dV)", prev_world_);
     // Our own copy to the next rank first (it may be waiting on it), then the arrival. Until
     // both neighbours have started this hop the wait is theirs (a slower rank), not the
-    // transfer's: that part is counted in peer_wait_s.
+    // transfer's: that part is counted in counters.peer_wait_s.
     const double t0 = MPI_Wtime();
     double late_until = t0;
     for (int spins = 0; pending_.send || !landed(); ++spins) {
@@ -161,7 +161,7 @@ class Transport : public RingTransport {
       else
         sched_yield();  // a rank that shares its core (tests) lets the other run
     }
-    peer_wait_s += late_until - t0;
+    counters.peer_wait_s += late_until - t0;
     finish_mpi();
   }
 

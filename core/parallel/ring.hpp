@@ -21,6 +21,22 @@
 namespace lct {
 
 enum class CpTransport { Mpi, Shm, Auto };
+
+// What a transport has done since construction; sums over several transports with +=.
+struct RingCounters {
+  size_t bytes_sent = 0;
+  size_t bytes_sent_shm = 0;  // of which through shared memory
+  // Of the seconds blocked in wait(), those before both neighbours had started the hop:
+  // waiting for a slower rank, not for the transfer. Shared-memory hops only (their flags
+  // show it); a wait on an MPI hop counts as transfer whatever its cause.
+  double peer_wait_s = 0;
+  RingCounters& operator+=(const RingCounters& o) {
+    bytes_sent += o.bytes_sent;
+    bytes_sent_shm += o.bytes_sent_shm;
+    peer_wait_s += o.peer_wait_s;
+    return *this;
+  }
+};
 CpTransport parse_cp_transport(const std::string& s);  // "mpi", "shm", "auto"
 const char* cp_transport_name(CpTransport t);
 
@@ -36,12 +52,7 @@ class RingTransport {
   virtual std::string describe() const = 0;  // "shm to rank 1, shm from rank 3"
   virtual bool sends_shm() const = 0;        // this rank's hop goes through shared memory
   virtual size_t slot_bytes() const = 0;     // slots x capacity: the memory hops land in
-  size_t bytes_sent = 0;        // since construction
-  size_t bytes_sent_shm = 0;    // of which through shared memory
-  // Of the seconds blocked in wait() since construction, those before both neighbours had
-  // started the hop: waiting for a slower rank, not for the transfer. Shared-memory hops
-  // only (their flags show it); a wait on an MPI hop counts as transfer whatever its cause.
-  double peer_wait_s = 0;
+  RingCounters counters;
 };
 
 // Collective over `comm`. Auto: shared memory for the hops whose two ranks share a node.

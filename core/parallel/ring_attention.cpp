@@ -78,18 +78,12 @@ double RingAttention::allocated_bytes() const {
                 (dkv_home_ ? dkv_home_->slot_bytes() : sizes_.dkv * sizeof(float)) + floats * sizeof(float));
 }
 
-size_t RingAttention::bytes_sent() const {
-  return kv_ring_->bytes_sent + dkv_ring_->bytes_sent + home_bytes_ + (dkv_home_ ? dkv_home_->bytes_sent : 0);
-}
-
-size_t RingAttention::bytes_sent_shm() const {
-  return kv_ring_->bytes_sent_shm + dkv_ring_->bytes_sent_shm + home_bytes_shm_ +
-         (dkv_home_ ? dkv_home_->bytes_sent_shm : 0);
-}
-
-double RingAttention::peer_wait_s() const {
-  return kv_ring_->peer_wait_s + dkv_ring_->peer_wait_s + home_peer_wait_s_ +
-         (dkv_home_ ? dkv_home_->peer_wait_s : 0);
+RingCounters RingAttention::counters() const {
+  RingCounters c = home_retired_;
+  c += kv_ring_->counters;
+  c += dkv_ring_->counters;
+  if (dkv_home_) c += dkv_home_->counters;
+  return c;
 }
 
 void RingAttention::new_tokens(TokenTags tags, int64_t n, int64_t window) {
@@ -123,11 +117,7 @@ RingTransport& RingAttention::dkv_home() {
   if (steps_ == n_) return *dkv_ring_;  // one more hop of the ring is home
   const int shift = n_ - (steps_ - 1);  // back steps_ - 1 ranks
   if (!dkv_home_ || home_shift_ != shift) {
-    if (dkv_home_) {  // its traffic so far stays counted
-      home_bytes_ += dkv_home_->bytes_sent;
-      home_bytes_shm_ += dkv_home_->bytes_sent_shm;
-      home_peer_wait_s_ += dkv_home_->peer_wait_s;
-    }
+    if (dkv_home_) home_retired_ += dkv_home_->counters;  // its traffic so far stays counted
     dkv_home_ = make_ring_transport(transport_, comm_, 13, sizes_.dkv * sizeof(float), 1, shift);
     home_shift_ = shift;
   }

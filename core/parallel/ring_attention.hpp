@@ -73,9 +73,10 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   void new_tokens(TokenTags tags, int64_t n, int64_t window) override;
   int steps() const { return steps_; }  // of the current plan: 1 + the hops K/V make
   int ranks() const { return n_; }
-  size_t bytes_sent() const override;
-  size_t bytes_sent_shm() const;
-  double peer_wait_s() const override;
+  RingCounters counters() const;  // of every transport of the ring, replaced ones too
+  size_t bytes_sent() const override { return counters().bytes_sent; }
+  size_t bytes_sent_shm() const { return counters().bytes_sent_shm; }
+  double peer_wait_s() const override { return counters().peer_wait_s; }
   bool tells_peer_wait() const override { return kv_ring_->sends_shm(); }
   std::string describe() const { return kv_ring_->describe(); }
   std::string hops() const { return ring_hops(*kv_ring_, comm_); }  // collective
@@ -104,8 +105,7 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   Sizes sizes_;
   FlashAttention flash_;
   int home_shift_ = 0;                 // dkv_home_'s
-  size_t home_bytes_ = 0, home_bytes_shm_ = 0;  // the counters of dkv_home_s replaced by
-  double home_peer_wait_s_ = 0;                 //   a plan with another shift
+  RingCounters home_retired_;          // of the dkv_home_s a plan with another shift replaced
   int steps_;                          // ring steps of the current tokens (n_ without a plan)
   std::vector<char> sees_;             // [step]: local queries see the block in hand
   std::unique_ptr<RingTransport> kv_ring_, dkv_ring_, dkv_home_;
