@@ -71,15 +71,9 @@ bool RankFigures::any_stop() const {
   return false;
 }
 
-double RankFigures::exposed_comm_frac() const {
+double RankFigures::mean_share(Slot s) const {
   double f = 0;
-  for (int r = 0; r < ranks; ++r) f += rank(r)[kComm] / rank(r)[kSeconds] / ranks;
-  return f;
-}
-
-double RankFigures::peer_wait_frac() const {
-  double f = 0;
-  for (int r = 0; r < ranks; ++r) f += rank(r)[kPeerWait] / rank(r)[kSeconds] / ranks;
+  for (int r = 0; r < ranks; ++r) f += rank(r)[s] / rank(r)[kSeconds] / ranks;
   return f;
 }
 
@@ -103,29 +97,26 @@ TrainRecord::TrainRecord(int ranks, bool peer_wait_known)
 bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
   // Columns later lctrains added, and what an older table's rows hold in them: seq_len (from
   // before sequence-length schedules) the run's one length, which a resume keeps; the eval
-  // columns (from before --eval-every) NaN, no evaluation. In table order, so that each goes
-  // where this run's table has it.
+  // columns (from before --eval-every) NaN, no evaluation; the peer-wait columns (from before
+  // exposed communication was split) NaN. In table order, so that each goes where this run's
+  // table has it; a per-rank one as wide as the table's other per-rank columns.
   const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
                                                   {"eval_loss", std::nan("")},
                                                   {"eval_accuracy", std::nan("")},
                                                   {"eval_retrieval", std::nan("")},
-                                                  {"peer_wait_frac", std::nan("")}};
+                                                  {"peer_wait_frac", std::nan("")},
+                                                  {"rank_peer_wait_s", std::nan("")}};
+  const size_t first_rank_column = std::size(kColumns);
   for (const auto& [name, fill] : added) {
     if (previous.find(name)) continue;
     const size_t at = size_t(&table_.column(name) - table_.columns.data());
-    if (at > previous.columns.size()) return false;
+    // (a per-rank column takes its width from the first per-rank column, which must be there)
+    if (at > previous.columns.size() || at == first_rank_column) return false;
     TimingColumn c = table_.columns[at];
-    c.values.assign(previous.rows(), fill);
+    const TimingColumn& like = previous.columns[at < first_rank_column ? 0 : first_rank_column];
+    c.width = like.width;
+    c.values.assign(like.values.size(), fill);
     previous.columns.insert(previous.columns.begin() + long(at), std::move(c));
-  }
-  const size_t first_rank_column = std::size(kColumns);
-  // The last per-rank column (rank_peer_wait_s, from before the split of comm_s): NaN.
-  if (previous.columns.size() == table_.columns.size() - 1 && previous.columns.size() > first_rank_column &&
-      !previous.find(table_.columns.back().name.c_str())) {
-    TimingColumn c = table_.columns.back();
-    c.width = previous.columns[first_rank_column].width;
-    c.values.assign(previous.columns[first_rank_column].values.size(), std::nan(""));
-    previous.columns.push_back(std::move(c));
   }
   if (previous.columns.size() != table_.columns.size()) return false;
   for (size_t c = 0; c < table_.columns.size(); ++c)

@@ -29,8 +29,9 @@ struct RankFigures {
   int ranks = 1;
   const double* rank(int r) const { return &all[size_t(kCount * r)]; }
   bool any_stop() const;            // some rank asks to stop at this step boundary
-  double exposed_comm_frac() const; // mean over ranks of comm / seconds
-  double peer_wait_frac() const;    // mean over ranks of the peer-wait part of comm / seconds
+  double mean_share(Slot s) const;  // mean over ranks of slot s / seconds
+  double exposed_comm_frac() const { return mean_share(kComm); }
+  double peer_wait_frac() const { return mean_share(kPeerWait); }  // the peer-wait part of comm
   double imbalance() const;         // max / mean busy time (seconds - comm - allreduce)
 };
 
