@@ -24,24 +24,16 @@ for S in $LENS; do
   mpirun -n "$T" --map-by core --bind-to core "$L" --threads 1 "${common[@]}" --cp "$T" --cp-split contiguous \
     --run-dir "$W/con$S" > /dev/null
   /usr/bin/python3 - "$W" "$S" "$T" <<'PY'
-import sys, h5py, numpy as np
+import sys
+sys.path.insert(0, "bench")
+from cp_table import row  # medians over the steps after the first, as in bench/cp_table.py
 w, S, T = sys.argv[1], sys.argv[2], sys.argv[3]
-def stats(run):
-    s = h5py.File(f"{w}/{run}{S}/timing.h5")["steps"]
-    tps = np.median(s["tokens_per_s"][1:])
-    out = {"tps": tps}
-    if "rank_attn_s" in s and s["rank_attn_s"].ndim > 1:
-        a = s["rank_attn_s"][1:]
-        out["imb"] = np.median(a.max(1) / a.mean(1))
-        out["comm"] = np.median(s["exposed_comm_frac"][1:])
-        out["peer"] = np.median(s["peer_wait_frac"][1:])
-        out["transfer"] = np.median(s["exposed_comm_frac"][1:] - s["peer_wait_frac"][1:])
-    return out
+stats = lambda run: row(f"{w}/{run}{S}")
 one, zig, con = stats("one"), stats("zig"), stats("con")
 print(f"S={S}: 1 rank x {T} threads {one['tps']:.1f} tok/s | {T} ranks x 1 thread cp={T}: "
       f"zigzag {zig['tps']:.1f} tok/s = {zig['tps'] / one['tps']:.2f} of 1 rank, exposed comm "
-      f"{100 * zig['comm']:.2f}% (waiting for a slower rank {100 * zig['peer']:.2f}%, transfers "
-      f"{100 * zig['transfer']:.2f}%), attention imbalance {zig['imb']:.3f} | contiguous {con['tps']:.1f} tok/s "
+      f"{100 * zig['comm']:.2f}% (waiting for a slower rank {100 * zig.get('peer', 0):.2f}%, transfers "
+      f"{100 * zig.get('transfer', zig['comm']):.2f}%), attention imbalance {zig['imb']:.3f} | contiguous {con['tps']:.1f} tok/s "
       f"= {con['tps'] / one['tps']:.2f}, attention imbalance {con['imb']:.3f}")
 PY
 done
