@@ -18,6 +18,8 @@ import numpy as np
 
 def runs_in(path):
     """Run folders (name -> folder) of a sweep's OUTDIR, or of its runs.tar unpacked."""
+    if not os.path.exists(path):
+        sys.exit(f"cp_table: no such file or folder: {path} (give a cp_sweep.sh OUTDIR or its runs.tar)")
     if os.path.isfile(path):
         tmp = tempfile.mkdtemp(prefix="cp_table.")
         with tarfile.open(path) as t:

@@ -169,6 +169,9 @@ def cp_sweep_runs_each_layout_and_cp_table_splits_the_waits_where_known():
     assert shm[5].endswith("%") and shm[6].endswith("%") and shm[7].endswith("%"), shm
     assert mpi[5].endswith("%") and mpi[6] == "-" and mpi[7] == "-", mpi
     assert float(shm[6].rstrip("%")) > 0.5 * float(shm[5].rstrip("%")), shm  # mostly rank 1's lateness
+    p = subprocess.run(["/usr/bin/python3", table, "missing.tar"], capture_output=True, text=True, timeout=60)
+    missing = "cp_table: no such file or folder: missing.tar (give a cp_sweep.sh OUTDIR or its runs.tar)"
+    assert p.returncode == 1 and p.stderr.strip() == missing, p.stderr
     p = subprocess.run(["bash", sweep, "bad", "tiny", "600", "1x2 2x1:rign"], capture_output=True, text=True, env=env)
     assert p.returncode == 2 and "'2x1:rign' is not" in p.stderr and not os.path.exists("bad"), p.stderr
 
