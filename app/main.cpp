@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "parallel/world.hpp"
+#include "sys/memory.hpp"
 #include "sys/threads.hpp"
 
 namespace {
@@ -36,6 +37,7 @@ int dispatch(lct::Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  lct::tune_allocator();  // before MPI and HDF5 allocate anything
   const lct::Invocation inv = lct::parse_command_line(argc, argv);
   if (inv.exit_code >= 0) {  // help, --version or a usage error: no MPI needed
     if (launcher_rank() == 0) {

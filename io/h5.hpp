@@ -116,8 +116,8 @@ struct Block {
   size_t at;
 };
 // The float32 array write_array makes (same chunks and checksums), each rank writing its own
-// `blocks` of it from `data`, in one collective write (a rank with none takes part with an
-// empty selection). Between them the ranks' blocks must cover the array, each entry once.
+// `blocks` of it from `data`, one collective write per block (a rank with fewer takes part
+// with empty selections). Between them the ranks' blocks must cover the array, each entry once.
 void write_blocks(const File& f, hid_t loc, const std::string& name,
                   const std::vector<int64_t>& shape, const float* data,
                   const std::vector<Block>& blocks);

@@ -1,8 +1,11 @@
 #include "sys/memory.hpp"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -15,6 +18,22 @@ double peak_rss_mib() {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// HDF5 allocates and frees a buffer for every chunk it writes or reads (4 MiB here). With
+// glibc's defaults each came fresh from the kernel (mmap, or a heap trimmed on every free)
+// and was page-faulted in again: writing a 262 MiB checkpoint took 3.7 s, 0.6 s with this.
+// Buffers of 16 MiB and more still come straight from mmap (and are first touched by their
+// threads); at most 16 MiB of freed heap stays resident.
+void tune_allocator() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
+      (tunables && std::strstr(tunables, "glibc.malloc.")))
+    return;
+  mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  mallopt(M_TRIM_THRESHOLD, 16 << 20);
+#endif
 }
 
 
