@@ -332,6 +332,16 @@ int cmd_train(Context& ctx) {
   // A checkpoint's data position is that of the loader of its next step (curriculum.hpp).
   DataLoader& loader = data.at(state.step + 1);
   loader.seek(state.data_epoch, state.data_cursor);
+  if (state.packing_rule != kPackingRule) {
+    // Only documents longer than a sequence pack differently under rule 2.
+    if (loader.packing().split_docs > 0)
+      out << "warning: the checkpoint's run packed documents longer than a sequence by an older "
+          << "rule (packing rule " << state.packing_rule << ", now " << kPackingRule << "): its "
+          << "data order goes on from epoch " << state.data_epoch << ", position "
+          << state.data_cursor << " of the new packing, so some sequences of this epoch may "
+          << "repeat or be missed\n";
+    state.packing_rule = kPackingRule;
+  }
   if (state.step >= o.steps) {
     out << "the run is already complete: step " << state.step << " of --steps " << o.steps << "\n";
     return kExitOk;

@@ -1,6 +1,7 @@
 #include "data/packing.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/error.hpp"
 
@@ -15,24 +16,27 @@ Packing pack_documents(const std::vector<int64_t>& doc_offsets, int64_t seq_len)
   if (seq_len < 2) fail("sequence length ", seq_len, " is too short: it must be at least 2");
   Packing p;
   p.seq_len = seq_len;
-  PackedSequence cur;
-  auto close = [&]() {
-    if (cur.used > 0) p.sequences.push_back(std::move(cur));
-    cur = PackedSequence{};
+  size_t open = SIZE_MAX;  // the sequence still taking documents (its place kept in order)
+  auto place = [&](const Span& s, bool own) {
+    if (own || open == SIZE_MAX || p.sequences[open].used + s.length > seq_len) {
+      p.sequences.emplace_back();
+      if (!own) open = p.sequences.size() - 1;
+    }
+    PackedSequence& q = p.sequences[own ? p.sequences.size() - 1 : open];
+    q.spans.push_back(s);
+    q.used += s.length;
+    p.real_tokens += s.length;
   };
   for (size_t d = 0; d + 1 < doc_offsets.size(); ++d) {
     const int64_t begin = doc_offsets[d], len = doc_offsets[d + 1] - begin;
     if (len == 0) continue;
-    if (len > seq_len) ++p.split_docs;
+    const bool split = len > seq_len;
+    p.split_docs += split;
     for (int64_t start = 0; start < len; start += seq_len) {
       const int64_t piece = std::min(seq_len, len - start);
-      if (cur.used + piece > seq_len) close();
-      cur.spans.push_back({int64_t(d), begin + start, piece, start});
-      cur.used += piece;
-      p.real_tokens += piece;
+      place({int64_t(d), begin + start, piece, start}, split && piece == seq_len);
     }
   }
-  close();
   return p;
 }
 

@@ -1,9 +1,13 @@
 // Packing documents into fixed-length sequences. The rule (also in the README):
-//   Documents are taken in file order. A document that fits in what is left of the current
-//   sequence goes there; otherwise the sequence is closed (its tail is padding) and a new
-//   one starts. A document longer than the sequence is cut into pieces of seq_len tokens;
-//   each piece is treated as a document of its own (it cannot see the piece before it).
-// Next-fit keeps file order, so `eval` sees documents in the order they were written.
+//   Documents are taken in file order. A document that fits in what is left of the open
+//   sequence goes there; otherwise that sequence is closed (its tail is padding) and a new
+//   one opens (next-fit). A document longer than the sequence is cut into pieces of seq_len
+//   tokens, each treated as a document of its own (it cannot see the piece before it): its
+//   whole pieces are sequences of their own and leave the open sequence open; its last,
+//   shorter piece is packed like a document.
+// Sequences are ordered by their first token, so `eval` sees documents in file order.
+// Before rule 2 a long document's whole pieces closed the open sequence: a corpus of
+// documents a little longer than the sequence packed at about 55% instead of 99%.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,6 +15,9 @@
 #include "data/dataset.hpp"
 
 namespace lct {
+
+// Recorded in checkpoints: a resume under another rule continues another order.
+constexpr int64_t kPackingRule = 2;
 
 struct Span {
   int64_t doc;     // document index in the dataset

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "data/dataset.hpp"
+#include "data/packing.hpp"
 
 namespace lct {
 
@@ -34,6 +35,9 @@ struct TrainState {
   // another tokenizer is refused, and the checkpoint alone can decode ids. No name when
   // the checkpoint predates it.
   TokenizerInfo tokenizer;
+  // The packing rule the data order was drawn under (data/packing.hpp); 1 for checkpoints
+  // from before rules were recorded.
+  int64_t packing_rule = kPackingRule;
 };
 
 // A new lineage id: 16 random hex digits.

@@ -1059,6 +1059,29 @@ def bad_train_dataset_shorter_than_a_sequence():
 
 
 @case
+def resume_from_before_the_packing_rule_warns_only_where_documents_are_split():
+    """Checkpoints record the packing rule; one without it (rule 1) resumed on data whose
+    documents are longer than a sequence says its data order goes on under the new rule."""
+    good_model()
+    good_dataset()  # 6 documents of 300 tokens
+    for seq_len, split in (("128", True), ("600", False)):
+        run_dir = f"r{seq_len}"
+        train = ["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", run_dir, "--seq-len", seq_len,
+                 "--block-q", "64", "--block-k", "48"]
+        ok(*train, "--steps", "2")
+        ckpt = f"{run_dir}/checkpoints/step_00000002.h5"
+        with h5py.File(ckpt, "r") as f:
+            assert f["train_state"].attrs["packing_rule"] == 2
+        assert "packing rule" not in ok(*train, "--steps", "3", "--resume", ckpt).stdout
+        edit(ckpt, lambda f: f["train_state"].attrs.__delitem__("packing_rule"))
+        out = ok(*train, "--steps", "3", "--resume", ckpt).stdout
+        assert ("warning: the checkpoint's run packed documents longer than a sequence by an older "
+                "rule (packing rule 1, now 2)" in out) == split, out
+        with h5py.File(f"{run_dir}/checkpoints/step_00000003.h5", "r") as f:
+            assert f["train_state"].attrs["packing_rule"] == 2
+
+
+@case
 def bad_train_previous_run_needs_force():
     good_model()
     good_dataset()

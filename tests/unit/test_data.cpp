@@ -398,6 +398,33 @@ TEST(Packing, NextFitKeepsOrderPadsAndSplitsLongDocuments) {
   EXPECT_DOUBLE_EQ(p.efficiency(), 19.0 / 25.0);
 }
 
+TEST(Packing, LongDocumentsWholePiecesLeaveTheOpenSequenceOpen) {
+  // Documents of 7, 7, 3 and 5 tokens into sequences of 5: each 7 is a whole piece of its
+  // own and a tail of 2; the two tails share one sequence (rule 1 closed the open sequence
+  // at every whole piece: 6 sequences, 22/30). A document of exactly 5 is not split and
+  // closes the open one, as before.
+  const std::vector<int64_t> off = {0, 7, 14, 17, 22};
+  const Packing p = pack_documents(off, 5);
+  ASSERT_EQ(p.sequences.size(), 5u);
+  const std::vector<int64_t> used = {5, 4, 5, 3, 5};
+  for (size_t i = 0; i < used.size(); ++i) EXPECT_EQ(p.sequences[i].used, used[i]) << i;
+  // Ordered by first token: [7a] [7a's tail, 7b's tail] [7b] [3] [5]
+  EXPECT_EQ(p.sequences[1].spans.size(), 2u);
+  EXPECT_EQ(p.sequences[1].spans[0].doc, 0);
+  EXPECT_EQ(p.sequences[1].spans[0].start_in_doc, 5);
+  EXPECT_EQ(p.sequences[1].spans[1].doc, 1);
+  EXPECT_EQ(p.sequences[2].spans[0].doc, 1);
+  EXPECT_EQ(p.sequences[2].spans[0].start_in_doc, 0);
+  EXPECT_EQ(p.split_docs, 2);
+  EXPECT_EQ(p.real_tokens, 22);
+  // Every token of every document is placed exactly once.
+  std::vector<int> seen(22, 0);
+  for (const PackedSequence& q : p.sequences)
+    for (const Span& sp : q.spans)
+      for (int64_t t = sp.begin; t < sp.begin + sp.length; ++t) ++seen[size_t(t)];
+  EXPECT_EQ(seen, std::vector<int>(22, 1));
+}
+
 TEST(Packing, FillSequenceMasksDocumentEndsAndPadding) {
   TokenDataset ds;
   ds.tokens = {10, 11, 12, 20, 21};
