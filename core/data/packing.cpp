@@ -17,12 +17,15 @@ Packing pack_documents(const std::vector<int64_t>& doc_offsets, int64_t seq_len)
   Packing p;
   p.seq_len = seq_len;
   size_t open = SIZE_MAX;  // the sequence still taking documents (its place kept in order)
+  // `own`: a whole piece of a long document, a sequence by itself that leaves `open` open.
   auto place = [&](const Span& s, bool own) {
-    if (own || open == SIZE_MAX || p.sequences[open].used + s.length > seq_len) {
+    size_t at = open;
+    if (own || at == SIZE_MAX || p.sequences[at].used + s.length > seq_len) {
+      at = p.sequences.size();
       p.sequences.emplace_back();
-      if (!own) open = p.sequences.size() - 1;
+      if (!own) open = at;
     }
-    PackedSequence& q = p.sequences[own ? p.sequences.size() - 1 : open];
+    PackedSequence& q = p.sequences[at];
     q.spans.push_back(s);
     q.used += s.length;
     p.real_tokens += s.length;
