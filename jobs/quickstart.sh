@@ -19,6 +19,8 @@ build_pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libopenblas-dev lib
             libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev pkgconf)
 py_pkgs=(python3-h5py python3-matplotlib)  # reading lctrain's files, plotting them
 [ "$mode" = test ] && py_pkgs+=(python3-torch python3-sentencepiece python3-pandas)  # golden-test and tokenizer-test references; README pandas lines
+# The tests run the multi-rank cases under MPICH too (a second build, in build-mpich).
+[ "$mode" = test ] && build_pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
 missing() { for p in "$@"; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done; }
 need_build=$(missing "${build_pkgs[@]}")
 need_py=$(missing "${py_pkgs[@]}")
@@ -36,11 +38,26 @@ fi
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # --- build --------------------------------------------------------------------------------
+configure() {  # configure DIR [cmake options]: its log goes inside it, where git ignores it
+  local dir=$1; shift
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" > "$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; exit 1; }
+  sed -n '/lctrain .* configuration/,/^-- Configuring done/{/Configuring done/!s/^-- //p}' "$dir/configure.log"
+}
+second=()
+if [ "$mode" = test ]; then
+  # lctrain and its MPI tests built with MPICH; the main build's ctest runs them (tests/CMakeLists.txt).
+  MPICH_BUILD_DIR=${MPICH_BUILD_DIR:-build-mpich}
+  echo "== building lctrain with MPICH in $MPICH_BUILD_DIR"
+  configure "$MPICH_BUILD_DIR" -DLCT_BUILD_BENCH=OFF -DMPI_C_COMPILER=/usr/bin/mpicc.mpich \
+    -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich -DHDF5_C_COMPILER_EXECUTABLE=/usr/bin/h5pcc.mpich \
+    -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich
+  cmake --build "$MPICH_BUILD_DIR" -j "$JOBS" --target lctrain lct_mpi_tests
+  second=(-DLCT_SECOND_MPI_BUILD="$(cd "$MPICH_BUILD_DIR" && pwd)")
+fi
 echo "== building in $BUILD_DIR"
-mkdir -p "$BUILD_DIR"  # its configure log goes inside it, where git ignores it
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$BUILD_DIR/configure.log" 2>&1 ||
-  { cat "$BUILD_DIR/configure.log"; exit 1; }
-sed -n '/lctrain .* configuration/,/^-- Configuring done/{/Configuring done/!s/^-- //p}' "$BUILD_DIR/configure.log"
+configure "$BUILD_DIR" "${second[@]}"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
 if [ "$mode" = test ]; then

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdio>
 #include <set>
+#include <unistd.h>
 #include <vector>
 
 #include "common/error.hpp"
@@ -35,22 +36,24 @@ void world_finalize(World& w) {
 
 NodeShare node_share(const World& w) {
   const std::vector<int> mine = current_cpuset();
-  int count = int(mine.size());
-  std::vector<int> counts(size_t(w.node_size)), displs(size_t(w.node_size));
-  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, w.node_comm);
-  int total = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    displs[i] = total;
-    total += counts[i];
+  const std::vector<std::vector<int32_t>> sets = allgather_varying(mine, w.node_comm, "the host's CPU sets");
+  const std::vector<std::vector<int32_t>> ranks = allgather_varying(std::vector<int32_t>{w.rank}, w.node_comm, "the host's ranks");
+  std::set<int> uni;
+  std::vector<int> world_ranks;
+  for (size_t r = 0; r < sets.size(); ++r) {
+    uni.insert(sets[r].begin(), sets[r].end());
+    world_ranks.push_back(ranks[r][0]);
   }
-  std::vector<int> all(static_cast<size_t>(total));
-  MPI_Allgatherv(mine.data(), count, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT,
-                 w.node_comm);
-  std::set<int> uni(all.begin(), all.end());
   NodeShare s;
   s.ranks_on_node = w.node_size;
   s.rank_on_node = w.node_rank;
   s.node_cpus.assign(uni.begin(), uni.end());
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const CpuClaim claim = claim_cpus(sets, world_ranks, w.node_rank, host, s.node_cpus, core_ids(s.node_cpus));
+  s.given = mine;
+  s.claimed = claim.cpus;
+  s.divided_among = claim.divided_among;
   return s;
 }
 
@@ -86,6 +89,9 @@ void abort_job(const World& w, const std::string& what) {
   std::fprintf(stderr, "lctrain: error on rank %d alone: %s; aborting every rank\n", w.rank,
                what.c_str());
   std::fflush(stderr);
+  // MPICH's hydra tears down its output forwarding as soon as one rank aborts: the line
+  // above, still in the pipe to its proxy, was lost in 2 of 3 tries. A moment lets it through.
+  usleep(200 * 1000);
   MPI_Abort(MPI_COMM_WORLD, kExitAborted);
   std::_Exit(kExitAborted);
 }

@@ -6,11 +6,24 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "common/error.hpp"
 
 namespace lct {
+
+namespace {
+
+// Binds thread `tid` (0: the calling thread) to `cpus`.
+void set_affinity(const std::vector<int>& cpus, int tid = 0) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int c : cpus) CPU_SET(c, &mask);
+  sched_setaffinity(tid, sizeof(mask), &mask);
+}
+
+}  // namespace
 
 int plan_threads(const Topology& topo, const ThreadRequest& req) {
   const int own = int(topo.cpuset.size());
@@ -32,8 +45,13 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
       "bind ranks to more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass "
       "--oversubscribe (functional tests only)";
   const char* by = req.threads > 0 ? "" : " (OMP_NUM_THREADS)";
+  const std::string whose =
+      topo.share.divided_among > 1
+          ? cat("this rank's share of CPUs ", cpu_list(topo.share.given), " (which the launcher gave ",
+                topo.share.divided_among, " ranks on host ", topo.host, ")")
+          : std::string("this rank's cpuset");
   if (threads > own)
-    fail(threads, " OpenMP threads requested", by, " but this rank's cpuset has ", own, " CPU",
+    fail(threads, " OpenMP threads requested", by, " but ", whose, " has ", own, " CPU",
          own == 1 ? "" : "s", ": that oversubscribes the cores; use --threads ", avail,
          " or fewer (0 = automatic), ", fix);
   if (threads * ranks > node)
@@ -64,16 +82,27 @@ void apply_thread_plan(Topology& topo, const ThreadRequest& req) {
 
   // Pin only when every thread gets a CPU of its own and the user has not chosen a binding.
   const bool user_binding = std::getenv("OMP_PROC_BIND") || std::getenv("OMP_PLACES");
+  if (topo.share.divided_among > 1) {
+    // The launcher gave this rank's CPU set to others too, and lctrain divided it: OpenMP
+    // places set by the user would span the whole set, on top of the other ranks' threads.
+    if (user_binding)
+      fail(topo.share.divided_among, " ranks on host ", topo.host, " were given the same CPUs (",
+           cpu_list(topo.share.given), ") and OMP_PLACES/OMP_PROC_BIND bind threads over all of ",
+           "them: bind each rank to cores of its own (mpirun --bind-to core, srun --cpu-bind=cores, ",
+           "mpiexec -bind-to core), or unset OMP_PLACES and OMP_PROC_BIND so that lctrain divides them");
+    // Every thread of the process, the MPI library's and OpenBLAS's idle pool included;
+    // threads started from now on (OpenMP's pool) inherit the main thread's mask.
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+      set_affinity(topo.cpuset, std::atoi(task.path().filename().c_str()));
+  }
   const bool bind = req.bind && !user_binding && threads <= int(topo.cpuset.size());
   if (bind) {
     const std::vector<int> cpus = topo.binding_order();
 #pragma omp parallel num_threads(threads)
-    {
-      cpu_set_t mask;
-      CPU_ZERO(&mask);
-      CPU_SET(cpus[size_t(omp_get_thread_num())], &mask);
-      sched_setaffinity(0, sizeof(mask), &mask);  // 0 = the calling thread
-    }
+    set_affinity({cpus[size_t(omp_get_thread_num())]});
+  } else if (topo.share.divided_among > 1) {
+#pragma omp parallel num_threads(threads)
+    set_affinity(topo.cpuset);  // a pool started before the division (tests run the plan twice)
   }
   int seen = 0;
 #pragma omp parallel num_threads(threads)

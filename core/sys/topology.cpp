@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "common/error.hpp"
@@ -65,9 +66,6 @@ std::vector<int> Topology::binding_order() const {
   return first;
 }
 
-namespace {
-
-// "0-3,8,10-11"
 std::string cpu_list(const std::vector<int>& cpus) {
   std::string s;
   for (size_t i = 0; i < cpus.size();) {
@@ -80,7 +78,51 @@ std::string cpu_list(const std::vector<int>& cpus) {
   return s;
 }
 
-}  // namespace
+CpuClaim claim_cpus(const std::vector<std::vector<int>>& rank_cpus, const std::vector<int>& world_ranks,
+                    int me, const std::string& host, const std::vector<int>& cpus,
+                    const std::vector<int>& core_of) {
+  const std::vector<int>& mine = rank_cpus[size_t(me)];
+  std::vector<int> group;  // node ranks given exactly my set, in node-rank order
+  for (size_t r = 0; r < rank_cpus.size(); ++r) {
+    const std::vector<int>& other = rank_cpus[r];
+    if (other == mine) {
+      group.push_back(int(r));
+      continue;
+    }
+    std::vector<int> common;
+    std::set_intersection(mine.begin(), mine.end(), other.begin(), other.end(), std::back_inserter(common));
+    if (!common.empty())
+      fail("ranks ", world_ranks[size_t(me)], " and ", world_ranks[r], " on host ", host,
+           " were given overlapping CPU sets (", cpu_list(mine), " and ", cpu_list(other),
+           "): bind each rank to cores of its own (mpirun --bind-to core or --map-by slot:PE=T, ",
+           "srun --cpu-bind=cores, mpiexec -bind-to core), or bind none and lctrain divides each ",
+           "host's CPUs among its ranks");
+  }
+  if (group.size() == 1) return {mine, 1};
+  // Physical cores of my set in order of their first CPU; each core's CPUs.
+  std::vector<int> order;
+  std::vector<std::vector<int>> core_cpus;
+  for (int c : mine) {
+    auto it = std::find(cpus.begin(), cpus.end(), c);
+    const int core = it == cpus.end() ? -1 - c : core_of[size_t(it - cpus.begin())];
+    auto k = std::find(order.begin(), order.end(), core);
+    if (k == order.end()) {
+      order.push_back(core);
+      core_cpus.push_back({c});
+    } else {
+      core_cpus[size_t(k - order.begin())].push_back(c);
+    }
+  }
+  const size_t n = core_cpus.size(), ranks = group.size();
+  const size_t i = size_t(std::find(group.begin(), group.end(), me) - group.begin());
+  // Rank i of k takes cores [i n / k, (i + 1) n / k); with more ranks than cores, core i mod n.
+  size_t first = i * n / ranks, last = (i + 1) * n / ranks;
+  if (ranks > n) first = i % n, last = first + 1;
+  std::vector<int> out;
+  for (size_t k = first; k < last; ++k) out.insert(out.end(), core_cpus[k].begin(), core_cpus[k].end());
+  std::sort(out.begin(), out.end());
+  return {out, int(ranks)};
+}
 
 Topology Topology::detect(const NodeShare& share) {
   Topology t;
@@ -88,7 +130,7 @@ Topology Topology::detect(const NodeShare& share) {
   gethostname(host, sizeof(host) - 1);
   t.host = host;
   t.cpus_online = int(sysconf(_SC_NPROCESSORS_ONLN));
-  t.cpuset = current_cpuset();
+  t.cpuset = share.claimed.empty() ? current_cpuset() : share.claimed;
   const bool have_numa = numa_available() >= 0;
   t.numa_nodes = have_numa ? numa_num_configured_nodes() : 1;
   for (int c : t.cpuset) t.cpuset_numa.push_back(have_numa ? std::max(0, numa_node_of_cpu(c)) : 0);
@@ -119,7 +161,12 @@ std::string Topology::describe() const {
   return cat("host ", host, ": ", cpus_online, " CPUs online, ", numa_nodes, " NUMA node",
              numa_nodes == 1 ? "" : "s", "; ", share.ranks_on_node, " rank",
              share.ranks_on_node == 1 ? "" : "s", " on this host sharing CPUs ",
-             cpu_list(share.node_cpus), "\n", "rank cpuset ", cpu_list(cpuset), " (NUMA ",
+             cpu_list(share.node_cpus), "\n", "rank cpuset ", cpu_list(cpuset),
+             share.divided_among > 1
+                 ? cat(", its share of CPUs ", cpu_list(share.given), ", which the launcher gave ",
+                       share.divided_among, " ranks,")
+                 : "",
+             " (NUMA ",
              numa_list, "; ", cores(), " core", cores() == 1 ? "" : "s",
              smt() > 1 ? cat(", SMT: ", smt(), " CPUs per core") : "", "); ", threads,
              " OpenMP thread", threads == 1 ? "" : "s",

@@ -15,7 +15,27 @@ struct NodeShare {
   int rank_on_node = 0;
   std::vector<int> node_cpus;   // union of the CPU sets of all ranks on this host
   int node_cores = 0;           // physical cores among node_cpus (0: count the CPUs)
+  std::vector<int> given;       // the CPUs the launcher gave this rank
+  std::vector<int> claimed;     // the CPUs it runs on (empty: its affinity mask)
+  int divided_among = 1;        // ranks that were given this same CPU set and divided it
 };
+
+// Which CPUs this rank takes, from the CPU sets the launcher gave every rank on its host
+// (rank_cpus[i] is node rank i's, each sorted; world_ranks[i] its rank in the job).
+// Launchers differ: Open MPI's mpirun and srun --cpu-bind give each rank cores of its own,
+// MPICH's hydra and `--bind-to none` give every rank the whole node. Ranks given disjoint
+// sets keep them. Ranks given one identical set divide it by physical core, in contiguous
+// runs of core order (so a rank's cores stay on one socket or NUMA node where they can),
+// siblings with their core; with more ranks than cores, rank i takes core i mod cores.
+// Sets that overlap without being equal are an error naming two such ranks and the fix.
+// `core_of` gives each CPU's physical core (core_ids); CPUs absent from it are their own.
+struct CpuClaim {
+  std::vector<int> cpus;
+  int divided_among = 1;
+};
+CpuClaim claim_cpus(const std::vector<std::vector<int>>& rank_cpus, const std::vector<int>& world_ranks,
+                    int me, const std::string& host, const std::vector<int>& cpus,
+                    const std::vector<int>& core_of);
 
 struct Topology {
   std::string host;
@@ -55,5 +75,8 @@ void choose_isa(Topology& topo, const std::string& request);
 
 // This process's affinity mask as a sorted CPU list.
 std::vector<int> current_cpuset();
+
+// "0-3,8,10-11"
+std::string cpu_list(const std::vector<int>& cpus);
 
 }  // namespace lct

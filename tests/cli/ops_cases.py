@@ -321,9 +321,11 @@ def sigusr1_on_two_ranks_checkpoints_exits_85_and_resumes_to_the_same_loss():
     assert straight.returncode == 85, straight.stderr
     p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2)
     wait_for_step("r")
-    p.send_signal(signal.SIGUSR1)  # mpirun forwards SIGUSR1 to every rank
+    p.send_signal(signal.SIGUSR1)  # mpirun and hydra's mpiexec forward SIGUSR1 to every rank
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 85, (p.returncode, out, err)
+    # Open MPI's mpirun returns the ranks' 85; MPICH's hydra, after forwarding the signal,
+    # returned 0 in some runs and 85 in others (docs/mpi.md): the stop line says so either way.
+    assert p.returncode in ((85,) if cc.MPI_FAMILY == "openmpi" else (0, 85)), (p.returncode, out, err)
     # mpirun forwards the signal to every rank; a rank may see it one step before the other.
     assert re.search(r"\(SIGUSR1 \(signal 10\) on (every rank|rank [01])\)", out), out
     assert "exit code 85" in out, out
@@ -430,7 +432,10 @@ def a_slower_rank_is_counted_as_waiting_for_a_peer_not_as_transfer():
         assert np.all(comm[:, 0] > 0.1), comm  # 4 layers x 3 ring waits x 40 ms, at least
         fom = [l for l in p.stdout.splitlines() if l.startswith("figure of merit")][0]
         if transport == "shm":
-            assert np.all(peer[:, 0] >= 0.9 * comm[:, 0]), (comm, peer)  # rank 0 waited for rank 1
+            # Rank 0 waited for rank 1. With the two ranks on one core (each used to pin its thread
+            # to the host's first CPU) the peer part was 99.9%; on a core each it measured 81-99%:
+            # the rest is rank 1's copy of a block it has posted, made between its slow steps.
+            assert np.all(peer[:, 0] >= 0.75 * comm[:, 0]), (comm, peer)
             assert np.all(peer[:, 1] <= comm[:, 1]), (comm, peer)
             assert np.allclose(steps["peer_wait_frac"][1:], (peer / steps["rank_seconds"][1:]).mean(1)), steps["peer_wait_frac"]
             assert re.search(r"comm \d+\.\d% \(peer \d+\.\d%\)", p.stdout), p.stdout

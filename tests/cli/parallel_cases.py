@@ -4,7 +4,10 @@ trains the single rank's losses (tiny model, 600-token sequences, ranks oversubs
 functional, not fast). Run by ctest as parallel.CASE; the helpers are cli_cases.py's."""
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -49,6 +52,86 @@ def assert_same_losses(ref, run_dir, what, bound=1e-5):
     print(f"{what}: losses {got}, max rel diff to one rank {rel:.2e}")
     assert rel < bound, (what, got, ref)
 
+
+
+# --- where ranks run on a host --------------------------------------------------------------
+
+UNBOUND = {"OMPI_MCA_hwloc_base_binding_policy": "none"}  # Open MPI as MPICH's hydra: bind nothing
+
+
+def lctrain_processes():
+    """{pid: CPUs allowed to its threads, together} of the lctrain ranks started in this folder."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/exe") != cc.LCTRAIN or os.readlink(f"/proc/{pid}/cwd") != os.getcwd():
+                continue
+            cpus = set()
+            for task in os.listdir(f"/proc/{pid}/task"):
+                line = [l for l in open(f"/proc/{pid}/task/{task}/status") if l.startswith("Cpus_allowed_list")]
+                cpus |= set(parse_cpu_list(line[0].split(":")[1].strip()))
+            found[int(pid)] = cpus
+        except OSError:
+            continue
+    return found
+
+
+def parse_cpu_list(text):
+    out = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
+
+
+@case
+def ranks_that_a_launcher_leaves_unbound_divide_the_host_between_them():
+    """MPICH's hydra binds nothing, and neither does mpirun --bind-to none: every rank is given
+    the whole host. The ranks divide it: their threads run on disjoint CPUs (each used to pin
+    its thread to the host's first CPU, and two ranks then shared one core)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        raise cc.Skip("needs 2 CPUs")
+    parallel_fixture()
+    cmd, env = cc.command("train", "--model", "m.h5", "--data", "d16.h5", "--run-dir", "r", "--seq-len", "600",
+                          "--steps", "100000", "--cp", "2", "--block-q", "32", "--block-k", "32",
+                          "--peak-gflops", "100", "--log-every", "1000", ranks=2, env=UNBOUND)
+    with open("out.txt", "w+") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
+        t0 = time.time()
+        while not os.path.exists("r/timing.h5") and p.poll() is None and time.time() - t0 < 60:
+            time.sleep(0.2)
+        ranks = lctrain_processes()
+        for pid in ranks:
+            os.kill(pid, signal.SIGUSR1)  # checkpoint and stop, whatever the launcher forwards
+        p.wait(timeout=60)
+        out.seek(0)
+        text = out.read()
+    print(text[-1500:])
+    print("CPUs of each rank:", ranks)
+    assert len(ranks) == 2, ranks
+    a, b = ranks.values()
+    assert a and b and not (a & b), f"ranks share CPUs: {ranks}"
+    assert re.search(r"rank cpuset \d+, its share of CPUs [0-9,-]+, which the launcher gave 2 ranks, \(NUMA", text), text
+
+
+@case
+def ranks_given_overlapping_cpu_sets_are_refused_with_the_ranks_named():
+    """A launcher (or a user's taskset) that gives two ranks CPU sets that overlap without being
+    equal: no division is right, so every rank stops with one line naming both ranks."""
+    if len(os.sched_getaffinity(0)) < 2:
+        raise cc.Skip("needs 2 CPUs")
+    good_model()
+    args = ["init", "-o", "x.h5"]
+    cmd, env = cc.command(*args, ranks=1, env=UNBOUND)
+    launcher, lct = cmd[:cmd.index(cc.LCTRAIN)], cmd[cmd.index(cc.LCTRAIN):]
+    mpmd = [*launcher, "taskset", "-c", "0-1", *lct, ":", "-n", "1", "taskset", "-c", "1", *lct]
+    p = subprocess.run(mpmd, capture_output=True, text=True, env=env, timeout=120)
+    errors = [l for l in p.stderr.splitlines() if l.startswith("lctrain: ")]
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert len(errors) == 1, p.stderr
+    assert "ranks 0 and 1 on host" in errors[0] and "overlapping CPU sets (0-1 and 1)" in errors[0], errors[0]
+    assert "bind each rank to cores of its own" in errors[0], errors[0]
+    assert not os.path.exists("x.h5")
 
 @case
 def parallel_bf16_cp2_and_dp2_match_one_rank_bf16():

@@ -159,6 +159,59 @@ TEST(ThreadPlan, RefusesOversubscriptionUnlessAllowed) {
   }
 }
 
+// Ranks sharing a host: the CPU sets their launcher gave decide who runs where.
+std::vector<int> range(int first, int last) {
+  std::vector<int> v;
+  for (int c = first; c <= last; ++c) v.push_back(c);
+  return v;
+}
+
+TEST(CpuClaim, RanksGivenTheSameSetDivideItByCoreAndDisjointSetsAreKept) {
+  const std::vector<int> cpus = range(0, 7), own_cores = range(0, 7);
+  // MPICH's hydra binds nothing: 2 ranks see CPUs 0-7, each takes half, in core order.
+  const std::vector<std::vector<int>> same{cpus, cpus};
+  CpuClaim a = claim_cpus(same, {4, 5}, 0, "h", cpus, own_cores);
+  CpuClaim b = claim_cpus(same, {4, 5}, 1, "h", cpus, own_cores);
+  EXPECT_EQ(a.cpus, range(0, 3));
+  EXPECT_EQ(b.cpus, range(4, 7));
+  EXPECT_EQ(a.divided_among, 2);
+  // 3 ranks on 8 cores: 2, 3 and 3 cores (contiguous, every core taken once).
+  const std::vector<std::vector<int>> three{cpus, cpus, cpus};
+  EXPECT_EQ(claim_cpus(three, {0, 1, 2}, 0, "h", cpus, own_cores).cpus, range(0, 1));
+  EXPECT_EQ(claim_cpus(three, {0, 1, 2}, 1, "h", cpus, own_cores).cpus, range(2, 4));
+  EXPECT_EQ(claim_cpus(three, {0, 1, 2}, 2, "h", cpus, own_cores).cpus, range(5, 7));
+  // SMT (Intel numbering: CPU c and c + 4 are one core): a rank takes whole cores.
+  const std::vector<int> intel{0, 1, 2, 3, 0, 1, 2, 3};
+  EXPECT_EQ(claim_cpus(same, {0, 1}, 0, "h", cpus, intel).cpus, (std::vector<int>{0, 1, 4, 5}));
+  EXPECT_EQ(claim_cpus(same, {0, 1}, 1, "h", cpus, intel).cpus, (std::vector<int>{2, 3, 6, 7}));
+  // More ranks than cores (oversubscribed tests): spread round the cores, not all on the first.
+  const std::vector<std::vector<int>> four{range(0, 1), range(0, 1), range(0, 1), range(0, 1)};
+  std::vector<int> first;
+  for (int r = 0; r < 4; ++r) first.push_back(claim_cpus(four, {0, 1, 2, 3}, r, "h", range(0, 1), {0, 1}).cpus[0]);
+  EXPECT_EQ(first, (std::vector<int>{0, 1, 0, 1}));
+  // mpirun --bind-to core: disjoint sets are kept as given.
+  const std::vector<std::vector<int>> bound{{0}, {1}};
+  CpuClaim c = claim_cpus(bound, {0, 1}, 1, "h", range(0, 1), {0, 1});
+  EXPECT_EQ(c.cpus, std::vector<int>{1});
+  EXPECT_EQ(c.divided_among, 1);
+  // Two sockets bound per socket, two ranks each: each pair divides its own socket.
+  const std::vector<std::vector<int>> sockets{range(0, 3), range(0, 3), range(4, 7), range(4, 7)};
+  EXPECT_EQ(claim_cpus(sockets, {0, 1, 2, 3}, 3, "h", cpus, own_cores).cpus, range(6, 7));
+}
+
+TEST(CpuClaim, SetsThatOverlapWithoutBeingEqualNameTheRanksAndTheFix) {
+  const std::vector<std::vector<int>> sets{range(0, 3), range(2, 5)};
+  try {
+    claim_cpus(sets, {6, 7}, 0, "node17", range(0, 5), range(0, 5));
+    FAIL();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks 6 and 7 on host node17 were given overlapping CPU sets (0-3 and 2-5)"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("--bind-to core"), std::string::npos) << m;
+  }
+}
+
 TEST(ThreadPlan, ApplyLeavesOpenBlasSingleThreadedAndOpenMpAtThePlan) {
   Topology t = Topology::detect({});
   apply_thread_plan(t, {1, false, false});
