@@ -3,7 +3,8 @@
 #   LCT_RUN_DIR=/scratch/me/run1 LCT_CP=4 sbatch jobs/one_node.sbatch
 # Parallel degrees and sharding, passed as lctrain's flags (cp x dp x tp = the tasks):
 #   LCT_TP    --tp, tensor parallelism: every layer split over LCT_TP neighbouring ranks (1)
-#   LCT_CP    --cp, context parallelism (the tasks / LCT_TP)
+#   LCT_CP    --cp, context parallelism (the tasks per node / LCT_TP: the ring stays inside
+#             a node, on shared memory, and dp spans the nodes)
 #   LCT_DP    --dp, data parallelism (0: the tasks / (cp x tp))
 #   LCT_ZERO  --zero, the ZeRO stage 0-3 over the dp x cp ranks (0)
 #   LCT_TP=2 LCT_ZERO=1 sbatch --ntasks=8 jobs/one_node.sbatch     # tp 2 x cp 4, moments sharded
@@ -19,7 +20,8 @@ LCT_DATA=${LCT_DATA:-$LCT_WORK/passkey.h5}
 LCT_RUN_DIR=${LCT_RUN_DIR:-$LCT_WORK/run-${SLURM_JOB_NAME:-job}}
 # Parallel degrees: flags of lctrain, with Slurm's task count as the default.
 LCT_TP=${LCT_TP:-1}
-LCT_CP=${LCT_CP:-$(( ${SLURM_NTASKS:-1} / (LCT_TP > 0 ? LCT_TP : 1) ))}
+LCT_TASKS_PER_NODE=${SLURM_NTASKS_PER_NODE:-$(( ${SLURM_NTASKS:-1} / ${SLURM_JOB_NUM_NODES:-1} ))}
+LCT_CP=${LCT_CP:-$(( LCT_TASKS_PER_NODE / (LCT_TP > 0 ? LCT_TP : 1) ))}
 LCT_DP=${LCT_DP:-0}                                   # 0: ranks / (cp x tp)
 LCT_ZERO=${LCT_ZERO:-0}
 read -r -a LCT_EXTRA <<< "${LCT_TRAIN_ARGS:-}"         # more train flags, e.g. "--steps 2000"
@@ -33,16 +35,32 @@ make_inputs() {
   [ -f "$LCT_DATA" ] || "$LCTRAIN" --config "$LCT_CONFIG" prepare --out "$LCT_DATA"
 }
 
-# One rank per task, threads bound to the task's cores; a rank that dies kills the step.
+# One rank per task, bound to the task's cores; a rank that dies kills the step.
 # srun of Slurm 22.05-23.02 does not inherit sbatch's --cpus-per-task: without it every rank
 # would get one CPU (and one thread). SRUN_CPUS_PER_TASK and the explicit flag cover both.
-# Every job script launches through here; SRUN_ARGS adds srun flags (sweep: --ntasks).
+# On SMT nodes --cpus-per-task counts hardware threads: OMP_NUM_THREADS is left unset, so
+# that lctrain runs one thread per physical core of its CPUs (LCT_THREADS sets a count).
+# LCT_SRUN_MPI is srun's MPI plugin: pmix for Open MPI, pmi2 for MPICH, Intel MPI and
+# MVAPICH, cray_shasta (or none) for Cray MPICH. SRUN_ARGS adds srun flags (sweep: --ntasks).
+# Every job script launches through here.
+LCT_SRUN_MPI=${LCT_SRUN_MPI:-pmix}
 SRUN_ARGS=()
 launch() {
   local cpt=${SLURM_CPUS_PER_TASK:-1}
-  export OMP_NUM_THREADS=$cpt OMP_PLACES=cores OMP_PROC_BIND=close SRUN_CPUS_PER_TASK=$cpt
-  srun --mpi=pmix --cpus-per-task="$cpt" --cpu-bind=cores --kill-on-bad-exit=1 "${SRUN_ARGS[@]}" \
+  unset OMP_NUM_THREADS OMP_PLACES OMP_PROC_BIND
+  export SRUN_CPUS_PER_TASK=$cpt
+  srun --mpi="$LCT_SRUN_MPI" --cpus-per-task="$cpt" --cpu-bind=cores --kill-on-bad-exit=1 "${SRUN_ARGS[@]}" \
     "$LCTRAIN" "$@"
+}
+
+# Exits 1 with the fix when LCT_RUN_DIR holds a run that has reached its --steps: a job
+# submitted again over a finished run would otherwise end at once with exit 0.
+refuse_a_finished_run() {
+  local log=$1
+  if grep -q "the run is already complete" "$log"; then
+    echo "error: $LCT_RUN_DIR holds a finished run: set a new LCT_RUN_DIR, or raise --steps in LCT_TRAIN_ARGS to continue it" >&2
+    exit 1
+  fi
 }
 
 # TRAIN_ARGS: the train command line from the settings above (call again after changing them).
