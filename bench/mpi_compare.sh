@@ -22,8 +22,8 @@ $L init -o "$W/m.h5" --preset "$PRESET" > /dev/null
 $L prepare --synthetic passkey --num-docs $((4 * STEPS)) --doc-length "$S" -o "$W/d.h5" > /dev/null
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs; $PRESET, S = $S, $STEPS steps, $ROUNDS rounds"
 for r in $(seq "$ROUNDS"); do
-  for m in openmpi mpich; do
-    for layout in "cp 2" "dp 2"; do
+  for layout in "cp 2" "dp 2"; do
+    for m in openmpi mpich; do  # each pair back to back
       d="$W/r${r}_${m}_${layout/ /}"
       # shellcheck disable=SC2086
       ${RUN[$m]} "${LCT[$m]}" train --model "$W/m.h5" --data "$W/d.h5" --seq-len "$S" --steps "$STEPS" \
