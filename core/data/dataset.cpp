@@ -51,6 +51,29 @@ DataIdentity identify(TokenSource& data) {
   return {info.num_docs(), int64_t(n), hex, info.source};
 }
 
+LossWeightCount count_loss_weights(TokenSource& data) {
+  const DatasetInfo& info = data.info();
+  LossWeightCount c;
+  std::vector<float> w;
+  for (int64_t d = 0; d < info.num_docs(); ++d) {
+    const int64_t before = c.weighted;
+    // Pieces of at most 2^20 weights: a document may be longer than memory likes.
+    for (int64_t i = info.doc_offsets[d] + 1; i < info.doc_offsets[d + 1];) {
+      const int64_t n = std::min<int64_t>(int64_t(1) << 20, info.doc_offsets[d + 1] - i);
+      w.resize(size_t(n));
+      data.read_weights(i, n, w.data());
+      for (float x : w) {
+        c.sum += x;
+        c.weighted += x > 0;
+      }
+      c.targets += n;
+      i += n;
+    }
+    c.documents_without += c.weighted == before;
+  }
+  return c;
+}
+
 DataIdentity identify(const TokenDataset& ds) {
   MemorySource s(ds);
   return identify(s);
