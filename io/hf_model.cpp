@@ -186,6 +186,25 @@ bool is_file(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// is_file, but a symbolic link that leads nowhere (dangling, or a loop) is an error naming
+// its target, not an absent file: a Hugging Face cache snapshot is links into ../../blobs,
+// and a copy without the blobs must not be reported as a directory lacking the file.
+bool is_file_or_broken_link(const std::string& p) {
+  struct stat st;
+  if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return is_file(p);
+  if (::stat(p.c_str(), &st) == 0) return S_ISREG(st.st_mode);
+  const int err = errno;
+  char target[PATH_MAX + 1];
+  const ssize_t n = ::readlink(p.c_str(), target, PATH_MAX);
+  const std::string to = n >= 0 ? std::string(target, size_t(n)) : std::string("?");
+  if (err == ELOOP)
+    fail("'", p, "' is a symbolic link to '", to, "' that loops (links lead back to themselves); replace ",
+         "it with the file itself (copy a Hugging Face cache snapshot with cp -rL), or download the checkpoint again");
+  fail("'", p, "' is a symbolic link to '", to, "', which does not exist (", std::strerror(err),
+       "; a Hugging Face cache snapshot copied without its blobs?); copy the files the links point to ",
+       "(cp -rL SNAPSHOT DIR), or download the checkpoint again");
+}
+
 json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path);
   if (!in) fail("'", path, "' cannot be opened: ", std::strerror(errno));
@@ -215,7 +234,7 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
     fail("'", dir, "' is not a directory; --from-hf takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   const std::string cfg_path = join(dir, "config.json");
-  if (!is_file(cfg_path))
+  if (!is_file_or_broken_link(cfg_path))
     fail("'", dir, "' has no config.json; --from-hf takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   ModelData m;
@@ -226,9 +245,9 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
   std::vector<StFile> files;
   std::map<std::string, std::string> index_map;  // tensor -> shard, sharded checkpoints only
   const std::string single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
-  if (is_file(single)) {
+  if (is_file_or_broken_link(single)) {
     files.push_back(read_safetensors_header(single));
-  } else if (is_file(index)) {
+  } else if (is_file_or_broken_link(index)) {
     const json ix = read_json(index, "a safetensors index ({\"weight_map\": {tensor: file}})");
     if (!ix.is_object() || !ix.contains("weight_map") || !ix["weight_map"].is_object())
       fail("'", index, "' has no \"weight_map\" object naming the file of every tensor; copy or download it again");
@@ -243,7 +262,7 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
     }
     for (const std::string& s : shards) {
       const std::string p = join(dir, s);
-      if (!is_file(p))
+      if (!is_file_or_broken_link(p))
         fail("'", index, "' names shard '", s, "' but '", p, "' does not exist; copy or download every shard");
       files.push_back(read_safetensors_header(p));
     }
