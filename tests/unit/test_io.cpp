@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "common/error.hpp"
 #include "data/passkey.hpp"
@@ -125,6 +126,43 @@ TEST_F(Atomic, TwoWritersOfOneFileGetDifferentTemporaryNames) {
   EXPECT_NE(a.temp_path().find(std::string(".tmp-") + host + "-" + std::to_string(::getpid()) + "-"),
             std::string::npos)
       << a.temp_path();
+}
+
+void write_text(const std::string& file, const std::string& text) {
+  std::ofstream(file) << text;
+}
+std::string read_text(const std::string& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Two writers started together both pass the existence check at their start; the final step
+// must then let only the first one succeed (without --force), and the second fail naming the
+// file, with the first one's file intact and no temporary file left behind.
+TEST_F(Atomic, OfTwoWritersStartedTogetherOnlyTheFirstCommitsWithoutForce) {
+  {
+    AtomicTarget a(path("x.h5"), false, "model file"), b(path("x.h5"), false, "model file");
+    write_text(a.temp_path(), "first");
+    write_text(b.temp_path(), "second");
+    a.commit();
+    try {
+      b.commit();
+      FAIL() << "the second writer replaced the first one's file";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model file '" + path("x.h5") + "' appeared while"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_text(path("x.h5")), "first");
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
+  EXPECT_EQ(files, 1u);  // no temporary file left
+  // --force still replaces.
+  AtomicTarget c(path("x.h5"), true, "model file");
+  write_text(c.temp_path(), "third");
+  c.commit();
+  EXPECT_EQ(read_text(path("x.h5")), "third");
 }
 
 using RunDir = TempDir;
