@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <type_traits>
 
@@ -221,6 +223,28 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+// convert --to-hf writes its two files by two renames; one random id in both (a key of
+// config.json, the safetensors metadata) lets a reader tell a pair from a mixture that a
+// convert killed between the renames leaves behind. Files written elsewhere carry none.
+constexpr const char* kPairKey = "lctrain_pair";
+
+std::string new_pair_id() {
+  std::random_device rd;
+  char id[24];
+  std::snprintf(id, sizeof id, "%08x%08x", unsigned(rd()), unsigned(rd()));
+  return id;
+}
+
+void check_same_pair(const json& cfg, const std::string& cfg_path, const StFile& weights) {
+  const auto it = weights.metadata.find(kPairKey);
+  if (it == weights.metadata.end()) return;
+  const std::string theirs = cfg.contains(kPairKey) && cfg[kPairKey].is_string() ? cfg[kPairKey].get<std::string>() : "";
+  if (theirs == it->second) return;
+  fail("'", cfg_path, "' and '", weights.path, "' are not one pair (", kPairKey, " ",
+       theirs.empty() ? "absent" : theirs, " vs ", it->second, "): a convert --to-hf into this directory ",
+       "was stopped between writing its two files; run that convert again (--force replaces both)");
+}
+
 struct Located {
   const StFile* file;
   const StTensor* tensor;
@@ -238,7 +262,8 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
     fail("'", dir, "' has no config.json; --from-hf takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   ModelData m;
-  m.config = config_from_json(read_json(cfg_path, "a Hugging Face LlamaConfig"), cat("'", cfg_path, "'"));
+  const json cfg = read_json(cfg_path, "a Hugging Face LlamaConfig");
+  m.config = config_from_json(cfg, cat("'", cfg_path, "'"));
   m.layout = ParamLayout::llama(m.config);
 
   // The files, and where each tensor is.
@@ -272,6 +297,8 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
              ? " (it holds PyTorch .bin weights, which lctrain does not read)" : "",
          "; save the checkpoint as safetensors (save_pretrained(DIR, safe_serialization=True))");
   }
+
+  if (files.size() == 1) check_same_pair(cfg, cfg_path, files[0]);
 
   std::map<std::string, Located> where;
   HfReadInfo local;
@@ -367,16 +394,21 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
     std::vector<StOutTensor> tensors;
     for (const TensorSpec& t : layout.tensors) tensors.push_back({t.name, t.shape, params + t.offset});
     check_free_space(weights.final_path(), safetensors_data_bytes(tensors, bf16), "safetensors file");
+    const std::string pair = new_pair_id();
     const std::map<std::string, std::string> meta = {
-        {"format", "pt"}, {"lctrain_version", prov.version}, {"lctrain_git_revision", prov.git_revision},
+        {"format", "pt"}, {kPairKey, pair}, {"lctrain_version", prov.version}, {"lctrain_git_revision", prov.git_revision},
         {"lctrain_date", prov.date}, {"lctrain_host", prov.host}, {"lctrain_command_line", prov.command_line}};
     write_safetensors(weights.temp_path(), weights.final_path(), tensors, bf16, meta);
     {
       std::ofstream out(cfg.temp_path());
-      out << config_to_json(config, bf16).dump(2) << "\n";
+      json j = config_to_json(config, bf16);
+      j[kPairKey] = pair;
+      out << j.dump(2) << "\n";
       out.close();
       if (!out) fail("'", cfg.final_path(), "': writing failed; free some space, or write the directory elsewhere");
     }
+    // The weights first: a stop between the two leaves new weights beside an old config.json,
+    // which check_same_pair refuses (the old one carries another id, or none).
     weights.commit();
     cfg.commit();
   } catch (...) {

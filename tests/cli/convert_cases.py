@@ -9,6 +9,7 @@ Run by hand: /usr/bin/python3 tests/cli/convert_cases.py --lctrain build/app/lct
 import importlib.util
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -475,6 +476,26 @@ def bad_hf_symlinks_that_lead_nowhere_are_named():
     os.rename("real/model.safetensors", "blobs/w")
     os.symlink("../blobs/w", "real/model.safetensors")
     from_hf("real", "real.h5")
+
+
+@case
+def a_pair_mixed_by_a_stopped_convert_is_refused():
+    """convert --to-hf --force replaces model.safetensors, then config.json: stopped between the
+    two, the directory holds new weights beside the old config.json. Both files carry one pair
+    id, so reading the mixture back is refused instead of converting it."""
+    ok("init", "-o", "a.h5", "--preset", "tiny", "--seed", "1")
+    ok("init", "-o", "b.h5", "--preset", "tiny", "--seed", "2")
+    ok("convert", "--to-hf", "out_hf", "--model", "a.h5")
+    ok("convert", "--to-hf", "b_hf", "--model", "b.h5")
+    from_hf("out_hf", "a_back.h5")
+    with open("out_hf/config.json") as f, open("b_hf/config.json") as g:
+        ca, cb = json.load(f), json.load(g)
+    assert ca.pop("lctrain_pair") != cb.pop("lctrain_pair") and ca == cb
+    # The state a convert --to-hf --force of b.h5 leaves when killed between its renames.
+    shutil.copy("b_hf/model.safetensors", "out_hf/model.safetensors")
+    refused("out_hf", "out_hf/config.json", "out_hf/model.safetensors", "are not one pair", "convert again")
+    ok("convert", "--to-hf", "out_hf", "--model", "b.h5", "--force")
+    from_hf("out_hf", "b_back.h5")
 
 if __name__ == "__main__":
     sys.exit(cc.main())
