@@ -365,6 +365,9 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
   r.add(c, "--progress-every", o.progress_every, 10.0,
         "seconds between progress lines (sequences done, rate, time left); 0 = none")
       ->check(nonnegative());
+  r.add(c, "--comm-timeout", o.comm_timeout, 600.0,
+        "abort the job when a rank waits this many seconds in one communication call (0 = never)")
+      ->check(nonnegative());
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 

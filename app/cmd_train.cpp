@@ -194,10 +194,7 @@ int cmd_train(Context& ctx) {
   const World& world = ctx.world;
   std::ostream& out = ctx.out();
   install_stop_handlers();
-  watchdog_start(o.comm_timeout, o.time_limit, world.rank);
-  struct StopWatchdog {
-    ~StopWatchdog() { watchdog_stop(); }
-  } stop_watchdog_on_return;
+  const WatchdogRun watchdog(o.comm_timeout, o.time_limit, world.rank);
   ctx.print_startup("train", true);
 
   // 1. Checks, alike on every rank; nothing allocated or written yet.

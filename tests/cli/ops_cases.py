@@ -414,6 +414,72 @@ def hung_rank_is_reported_and_the_job_aborted():
 
 
 @case
+def a_rank_stalled_in_a_tensor_parallel_step_is_reported_and_the_job_aborted():
+    """With --tp 2 and no cp or dp, a rank that stops answering leaves the other inside a
+    tensor-parallel all-reduce: the watchdog must end the job within --comm-timeout."""
+    fixture("--vocab-size", "260")  # --tp 2 splits the vocabulary
+    t0 = time.time()
+    p = train("r", "--steps", "50", "--tp", "2", "--comm-timeout", "3", ranks=2,
+              env={"LCT_INJECT_FAULT": "hang:1:4"})
+    took = time.time() - t0
+    assert p.returncode == 87 and took < 40, (p.returncode, took, p.stderr[-3000:])
+    hung = [l for l in p.stderr.splitlines() if "hung: waited" in l]
+    assert hung and all("rank 0: hung: waited" in l and "tensor-parallel" in l and "during step 4" in l
+                        for l in hung), p.stderr
+    print(f"aborted after {took:.1f} s:", *hung, sep="\n")
+
+
+def rank_pid(rank):
+    """The pid of this test's lctrain process of world rank `rank` (read from its environment)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.path.basename(f.read().split(b"\0")[0]) != os.path.basename(cc.LCTRAIN).encode():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            if env.get(b"OMPI_COMM_WORLD_RANK") == str(rank).encode() and os.readlink(f"/proc/{pid}/cwd") == os.getcwd():
+                return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+@case
+def eval_with_a_stopped_rank_is_reported_and_the_job_aborted():
+    """eval --cp 2 runs the ring and sums losses over the ranks; SIGSTOP of rank 1 must not
+    leave rank 0 waiting forever: --comm-timeout ends the job, naming the wait."""
+    ok("init", "-o", "m.h5", "--preset", "tiny")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "400", "--doc-length", "2000", "-o", "big.h5")
+    p = start("--oversubscribe", "eval", "--model", "m.h5", "--data", "big.h5", "--seq-len", "2048", "--cp", "2",
+              "--comm-timeout", "3", "--progress-every", "0.2", ranks=2)
+    t0 = time.time()
+    while not re.search(r"eval: \d+ / \d+ sequences", open("started.out").read()):
+        assert time.time() - t0 < 60 and p.p.poll() is None, "eval did not start"
+        time.sleep(0.2)
+    pid = rank_pid(1)
+    assert pid, "rank 1 not found"
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:  # without a watchdog nothing else ends these
+        if p.p.poll() is None:
+            p.p.terminate()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    took = time.time() - t0
+    assert p.returncode == 87 and took < 30, (p.returncode, took, err[-3000:])
+    hung = [l for l in err.splitlines() if "hung: waited" in l]
+    assert hung and all("rank 0: hung: waited" in l and "during eval" in l for l in hung), err
+    print(f"aborted {took:.1f} s after SIGSTOP:", *hung, sep="\n")
+
+
+@case
 def a_slower_rank_is_counted_as_waiting_for_a_peer_not_as_transfer():
     """Rank 1's attention takes 40 ms longer per ring step from step 2 on (slowring): rank 0's
     exposed communication is then waiting for rank 1, which shared-memory hops tell apart from
