@@ -194,6 +194,7 @@ int cmd_train(Context& ctx) {
   const World& world = ctx.world;
   std::ostream& out = ctx.out();
   install_stop_handlers();
+  if (world.root()) std::cout.flush().rdbuf(stop_aware_stdout());
   const WatchdogRun watchdog(o.comm_timeout, o.time_limit, world.rank);
   ctx.print_startup("train", true);
 

@@ -363,6 +363,43 @@ def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
 
 
 @case
+def sigterm_under_mpirun_with_a_longer_grace_checkpoints_with_a_line_per_step():
+    """What the README advises for steps longer than Open MPI's 1 s SIGKILL grace: a longer
+    odls_base_sigkill_timeout. With it, SIGTERM to mpirun reaches a stop checkpoint even with a
+    line per step going through mpirun's output forwarding, which stops reading once signalled
+    (rank 0's output never holds the stop up: tests/unit/test_io.cpp, StopAwareStdout)."""
+    fixture()
+    args = ["--steps", "100000", "--cp", "2", "--checkpoint-every", "100000", "--log-every", "1"]
+    p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2,
+              env={"OMPI_MCA_odls_base_sigkill_timeout": "20"})
+    wait_for_step("r")
+    time.sleep(1)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    took = time.time() - t0
+    assert p.returncode == 1, (p.returncode, out[-2000:], err[-2000:])
+    assert os.path.exists("r/checkpoints/latest"), (os.listdir("r"), out[-1500:], err[-2000:])
+    stopped = int(open("r/checkpoints/latest").read().split("_")[1].split(".")[0])
+    assert 0 < stopped < 100000, stopped
+    # mpirun stops forwarding output once signalled: the stop line may not reach it.
+    print(f"stopped at step {stopped} with its checkpoint, {took:.1f} s after SIGTERM")
+
+
+@case
+def a_step_longer_than_mpiruns_sigkill_grace_is_noted_once():
+    """Open MPI's mpirun kills the ranks odls_base_sigkill_timeout seconds after passing
+    SIGTERM on: a run whose step and checkpoint take longer says so, and what to do."""
+    fixture()
+    p = train("r", "--steps", "4", "--cp", "2", ranks=2, env={"OMPI_MCA_odls_base_sigkill_timeout": "0"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    notes = [l for l in p.stdout.splitlines() if l.startswith("note: a step takes")]
+    assert len(notes) == 1 and "odls_base_sigkill_timeout" in notes[0] and "SIGUSR1" in notes[0], p.stdout
+    p = train("q", "--steps", "4", "--cp", "2", ranks=2)
+    assert p.returncode == 0 and "note: a step takes" not in p.stdout, p.stdout
+
+
+@case
 def second_sigterm_exits_at_once_and_keeps_the_checkpoint():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "4")
