@@ -107,6 +107,7 @@ struct EvalOptions {
   int64_t seq_len, batch_size, max_sequences, block_q, block_k;
   int64_t cp;             // ranks each sequence is split over (the world size)
   double progress_every;  // seconds between progress lines; 0 = none
+  double comm_timeout;    // seconds a rank may wait in one communication call; 0 = none
   bool force;
 };
 

@@ -365,6 +365,9 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
   r.add(c, "--progress-every", o.progress_every, 10.0,
         "seconds between progress lines (sequences done, rate, time left); 0 = none")
       ->check(nonnegative());
+  r.add(c, "--comm-timeout", o.comm_timeout, 600.0,
+        "abort the job when a rank waits this many seconds in one communication call (0 = never)")
+      ->check(nonnegative());
   r.add(c, "--force", o.force, false, "replace --out if it exists");
 }
 
@@ -403,15 +406,17 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
 void declare_plan(Registry& r, CLI::App* c, PlanOptions& o) {
   r.add(c, "--model", o.model, std::string(), "model file or checkpoint (its configuration; default: --preset)");
   r.add(c, "--preset", o.preset, std::string("30m"), "model preset, when no --model is given");
+  // Caps far above any job: they keep the search (divisors of these counts) short and its
+  // products exact.
   r.add(c, "--seq-len", o.seq_len, int64_t(32768), "tokens per sequence")
-      ->check(count(2));
+      ->check(number(true, 2, false, double(INT32_MAX)));
   r.add(c, "--global-batch", o.global_batch, int64_t(1), "sequences per optimizer step (all ranks)")
-      ->check(count(1));
+      ->check(number(true, 1, false, 1e9));
   r.add(c, "--nodes", o.nodes, int64_t(1), "nodes of the job")
-      ->check(count(1));
+      ->check(number(true, 1, false, 1e6));
   r.add(c, "--cores-per-node", o.cores_per_node, int64_t(0),
         "cores of a node the job uses (0 = this rank's threads: the machine plan runs on)")
-      ->check(count(0));
+      ->check(number(true, 0, false, 1e5));
   r.add(c, "--mem-per-node", o.mem_per_node_gib, 0.0,
         "GiB of memory a node gives the job (0 = what is available here, cgroup limits included)")
       ->check(nonnegative());

@@ -24,7 +24,11 @@ namespace lct::cli_detail {
 // integer past 64 bits is refused instead of read as 0 or saturated; the rule shows in --help.
 inline CLI::Validator number(bool integer, double lo, bool lo_open, double hi = HUGE_VAL,
                       bool hi_open = false) {
-  auto show = [](double v) { return std::isinf(v) ? std::string(v > 0 ? "inf" : "-inf") : CLI::detail::to_string(v); };
+  // Integer bounds in full ("1000000", not "1e+06"): they are what the user types.
+  auto show = [integer](double v) {
+    if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf");
+    return integer ? std::to_string(static_cast<long long>(v)) : CLI::detail::to_string(v);
+  };
   const std::string rule = hi == HUGE_VAL ? cat(lo_open ? "> " : ">= ", show(lo))
                                           : cat("in ", lo_open ? "(" : "[", show(lo), ", ", show(hi),
                                                 hi_open ? ")" : "]");

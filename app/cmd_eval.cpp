@@ -14,6 +14,7 @@
 #include "io/model_file.hpp"
 #include "parallel/reducer.hpp"
 #include "parallel/ring_attention.hpp"
+#include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 #include "train/evaluate.hpp"
 
@@ -128,6 +129,9 @@ int cmd_eval(Context& ctx) {
   if (world.size != o.cp)
     fail("eval splits every sequence over --cp ", o.cp, " ranks but runs on ", world.size,
          "; start it with mpirun -n ", o.cp, " or pass --cp ", world.size);
+  // A stopped or lost rank must not leave the others waiting forever in the ring or the sums.
+  watchdog_set_context("eval");
+  const WatchdogRun watchdog(o.comm_timeout, 0, world.rank);
   ctx.print_startup("eval", true);
   if (o.seq_len < 2 || o.batch_size < 1) fail("--seq-len must be at least 2 and --batch-size at least 1");
   if (o.cp > 1 && o.seq_len % (2 * o.cp) != 0)

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <iomanip>
 #include <iostream>
@@ -137,10 +138,25 @@ double measure_copy_gbs() {
   return double(n) / s / 1e9;
 }
 
+// The divisors of n, ascending, from its prime factors: trial division to sqrt(n) only, so
+// that a count of ranks in the billions still answers at once.
 std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> d;
-  for (int64_t i = 1; i <= n; ++i)
-    if (n % i == 0) d.push_back(i);
+  std::vector<int64_t> d{1};
+  auto multiply = [&d](int64_t p, int k) {  // every divisor so far times p^1..p^k
+    const size_t have = d.size();
+    int64_t pk = 1;
+    for (int e = 1; e <= k; ++e) {
+      pk *= p;
+      for (size_t i = 0; i < have; ++i) d.push_back(d[i] * pk);
+    }
+  };
+  for (int64_t p = 2; p <= n / p; ++p) {
+    int k = 0;
+    for (; n % p == 0; n /= p) ++k;
+    if (k) multiply(p, k);
+  }
+  if (n > 1) multiply(n, 1);
+  std::sort(d.begin(), d.end());
   return d;
 }
 
@@ -176,6 +192,134 @@ std::string layout_flags(const Layout& l) {
              " --batch-size ", l.micro_batch, " --grad-accum ", l.grad_accum);
 }
 
+// Why a layout was ruled out, counted so that an empty plan names the rule to change.
+enum Rule { TpSplit, SeqLen, Batch, Ulysses, Tokens, Memory, kRules };
+
+struct Enumeration {
+  std::vector<Candidate> fits;
+  std::array<int64_t, kRules> ruled_out{};
+};
+
+struct Choices {  // the candidates the comma-separated flags list
+  std::vector<Precision> precisions;
+  std::vector<Checkpointing> policies;
+  std::vector<int64_t> zeros;
+  std::vector<std::string> algos;
+};
+
+Choices parse_choices(const PlanOptions& o) {
+  Choices c;
+  for (const std::string& p : split_list(o.precision, "--precision", {"fp32", "bf16"}))
+    c.precisions.push_back(parse_precision(p));
+  for (const std::string& k : split_list(o.checkpointing, "--checkpointing", {"none", "attention", "full"}))
+    c.policies.push_back(parse_checkpointing(k));
+  for (const std::string& z : split_list(o.zero, "--zero", {"0", "1", "2", "3"})) c.zeros.push_back(std::stoll(z));
+  // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
+  c.algos = split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"});
+  return c;
+}
+
+// Every layout of one split of the ranks (`base`: nodes, ranks per node, threads, tp, cp, dp)
+// that the flags allow and train would accept, into e.fits when it fits in memory.
+void add_layouts(const Layout& base, const PlanOptions& o, const Choices& ch, const ModelConfig& mc,
+                 const Context& ctx, double mem_node, Enumeration& e) {
+  const int64_t tp = base.tp, cp = base.cp, dp = base.dp;
+  const int64_t H = mc.num_attention_heads / tp, KV = mc.num_key_value_heads / tp;  // a tp rank's
+  for (Precision precision : ch.precisions)
+    for (const std::string& algo : ch.algos) {
+      if (cp == 1 && algo != ch.algos.front()) continue;  // no cp: the algorithm is moot
+      if (algo == "ulysses" && cp > 1 && (H % cp != 0 || (KV % cp != 0 && cp % KV != 0))) {
+        ++e.ruled_out[Ulysses];
+        continue;
+      }
+      for (int64_t zero : ch.zeros)
+        for (Checkpointing ck : ch.policies)
+          for (int64_t mb : divisors(o.global_batch / dp))
+            for (bool sp : {false, true}) {
+              if (sp && (tp == 1 || (mb * o.seq_len / cp) % tp != 0)) continue;  // as train refuses it
+              if (zero >= 1 && dp * cp == 1) continue;  // one dp x cp rank: nothing to shard
+              if (zero == 3 && (precision == Precision::Bf16 || sp)) continue;  // train refuses both
+              Layout l = base;
+              l.sequence_parallel = sp;
+              l.zero = zero;
+              l.cp_algo = algo;
+              l.micro_batch = mb;
+              l.grad_accum = o.global_batch / dp / mb;
+              l.checkpointing = ck;
+              l.precision = precision;
+              if (l.local_tokens() > INT32_MAX) {
+                ++e.ruled_out[Tokens];
+                continue;
+              }
+              const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(precision),
+                                     precision, sp};
+              Candidate c{l, estimate_rank_memory(mc, shape, l), {}};
+              if (c.memory.total() > 0.95 * mem_node / double(l.ranks_per_node)) {
+                ++e.ruled_out[Memory];
+                continue;
+              }
+              e.fits.push_back(c);
+            }
+    }
+}
+
+// Every split of the job's ranks into ranks per node x tp x cp x dp, then every layout of each.
+Enumeration enumerate_layouts(const PlanOptions& o, const Choices& ch, const ModelConfig& mc, const Context& ctx,
+                              int64_t cores, double mem_node, double process_bytes) {
+  Enumeration e;
+  for (int64_t rpn : divisors(cores))
+    for (int64_t tp : divisors(rpn)) {  // tp inside a node (its all-reduces block every layer)
+      if (!tp_split_error(mc, tp).empty()) {  // heads, KV heads, I or vocabulary not divisible
+        ++e.ruled_out[TpSplit];
+        continue;
+      }
+      for (int64_t cp : divisors(o.nodes * rpn / tp)) {
+        if (o.seq_len % (2 * cp) != 0 && cp > 1) {
+          ++e.ruled_out[SeqLen];
+          continue;
+        }
+        const int64_t dp = o.nodes * rpn / (cp * tp);
+        if (o.global_batch % dp != 0) {
+          ++e.ruled_out[Batch];
+          continue;
+        }
+        Layout base;
+        base.nodes = o.nodes;
+        base.ranks_per_node = rpn;
+        base.threads = cores / rpn;
+        base.tp = tp;
+        base.cp = cp;
+        base.dp = dp;
+        base.seq_len = o.seq_len;
+        base.process_bytes = process_bytes;
+        add_layouts(base, o, ch, mc, ctx, mem_node, e);
+      }
+    }
+  return e;
+}
+
+// Why no layout is left: memory when some passed every other rule, else the rules that
+// ruled them all out, with their counts.
+std::string no_layout_message(const PlanOptions& o, const Enumeration& e, double mem_node, int64_t cores) {
+  const auto& n = e.ruled_out;
+  if (n[Memory] > 0)
+    return cat("no layout of ", o.global_batch, " x ", o.seq_len, " tokens per step fits in ", gib(mem_node),
+               " per node (", n[Memory], " need more): use more nodes, a shorter --seq-len or a smaller model");
+  std::string why;
+  auto add = [&why](int64_t k, const std::string& rule) {
+    if (k > 0) why += cat(why.empty() ? "" : "; ", k, " ", rule);
+  };
+  add(n[Batch], cat("where dp (the ranks over cp x tp) does not divide --global-batch ", o.global_batch));
+  add(n[SeqLen], cat("where 2 x cp does not divide --seq-len ", o.seq_len));
+  add(n[TpSplit], "where tp does not divide the model's heads, KV heads, intermediate size or vocabulary");
+  add(n[Ulysses], "where ulysses' cp does not divide a tp rank's heads");
+  add(n[Tokens], "with more than 2^31 - 1 tokens per rank's micro-batch");
+  return cat("no layout of ", o.global_batch, " x ", o.seq_len, " tokens per step on ", o.nodes, " node(s) x ",
+             cores, " cores passes train's rules (", why, "): give a --global-batch that is a multiple of ",
+             "the job's ranks (dp is at least nodes x ranks per node / (cp x tp)), fewer --nodes, or a ",
+             "--seq-len with more factors of 2");
+}
+
 }  // namespace
 
 int cmd_plan(Context& ctx) {
@@ -189,73 +333,12 @@ int cmd_plan(Context& ctx) {
   // The machine: given, or this one.
   const int64_t cores = o.cores_per_node > 0 ? o.cores_per_node : ctx.topo.threads;
   const double mem_node = o.mem_per_node_gib > 0 ? o.mem_per_node_gib * double(1u << 30) : available_memory().bytes;
-  std::vector<Precision> precisions;
-  for (const std::string& p : split_list(o.precision, "--precision", {"fp32", "bf16"}))
-    precisions.push_back(parse_precision(p));
-  std::vector<Checkpointing> policies;
-  for (const std::string& c : split_list(o.checkpointing, "--checkpointing", {"none", "attention", "full"}))
-    policies.push_back(parse_checkpointing(c));
-  std::vector<int64_t> zeros;
-  for (const std::string& z : split_list(o.zero, "--zero", {"0", "1", "2", "3"})) zeros.push_back(std::stoll(z));
-  // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
-  const std::vector<std::string> algos = split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"});
-
-  // Every layout the flags allow.
-  std::vector<Candidate> fits;
-  int64_t too_big = 0;
-  for (int64_t rpn : divisors(cores))
-    for (int64_t tp : divisors(rpn))  // tp inside a node (its all-reduces block every layer)
-    for (Precision precision : precisions)
-      for (int64_t cp : divisors(o.nodes * rpn / tp)) {
-        if (!tp_split_error(mc, tp).empty()) continue;  // heads, KV heads, I or vocabulary not divisible
-        if (o.seq_len % (2 * cp) != 0 && cp > 1) continue;
-        const int64_t dp = o.nodes * rpn / (cp * tp);
-        if (o.global_batch % dp != 0) continue;
-        const int64_t H = mc.num_attention_heads / tp, KV = mc.num_key_value_heads / tp;  // a tp rank's
-        for (const std::string& algo : algos) {
-          if (cp == 1 && algo != algos.front()) continue;  // no cp: the algorithm is moot
-          if (algo == "ulysses" && cp > 1 && (H % cp != 0 || (KV % cp != 0 && cp % KV != 0)))
-            continue;
-          for (int64_t zero : zeros)
-            for (Checkpointing ck : policies)
-              for (int64_t mb : divisors(o.global_batch / dp))
-              for (bool sp : {false, true}) {
-                if (sp && (tp == 1 || (mb * o.seq_len / cp) % tp != 0)) continue;  // as train refuses it
-                if (zero >= 1 && o.nodes * rpn / tp == 1) continue;  // one dp x cp rank: nothing to shard
-                if (zero == 3 && precision == Precision::Bf16) continue;  // not implemented: train refuses it
-                if (zero == 3 && sp) continue;  // train refuses it
-                Layout l;
-                l.nodes = o.nodes;
-                l.ranks_per_node = rpn;
-                l.threads = cores / rpn;
-                l.cp = cp;
-                l.tp = tp;
-                l.sequence_parallel = sp;
-                l.dp = dp;
-                l.zero = zero;
-                l.cp_algo = algo;
-                l.seq_len = o.seq_len;
-                l.micro_batch = mb;
-                l.grad_accum = o.global_batch / dp / mb;
-                l.checkpointing = ck;
-                l.precision = precision;
-                l.process_bytes = process_bytes;
-                if (l.local_tokens() > INT32_MAX) continue;
-                const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(l.precision),
-                                       l.precision, sp};
-                Candidate c{l, estimate_rank_memory(mc, shape, l), {}};
-                if (c.memory.total() > 0.95 * mem_node / double(rpn)) {
-                  ++too_big;
-                  continue;
-                }
-                fits.push_back(c);
-              }
-        }
-      }
+  const Choices ch = parse_choices(o);
+  Enumeration e = enumerate_layouts(o, ch, mc, ctx, cores, mem_node, process_bytes);
+  std::vector<Candidate>& fits = e.fits;
+  const int64_t too_big = e.ruled_out[Rule::Memory];
   const double tokens = double(o.global_batch) * double(o.seq_len);
-  if (fits.empty())
-    fail("no layout of ", o.global_batch, " x ", o.seq_len, " tokens per step fits in ", gib(mem_node),
-         " per node (", too_big, " need more): use more nodes, a shorter --seq-len or a smaller model");
+  if (fits.empty()) fail(no_layout_message(o, e, mem_node, cores));
 
   // Rates on this machine, per precision.
   out << "measuring compute rates with the model's own layers on 1 and " << ctx.topo.threads << " thread(s)..." << std::endl;
@@ -263,7 +346,7 @@ int cmd_plan(Context& ctx) {
   std::map<Precision, std::pair<Rates, Rates>> rates;
   const double copy_gbs = o.intra_gbs > 0 ? o.intra_gbs : measure_copy_gbs();
   const int all = ctx.topo.threads;
-  for (Precision p : precisions) {
+  for (Precision p : ch.precisions) {
     omp_set_num_threads(1);
     Rates one = measure_compute(mc, ctx, p);
     omp_set_num_threads(all);

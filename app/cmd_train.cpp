@@ -76,6 +76,21 @@ void check_same_data(const TrainState& saved, const DataIdentity& now, const std
       << "from epoch " << saved.data_epoch << ", position " << saved.data_cursor << "\n";
 }
 
+// Loss weights that score nothing would train on a loss of 0 with no gradient, silently:
+// refused. Documents with none are legal (a mask may leave some out) but worth a line.
+void check_loss_weights(TokenSource& data, const std::string& path, std::ostream& out) {
+  if (!data.has_weights()) return;
+  const LossWeightCount w = count_loss_weights(data);
+  if (w.weighted == 0)
+    throw AgreedError(cat("--data '", path, "': all ", w.targets, " loss weights of its targets are zero, ",
+                          "so training would learn nothing (loss 0, no gradient); prepare it with ",
+                          "--loss-on all, or give weights that score some targets"));
+  if (w.documents_without > 0)
+    out << "warning: --data '" << path << "': " << w.documents_without << " of " << data.info().num_docs()
+        << " documents have no weighted target (their loss weights are all zero): they are read "
+        << "but teach nothing\n";
+}
+
 // What a resume under other degrees or another batch shape changes (checkpoints hold every
 // tensor whole, so any layout can continue one).
 std::string layout_change(const RunLayout& was, const RunLayout& now, const TrainState& at) {
@@ -179,10 +194,8 @@ int cmd_train(Context& ctx) {
   const World& world = ctx.world;
   std::ostream& out = ctx.out();
   install_stop_handlers();
-  watchdog_start(o.comm_timeout, o.time_limit, world.rank);
-  struct StopWatchdog {
-    ~StopWatchdog() { watchdog_stop(); }
-  } stop_watchdog_on_return;
+  if (world.root()) std::cout.flush().rdbuf(stop_aware_stdout());
+  const WatchdogRun watchdog(o.comm_timeout, o.time_limit, world.rank);
   ctx.print_startup("train", true);
 
   // 1. Checks, alike on every rank; nothing allocated or written yet.
@@ -201,6 +214,7 @@ int cmd_train(Context& ctx) {
   const SeqLenSchedule schedule(o.seq_len_schedule, o.seq_len, o.steps);
   check_inputs(o, init.config, ds, cp, schedule);
   check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(ds), o.data);
+  check_loss_weights(*dataset, o.data, out);
   // --eval-data must fit the model as --data must (read a batch at a time, at each evaluation).
   const std::unique_ptr<TokenSource> eval_data = o.eval_every > 0 ? open_dataset_file(o.eval_data) : nullptr;
   if (eval_data) {

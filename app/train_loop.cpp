@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <ostream>
 
@@ -23,6 +24,22 @@ namespace lct {
 namespace {
 // Why a rank asks to stop, as it travels in RankFigures::kStopFlag: a signal's number, or:
 constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
+
+// Open MPI's mpirun passes SIGTERM and SIGINT on to the ranks and SIGKILLs them
+// odls_base_sigkill_timeout seconds later (1 by default). A rank stops at the end of its step
+// and then writes a checkpoint: when the two take longer than that, a SIGTERM to mpirun ends
+// the run at its previous checkpoint. Said once, early, so that the user can choose.
+std::string sigterm_grace_note(double step_s, double checkpoint_s) {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return "";  // not launched by Open MPI
+  const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  const double grace = v && *v ? std::atof(v) : 1.0;
+  if (step_s + checkpoint_s <= grace) return "";
+  return cat(std::fixed, std::setprecision(1), "note: a step takes ", step_s, " s and a checkpoint about ",
+             checkpoint_s, " s, longer than the ", grace, " s Open MPI's mpirun waits between passing ",
+             "SIGTERM or SIGINT on and killing the ranks (odls_base_sigkill_timeout): a SIGTERM to mpirun ",
+             "would end this run at its previous checkpoint. Stop it with SIGUSR1 instead (checkpoint, exit 85), ",
+             "or start it with mpirun --mca odls_base_sigkill_timeout N (seconds)");
+}
 }  // namespace
 
 // This rank's share of step `step`'s --grad-accum micro-batches (its dp slice, its cp
@@ -238,6 +255,8 @@ int TrainLoop::train() {
                                          double(o.steps - step))
             << std::endl;
       if (!eval_said.empty()) out << eval_said << std::endl;
+      if (step == first_step + 1)
+        if (const std::string note = sigterm_grace_note(secs, last_io_); !note.empty()) out << note << std::endl;
       if (state.consecutive_skips >= o.max_skips) {  // every rank sees the same reduced loss
         write_timing();
         throw AgreedError(cat(

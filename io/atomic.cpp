@@ -44,7 +44,7 @@ std::string unique_suffix() {
 }
 
 AtomicTarget::AtomicTarget(std::string final_path, bool force, const std::string& what)
-    : final_(std::move(final_path)) {
+    : final_(std::move(final_path)), what_(what), force_(force) {
   check_can_write(final_, force, what);
   temp_ = final_ + unique_suffix();
 }
@@ -111,10 +111,29 @@ AtomicTarget::~AtomicTarget() {
   if (!committed_) ::unlink(temp_.c_str());
 }
 
+bool rename_no_replace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno == EEXIST) return false;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+    fail("could not rename '", from, "' to '", to, "': ", std::strerror(errno));
+  // No RENAME_NOREPLACE here (some network file systems): a hard link is exclusive too.
+  if (::link(from.c_str(), to.c_str()) != 0) {
+    if (errno == EEXIST) return false;
+    fail("could not link '", from, "' to '", to, "': ", std::strerror(errno));
+  }
+  ::unlink(from.c_str());
+  return true;
+}
+
 void AtomicTarget::commit() {
   fsync_path(temp_, "temporary file");
-  if (::rename(temp_.c_str(), final_.c_str()) != 0)
-    fail("could not rename '", temp_, "' to '", final_, "': ", std::strerror(errno));
+  if (force_) {
+    if (::rename(temp_.c_str(), final_.c_str()) != 0)
+      fail("could not rename '", temp_, "' to '", final_, "': ", std::strerror(errno));
+  } else if (!rename_no_replace(temp_, final_)) {
+    fail(what_, " '", final_, "' appeared while lctrain was writing it (another writer made it); ",
+         "lctrain never overwrites a file unless asked: pass --force to replace it, or choose another name");
+  }
   committed_ = true;
   fsync_path(parent_dir(final_), "directory");
 }

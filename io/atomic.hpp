@@ -1,6 +1,8 @@
 // Writing a file without ever leaving a half-written one in its place: write under a
 // temporary name beside the target, fsync, rename over, fsync the directory. Refuses to
-// replace an existing file unless `force`.
+// replace an existing file unless `force`: checked at the start (to fail before working) and
+// again by the final step itself, which without `force` is exclusive (a rename that refuses
+// to replace, or a hard link), so that of two writers started together only one succeeds.
 #pragma once
 #include <string>
 
@@ -18,11 +20,11 @@ class AtomicTarget {
 
   const std::string& temp_path() const { return temp_; }
   const std::string& final_path() const { return final_; }
-  void commit();  // the temporary file must be closed
+  void commit();  // the temporary file must be closed; throws if the final name appeared meanwhile
 
  private:
-  std::string final_, temp_;
-  bool committed_ = false;
+  std::string final_, temp_, what_;
+  bool force_, committed_ = false;
 };
 
 // Throws unless `path` could be written: a non-empty name whose directory exists and is
@@ -49,6 +51,10 @@ void reserve_space(const std::string& path, double bytes, const std::string& wha
 
 // Gives back the reserved blocks past the end of the file once it is complete.
 void release_reserve(const std::string& path);
+
+// Moves `from` to `to` unless `to` exists (then returns false, `from` untouched): renameat2's
+// RENAME_NOREPLACE, or where a file system lacks it, link(2) then unlink. Throws on other errors.
+bool rename_no_replace(const std::string& from, const std::string& to);
 
 // Directory part of a path ("." when it has none).
 std::string parent_dir(const std::string& path);

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <type_traits>
 
@@ -186,6 +188,25 @@ bool is_file(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// is_file, but a symbolic link that leads nowhere (dangling, or a loop) is an error naming
+// its target, not an absent file: a Hugging Face cache snapshot is links into ../../blobs,
+// and a copy without the blobs must not be reported as a directory lacking the file.
+bool is_file_or_broken_link(const std::string& p) {
+  struct stat st;
+  if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return is_file(p);
+  if (::stat(p.c_str(), &st) == 0) return S_ISREG(st.st_mode);
+  const int err = errno;
+  char target[PATH_MAX + 1];
+  const ssize_t n = ::readlink(p.c_str(), target, PATH_MAX);
+  const std::string to = n >= 0 ? std::string(target, size_t(n)) : std::string("?");
+  if (err == ELOOP)
+    fail("'", p, "' is a symbolic link to '", to, "' that loops (links lead back to themselves); replace ",
+         "it with the file itself (copy a Hugging Face cache snapshot with cp -rL), or download the checkpoint again");
+  fail("'", p, "' is a symbolic link to '", to, "', which does not exist (", std::strerror(err),
+       "; a Hugging Face cache snapshot copied without its blobs?); copy the files the links point to ",
+       "(cp -rL SNAPSHOT DIR), or download the checkpoint again");
+}
+
 json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path);
   if (!in) fail("'", path, "' cannot be opened: ", std::strerror(errno));
@@ -202,6 +223,28 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+// convert --to-hf writes its two files by two renames; one random id in both (a key of
+// config.json, the safetensors metadata) lets a reader tell a pair from a mixture that a
+// convert killed between the renames leaves behind. Files written elsewhere carry none.
+constexpr const char* kPairKey = "lctrain_pair";
+
+std::string new_pair_id() {
+  std::random_device rd;
+  char id[24];
+  std::snprintf(id, sizeof id, "%08x%08x", unsigned(rd()), unsigned(rd()));
+  return id;
+}
+
+void check_same_pair(const json& cfg, const std::string& cfg_path, const StFile& weights) {
+  const auto it = weights.metadata.find(kPairKey);
+  if (it == weights.metadata.end()) return;
+  const std::string theirs = cfg.contains(kPairKey) && cfg[kPairKey].is_string() ? cfg[kPairKey].get<std::string>() : "";
+  if (theirs == it->second) return;
+  fail("'", cfg_path, "' and '", weights.path, "' are not one pair (", kPairKey, " ",
+       theirs.empty() ? "absent" : theirs, " vs ", it->second, "): a convert --to-hf into this directory ",
+       "was stopped between writing its two files; run that convert again (--force replaces both)");
+}
+
 struct Located {
   const StFile* file;
   const StTensor* tensor;
@@ -215,20 +258,21 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
     fail("'", dir, "' is not a directory; --from-hf takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   const std::string cfg_path = join(dir, "config.json");
-  if (!is_file(cfg_path))
+  if (!is_file_or_broken_link(cfg_path))
     fail("'", dir, "' has no config.json; --from-hf takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   ModelData m;
-  m.config = config_from_json(read_json(cfg_path, "a Hugging Face LlamaConfig"), cat("'", cfg_path, "'"));
+  const json cfg = read_json(cfg_path, "a Hugging Face LlamaConfig");
+  m.config = config_from_json(cfg, cat("'", cfg_path, "'"));
   m.layout = ParamLayout::llama(m.config);
 
   // The files, and where each tensor is.
   std::vector<StFile> files;
   std::map<std::string, std::string> index_map;  // tensor -> shard, sharded checkpoints only
   const std::string single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
-  if (is_file(single)) {
+  if (is_file_or_broken_link(single)) {
     files.push_back(read_safetensors_header(single));
-  } else if (is_file(index)) {
+  } else if (is_file_or_broken_link(index)) {
     const json ix = read_json(index, "a safetensors index ({\"weight_map\": {tensor: file}})");
     if (!ix.is_object() || !ix.contains("weight_map") || !ix["weight_map"].is_object())
       fail("'", index, "' has no \"weight_map\" object naming the file of every tensor; copy or download it again");
@@ -243,7 +287,7 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
     }
     for (const std::string& s : shards) {
       const std::string p = join(dir, s);
-      if (!is_file(p))
+      if (!is_file_or_broken_link(p))
         fail("'", index, "' names shard '", s, "' but '", p, "' does not exist; copy or download every shard");
       files.push_back(read_safetensors_header(p));
     }
@@ -253,6 +297,8 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
              ? " (it holds PyTorch .bin weights, which lctrain does not read)" : "",
          "; save the checkpoint as safetensors (save_pretrained(DIR, safe_serialization=True))");
   }
+
+  if (files.size() == 1) check_same_pair(cfg, cfg_path, files[0]);
 
   std::map<std::string, Located> where;
   HfReadInfo local;
@@ -348,16 +394,21 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
     std::vector<StOutTensor> tensors;
     for (const TensorSpec& t : layout.tensors) tensors.push_back({t.name, t.shape, params + t.offset});
     check_free_space(weights.final_path(), safetensors_data_bytes(tensors, bf16), "safetensors file");
+    const std::string pair = new_pair_id();
     const std::map<std::string, std::string> meta = {
-        {"format", "pt"}, {"lctrain_version", prov.version}, {"lctrain_git_revision", prov.git_revision},
+        {"format", "pt"}, {kPairKey, pair}, {"lctrain_version", prov.version}, {"lctrain_git_revision", prov.git_revision},
         {"lctrain_date", prov.date}, {"lctrain_host", prov.host}, {"lctrain_command_line", prov.command_line}};
     write_safetensors(weights.temp_path(), weights.final_path(), tensors, bf16, meta);
     {
       std::ofstream out(cfg.temp_path());
-      out << config_to_json(config, bf16).dump(2) << "\n";
+      json j = config_to_json(config, bf16);
+      j[kPairKey] = pair;
+      out << j.dump(2) << "\n";
       out.close();
       if (!out) fail("'", cfg.final_path(), "': writing failed; free some space, or write the directory elsewhere");
     }
+    // The weights first: a stop between the two leaves new weights beside an old config.json,
+    // which check_same_pair refuses (the old one carries another id, or none).
     weights.commit();
     cfg.commit();
   } catch (...) {

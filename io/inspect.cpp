@@ -204,15 +204,10 @@ void inspect_dataset(const InspectRequest& req, std::ostream& out) {
       << "  per document: mean " << std::fixed << std::setprecision(1)
       << double(ds.tokens.size()) / double(n) << ", min " << lo << ", max " << hi << "\n";
   if (!ds.loss_weights.empty()) {
-    double sum = 0;
-    int64_t scored = 0, targets = 0;  // targets: every token but each document's first
-    for (int64_t d = 0; d < n; ++d)
-      for (int64_t i = ds.doc_offsets[d] + 1; i < ds.doc_offsets[d + 1]; ++i, ++targets) {
-        sum += ds.loss_weights[size_t(i)];
-        scored += ds.loss_weights[size_t(i)] > 0;
-      }
-    out << "  loss weights: " << scored << " of " << targets << " targets weighted, mean weight "
-        << std::setprecision(3) << (targets ? sum / double(targets) : 0.0) << std::setprecision(1) << "\n";
+    MemorySource src(ds);
+    const LossWeightCount w = count_loss_weights(src);
+    out << "  loss weights: " << w.weighted << " of " << w.targets << " targets weighted, mean weight "
+        << std::setprecision(3) << (w.targets ? w.sum / double(w.targets) : 0.0) << std::setprecision(1) << "\n";
   }
   if (!ds.passkey.empty()) {
     int buckets[5] = {0};

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -72,6 +73,32 @@ void pread_all(int fd, void* out, uint64_t n, uint64_t at, const std::string& pa
     n -= uint64_t(got);
     at += uint64_t(got);
   }
+}
+
+// The format (and its reference loader) requires the tensors' offsets to tile the data: in
+// offset order each begins where the one before ends, and the last ends at the end of the
+// file. Overlaps would read two tensors from the same bytes; gaps hide bytes no tensor owns.
+void check_tiling(const StFile& f, uint64_t data_start, const char* advice) {
+  std::vector<const StTensor*> order;
+  for (const StTensor& t : f.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const StTensor* a, const StTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  auto range = [&](const StTensor* t) { return cat("'", t->name, "' [", t->begin - data_start, ", ", t->end - data_start, "]"); };
+  const std::string rule = "the format requires offsets that tile the data (each byte in exactly one tensor)";
+  uint64_t at = data_start;
+  const StTensor* prev = nullptr;
+  for (const StTensor* t : order) {
+    if (t->begin < at)
+      fail("'", f.path, "': tensors ", range(prev), " and ", range(t), " overlap; ", rule, ": ", advice);
+    if (t->begin > at)
+      fail("'", f.path, "': data bytes [", at - data_start, ", ", t->begin - data_start, ") belong to no tensor",
+           prev ? cat(" (between ", range(prev), " and ", range(t), ")") : std::string(), "; ", rule, ": ", advice);
+    at = t->end;
+    prev = t;
+  }
+  if (at != f.size)
+    fail("'", f.path, "': the last ", f.size - at, " data bytes belong to no tensor; ", rule, ": ", advice);
 }
 
 }  // namespace
@@ -153,6 +180,7 @@ StFile read_safetensors_header(const std::string& path) {
     t.end = data_start + e;
     f.tensors.push_back(std::move(t));
   }
+  check_tiling(f, data_start, advice);
   return f;
 }
 

@@ -51,6 +51,35 @@ DataIdentity identify(TokenSource& data) {
   return {info.num_docs(), int64_t(n), hex, info.source};
 }
 
+LossWeightCount count_loss_weights(TokenSource& data) {
+  const DatasetInfo& info = data.info();
+  const std::vector<int64_t>& off = info.doc_offsets;
+  LossWeightCount c;
+  // Pieces of 2^20 weights across document boundaries: one read per piece, however short the
+  // documents (a read per document cost one HDF5 call each: millions for a large corpus).
+  std::vector<float> w;
+  int64_t d = 0;
+  bool doc_weighted = false;
+  auto close_documents_before = [&](int64_t i) {
+    for (; d < info.num_docs() && i >= off[size_t(d) + 1]; ++d, doc_weighted = false) c.documents_without += !doc_weighted;
+  };
+  for (int64_t a = 0; a < info.num_tokens(); a += int64_t(w.size())) {
+    w.resize(size_t(std::min<int64_t>(int64_t(1) << 20, info.num_tokens() - a)));
+    data.read_weights(a, int64_t(w.size()), w.data());
+    for (int64_t i = a; i < a + int64_t(w.size()); ++i) {
+      close_documents_before(i);
+      if (i == off[size_t(d)]) continue;  // a document's first token is no target
+      const float x = w[size_t(i - a)];
+      c.sum += x;
+      c.weighted += x > 0;
+      doc_weighted = doc_weighted || x > 0;
+      ++c.targets;
+    }
+  }
+  close_documents_before(info.num_tokens());
+  return c;
+}
+
 DataIdentity identify(const TokenDataset& ds) {
   MemorySource s(ds);
   return identify(s);

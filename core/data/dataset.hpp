@@ -100,6 +100,15 @@ struct DataIdentity {
   }
   std::string describe() const;  // "1024 documents, 524288 tokens, fingerprint ..., from '...'"
 };
+// The targets (every token but each document's first) that loss weights score: counted a
+// document at a time, read in bounded pieces. Only meaningful when data.has_weights().
+struct LossWeightCount {
+  int64_t targets = 0, weighted = 0;  // weighted: weight > 0
+  double sum = 0;
+  int64_t documents_without = 0;      // documents none of whose targets is weighted
+};
+LossWeightCount count_loss_weights(TokenSource& data);
+
 // Reads only the sampled tokens: the same value whichever way the data is held.
 DataIdentity identify(TokenSource& data);
 DataIdentity identify(const TokenDataset& ds);

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "common/error.hpp"
+#include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
@@ -46,6 +47,7 @@ double HybridAttention::buffer_bytes(int U, int64_t Tl, int64_t H, int64_t KV, i
 
 CpGrid::CpGrid(MPI_Comm cp, int U) {
   const int r = comm_rank(cp);
+  WaitScope w("the set-up of the hybrid cp grid (communicator splits)");
   MPI_Comm_split(cp, r / U, r % U, &ulysses);  // consecutive cp ranks: one ring position
   MPI_Comm_split(cp, r % U, r / U, &ring);     // one Ulysses rank of every position
 }

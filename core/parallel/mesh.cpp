@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common/error.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace lct {
 
@@ -23,6 +24,7 @@ Mesh::Mesh(const World& world, std::vector<MeshAxis> axes) : world_(world), axes
          " (or start ", product, " ranks)");
 
   // Order ranks by (host, rank on host): the host is named by its lowest world rank.
+  WaitScope w("the set-up of the parallel mesh (ranks ordered by host, one communicator per axis)");
   int host_id = world.rank;
   MPI_Allreduce(MPI_IN_PLACE, &host_id, 1, MPI_INT, MPI_MIN, world.node_comm);
   std::vector<int> keys(size_t(2 * world.size));

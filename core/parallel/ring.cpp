@@ -68,6 +68,7 @@ class Transport : public RingTransport {
     next_ = (rank + shift) % size;
     prev_ = (rank + size - shift) % size;
     prev_world_ = translate(comm, prev_, MPI_COMM_WORLD);
+    WaitScope w("the set-up of the ring's shared-memory window");
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_);
     const int next_node = translate(comm, next_, node_), prev_node = translate(comm, prev_, node_);
     const bool shm = kind != CpTransport::Mpi && size > 1;

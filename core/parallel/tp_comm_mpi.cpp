@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace lct {
 
@@ -17,6 +18,7 @@ void MpiTpComm::all_reduce(float* x, int64_t n, MPI_Op op) {
   if (size_ == 1) return;
   // In pieces below INT_MAX elements. Float sum and max are commutative, so Open MPI's
   // algorithms leave the same bits on every rank.
+  WaitScope w(op == MPI_MAX ? "the tensor-parallel all-reduce (max)" : "the tensor-parallel all-reduce");
   for (int64_t i = 0; i < n; i += INT_MAX / 2) {
     const int count = int(std::min<int64_t>(INT_MAX / 2, n - i));
     MPI_Allreduce(MPI_IN_PLACE, x + i, count, MPI_FLOAT, op, comm_);
@@ -32,6 +34,7 @@ void MpiTpComm::reduce_scatter_sum(float* x, int64_t n) {
   if (size_ == 1) return;
   if (n > INT_MAX) fail("a tp reduce-scatter of ", n, " floats per rank: more than MPI's int count");
   // In place: the input is all of x, this rank's sum lands at its start.
+  WaitScope w("the tensor-parallel reduce-scatter");
   MPI_Reduce_scatter_block(MPI_IN_PLACE, x, int(n), MPI_FLOAT, MPI_SUM, comm_);
   bytes_ += size_t(size_ - 1) * size_t(n) * sizeof(float);
 }
@@ -39,6 +42,7 @@ void MpiTpComm::reduce_scatter_sum(float* x, int64_t n) {
 void MpiTpComm::all_gather(void* x, size_t bytes) {
   if (size_ == 1) return;
   if (bytes > size_t(INT_MAX)) fail("a tp all-gather of ", bytes, " bytes per rank: more than MPI's int count");
+  WaitScope w("the tensor-parallel all-gather");
   MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, int(bytes), MPI_BYTE, comm_);
   bytes_ += size_t(size_ - 1) * bytes;
 }
@@ -46,6 +50,7 @@ void MpiTpComm::all_gather(void* x, size_t bytes) {
 double MpiTpComm::sum(double local) {
   if (size_ == 1) return local;
   std::vector<double> all(static_cast<size_t>(size_));
+  WaitScope w("the tensor-parallel all-gather of a sum");
   MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_);
   bytes_ += sizeof(double) * size_t(size_ - 1);
   double s = 0;

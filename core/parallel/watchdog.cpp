@@ -65,6 +65,9 @@ void watch(double comm_timeout, double deadline, int rank) {
 WaitScope::WaitScope(const char* what, int peer) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.m);
+  outer_what_ = s.what;
+  outer_peer_ = s.peer;
+  outer_since_ = s.since;
   s.what = what;
   s.peer = peer;
   s.since = process_seconds();
@@ -73,7 +76,9 @@ WaitScope::WaitScope(const char* what, int peer) {
 WaitScope::~WaitScope() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.m);
-  s.what = nullptr;
+  s.what = outer_what_;
+  s.peer = outer_peer_;
+  s.since = outer_since_;
 }
 
 void watchdog_set_context(const std::string& context) {

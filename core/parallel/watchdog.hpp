@@ -8,12 +8,19 @@
 
 namespace lct {
 
+// Scopes nest: an inner wait (a broadcast inside a checkpoint write) is watched on its own
+// clock, and on leaving it the outer wait is watched again from where it started.
 class WaitScope {
  public:
   explicit WaitScope(const char* what, int peer = -1);  // peer: world rank waited on, if one
   ~WaitScope();
   WaitScope(const WaitScope&) = delete;
   WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  const char* outer_what_;
+  int outer_peer_;
+  double outer_since_;
 };
 
 // What the process is doing, for the watchdog's message ("step 12").
@@ -23,5 +30,15 @@ void watchdog_set_context(const std::string& context);
 // deadline <= 0: no deadline (seconds since process start).
 void watchdog_start(double comm_timeout, double deadline, int world_rank);
 void watchdog_stop();
+
+// watchdog_start for the life of a subcommand: stopped on every way out (returns, throws).
+struct WatchdogRun {
+  WatchdogRun(double comm_timeout, double deadline, int world_rank) {
+    watchdog_start(comm_timeout, deadline, world_rank);
+  }
+  ~WatchdogRun() { watchdog_stop(); }
+  WatchdogRun(const WatchdogRun&) = delete;
+  WatchdogRun& operator=(const WatchdogRun&) = delete;
+};
 
 }  // namespace lct

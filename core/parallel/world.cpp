@@ -97,6 +97,7 @@ void abort_job(const World& w, const std::string& what) {
 }
 
 Peak measure_peak_together(const World& w, const Topology& topo) {
+  WaitScope wait("the other ranks' measurement of the peak rate");
   MPI_Barrier(w.comm);
   Peak p = measure_peak(topo.cpu, topo.threads, [&] { MPI_Barrier(w.comm); });
   // The slowest rank, as inside a rank the slowest thread sets a window's time: synchronous
@@ -116,6 +117,7 @@ Peak measure_peak_together(const World& w, const Topology& topo) {
 }
 
 std::string broadcast_string(std::string s, MPI_Comm comm) {
+  WaitScope w("a broadcast from rank 0");
   int n = int(s.size());
   MPI_Bcast(&n, 1, MPI_INT, 0, comm);
   s.resize(size_t(n));
@@ -124,6 +126,7 @@ std::string broadcast_string(std::string s, MPI_Comm comm) {
 }
 
 std::vector<int64_t> broadcast_ints(std::vector<int64_t> v, MPI_Comm comm) {
+  WaitScope w("a broadcast from rank 0");
   int n = int(v.size());
   MPI_Bcast(&n, 1, MPI_INT, 0, comm);
   v.resize(size_t(n));

@@ -109,7 +109,10 @@ float* MpiParamShards::acquire(int u, int next) {
 void MpiParamShards::release(int u) {
   Slot* s = find(gathered_, u);
   if (!s) fail("ZeRO-3: release of unit ", u, ", which is not gathered");
-  if (s->req != MPI_REQUEST_NULL) MPI_Wait(&s->req, MPI_STATUS_IGNORE);
+  if (s->req != MPI_REQUEST_NULL) {
+    WaitScope w("the ZeRO-3 all-gather of a unit's parameters");
+    MPI_Wait(&s->req, MPI_STATUS_IGNORE);
+  }
   s->unit = -1;
 }
 

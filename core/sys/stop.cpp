@@ -1,7 +1,10 @@
 #include "sys/stop.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 
@@ -34,6 +37,56 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;
   for (int sig : {SIGUSR1, SIGTERM, SIGINT}) sigaction(sig, &sa, nullptr);
   std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+namespace {
+class StopAwareOut : public std::streambuf {
+ public:
+  StopAwareOut() { setp(buf_, buf_ + sizeof buf_); }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  // Writes the buffer out in pieces a pipe with room takes whole (at most 512 bytes), each
+  // after poll says fd 1 has room, checking for a stop between waits of 50 ms.
+  bool drain() {
+    const char* p = pbase();
+    while (p < pptr()) {
+      pollfd fd{1, POLLOUT, 0};
+      const int ready = ::poll(&fd, 1, 50);
+      if (ready > 0 && !(fd.revents & POLLOUT)) break;  // closed or broken: drop
+      if (ready > 0) {
+        const ssize_t n = ::write(1, p, size_t(std::min<std::ptrdiff_t>(pptr() - p, 512)));
+        if (n > 0) p += n;
+        if (n < 0 && errno != EINTR && errno != EAGAIN) break;  // EPIPE: the reader is gone
+        continue;
+      }
+      if (stop_signal() == 0) continue;
+      // One grace for the whole stop, not one per line.
+      if (stop_seen_ < 0) stop_seen_ = process_seconds();
+      if (process_seconds() - stop_seen_ > kStopOutputGrace) break;
+    }
+    setp(buf_, buf_ + sizeof buf_);  // written, or dropped
+    return true;
+  }
+  char buf_[4096];
+  double stop_seen_ = -1;  // when a wait first met a pending stop
+};
+}  // namespace
+
+std::streambuf* stop_aware_stdout() {
+  static StopAwareOut* out = new StopAwareOut;  // never destroyed: std::cout flushes at exit
+  return out;
 }
 
 int stop_signal() { return g_signal; }

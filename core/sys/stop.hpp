@@ -4,10 +4,21 @@
 // checkpoint stays the resume point. SIGXFSZ is ignored, so a file-size limit shows up as
 // a failed write (EFBIG) with a clear message rather than as a killed process.
 #pragma once
+#include <streambuf>
 
 namespace lct {
 
+// Also ignores SIGPIPE: a launcher that dies (or a reader that quits) must cost the run its
+// output, not the process.
 void install_stop_handlers();
+
+// A buffer for rank 0's std::cout whose writes to fd 1 never hold up a stop: it waits for
+// the reader as a plain write would until a stop signal arrives, then gives the reader
+// kStopOutputGrace seconds more and drops what it cannot take. A launcher that was sent
+// SIGTERM (Open MPI's mpirun) stops reading its ranks' output and kills them a second
+// later: a rank blocked writing a line to it would never write its checkpoint.
+std::streambuf* stop_aware_stdout();
+inline constexpr double kStopOutputGrace = 0.2;
 int stop_signal();          // 0, or the first signal received
 const char* stop_signal_name();  // "SIGUSR1", ... ("" when none)
 const char* signal_name(int sig);  // "SIGUSR1", "SIGTERM", "SIGINT"; "" for any other

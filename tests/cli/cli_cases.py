@@ -779,6 +779,45 @@ def loss_on_answers_writes_a_mask_and_a_mask_of_ones_trains_bitwise_as_none():
 
 
 @case
+def two_writers_of_one_output_started_together_one_fails():
+    """Two prepares of one -o started together both pass the check at their start; the final
+    step is exclusive, so one writes the file and the other fails with one line (no --force)."""
+    args = ["prepare", "--synthetic", "passkey", "--num-docs", "300", "--doc-length", "4000", "-o", "same.h5"]
+    procs = []
+    for _ in range(2):
+        cmd, e = command(*args)
+        procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    codes = sorted(rc for rc, _, _ in outs)
+    assert codes == [0, 1], [(rc, err) for rc, _, err in outs]
+    _, out, err = next(o for o in outs if o[0] == 1)
+    errors = [l for l in err.splitlines() if l.startswith("lctrain: ")]
+    assert len(errors) == 1 and "same.h5" in errors[0] and "--force" in errors[0], err
+    assert "wrote" not in out, out
+    assert not [f for f in os.listdir(".") if ".tmp-" in f], os.listdir(".")
+    ok("inspect", "same.h5")
+
+
+@case
+def all_zero_loss_weights_are_refused_and_unweighted_documents_warned():
+    """A dataset whose loss weights score no target trains on a loss of 0 with no gradient:
+    refused before anything is written. Some documents without a weighted target: a warning."""
+    good_model()
+    good_dataset()
+    shutil.copy("d.h5", "zeros.h5")
+    edit("zeros.h5", lambda f: f.create_dataset("loss_weights", data=np.zeros(1800, np.uint8)))
+    expect_error(command_of_tiny_run("z", data="zeros.h5"), "--data 'zeros.h5'", "loss weights",
+                 "are zero", "--loss-on all", keep=["zeros.h5"])
+    expect_error(command_of_tiny_run("z", data="zeros.h5"), "are zero", ranks=2)
+    shutil.copy("d.h5", "some.h5")
+    w = np.ones(1800, np.uint8)
+    w[300:600] = 0  # the second document scores nothing
+    edit("some.h5", lambda f: f.create_dataset("loss_weights", data=w))
+    p = tiny_run("some", steps=2, data="some.h5")
+    assert "warning: --data 'some.h5': 1 of 6 documents have no weighted target" in p.stdout, p.stdout
+
+
+@case
 def prepare_copy_writes_pairs_and_eval_measures_its_loss_alone():
     """--synthetic copy: byte documents of "S S. " pairs and no passkey answers; --loss-on
     answers masks the second copies. eval and train --eval-every measure its loss alone, and

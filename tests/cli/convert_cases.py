@@ -9,6 +9,7 @@ Run by hand: /usr/bin/python3 tests/cli/convert_cases.py --lctrain build/app/lct
 import importlib.util
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -425,6 +426,76 @@ def bad_convert_outputs_and_command_lines():
     ok("convert", "--to-hf", "out_hf", "--model", "m.h5", "--force")
     assert sorted(os.listdir("out_hf")) == ["config.json", "model.safetensors"], os.listdir("out_hf")
 
+
+
+@case
+def bad_hf_tensors_that_do_not_tile_the_data():
+    """The format requires data offsets that tile the data: two tensors on the same bytes
+    (other bytes owned by none), a hole between tensors, or bytes after the last are refused."""
+    def overlap(h):
+        a, b = "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"
+        h[b]["data_offsets"] = list(h[a]["data_offsets"])
+    hf_dir("overlap", header_edit=overlap)
+    refused("overlap", "overlap/model.safetensors", "input_layernorm.weight", "post_attention_layernorm.weight",
+            "overlap", "tile the data")
+
+    def hole(h):  # the last tensor moved 4 bytes on: a hole before it
+        last = max((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][1])
+        b, e = h[last]["data_offsets"]
+        h[last]["data_offsets"] = [b + 4, e + 4]
+    hf_dir("hole", header_edit=hole)
+    with open("hole/model.safetensors", "ab") as f:
+        f.write(b"\0" * 4)
+    refused("hole", "hole/model.safetensors", "belong to no tensor", "tile the data")
+    hf_dir("tail")
+    with open("tail/model.safetensors", "ab") as f:
+        f.write(b"\0" * 8)
+    refused("tail", "tail/model.safetensors", "the last 8 data bytes belong to no tensor")
+
+
+@case
+def bad_hf_symlinks_that_lead_nowhere_are_named():
+    """A Hugging Face cache snapshot is symlinks into ../../blobs: copied without the blobs,
+    model.safetensors is a dangling link, which is named as one (not reported as absent)."""
+    hf_dir("snap")
+    os.remove("snap/model.safetensors")
+    os.symlink("../../blobs/0123abcd", "snap/model.safetensors")
+    refused("snap", "snap/model.safetensors", "symbolic link to '../../blobs/0123abcd'", "does not exist",
+            "cp -rL")
+    hf_dir("loop")
+    os.remove("loop/model.safetensors")
+    os.symlink("model.safetensors", "loop/model.safetensors")
+    refused("loop", "loop/model.safetensors", "loops")
+    hf_dir("cfg")
+    os.remove("cfg/config.json")
+    os.symlink("../../blobs/cafe", "cfg/config.json")
+    refused("cfg", "cfg/config.json", "does not exist")
+    # a link that resolves is read as the file
+    hf_dir("real")
+    os.makedirs("blobs")
+    os.rename("real/model.safetensors", "blobs/w")
+    os.symlink("../blobs/w", "real/model.safetensors")
+    from_hf("real", "real.h5")
+
+
+@case
+def a_pair_mixed_by_a_stopped_convert_is_refused():
+    """convert --to-hf --force replaces model.safetensors, then config.json: stopped between the
+    two, the directory holds new weights beside the old config.json. Both files carry one pair
+    id, so reading the mixture back is refused instead of converting it."""
+    ok("init", "-o", "a.h5", "--preset", "tiny", "--seed", "1")
+    ok("init", "-o", "b.h5", "--preset", "tiny", "--seed", "2")
+    ok("convert", "--to-hf", "out_hf", "--model", "a.h5")
+    ok("convert", "--to-hf", "b_hf", "--model", "b.h5")
+    from_hf("out_hf", "a_back.h5")
+    with open("out_hf/config.json") as f, open("b_hf/config.json") as g:
+        ca, cb = json.load(f), json.load(g)
+    assert ca.pop("lctrain_pair") != cb.pop("lctrain_pair") and ca == cb
+    # The state a convert --to-hf --force of b.h5 leaves when killed between its renames.
+    shutil.copy("b_hf/model.safetensors", "out_hf/model.safetensors")
+    refused("out_hf", "out_hf/config.json", "out_hf/model.safetensors", "are not one pair", "convert again")
+    ok("convert", "--to-hf", "out_hf", "--model", "b.h5", "--force")
+    from_hf("out_hf", "b_back.h5")
 
 if __name__ == "__main__":
     sys.exit(cc.main())

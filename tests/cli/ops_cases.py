@@ -365,6 +365,43 @@ def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
 
 
 @case
+def sigterm_under_mpirun_with_a_longer_grace_checkpoints_with_a_line_per_step():
+    """What the README advises for steps longer than Open MPI's 1 s SIGKILL grace: a longer
+    odls_base_sigkill_timeout. With it, SIGTERM to mpirun reaches a stop checkpoint even with a
+    line per step going through mpirun's output forwarding, which stops reading once signalled
+    (rank 0's output never holds the stop up: tests/unit/test_io.cpp, StopAwareStdout)."""
+    fixture()
+    args = ["--steps", "100000", "--cp", "2", "--checkpoint-every", "100000", "--log-every", "1"]
+    p = start("--oversubscribe", *TRAIN, "--run-dir", "r", *args, ranks=2,
+              env={"OMPI_MCA_odls_base_sigkill_timeout": "20"})
+    wait_for_step("r")
+    time.sleep(1)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    took = time.time() - t0
+    assert p.returncode == 1, (p.returncode, out[-2000:], err[-2000:])
+    assert os.path.exists("r/checkpoints/latest"), (os.listdir("r"), out[-1500:], err[-2000:])
+    stopped = int(open("r/checkpoints/latest").read().split("_")[1].split(".")[0])
+    assert 0 < stopped < 100000, stopped
+    # mpirun stops forwarding output once signalled: the stop line may not reach it.
+    print(f"stopped at step {stopped} with its checkpoint, {took:.1f} s after SIGTERM")
+
+
+@case
+def a_step_longer_than_mpiruns_sigkill_grace_is_noted_once():
+    """Open MPI's mpirun kills the ranks odls_base_sigkill_timeout seconds after passing
+    SIGTERM on: a run whose step and checkpoint take longer says so, and what to do."""
+    fixture()
+    p = train("r", "--steps", "4", "--cp", "2", ranks=2, env={"OMPI_MCA_odls_base_sigkill_timeout": "0"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    notes = [l for l in p.stdout.splitlines() if l.startswith("note: a step takes")]
+    assert len(notes) == 1 and "odls_base_sigkill_timeout" in notes[0] and "SIGUSR1" in notes[0], p.stdout
+    p = train("q", "--steps", "4", "--cp", "2", ranks=2)
+    assert p.returncode == 0 and "note: a step takes" not in p.stdout, p.stdout
+
+
+@case
 def second_sigterm_exits_at_once_and_keeps_the_checkpoint():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "4")
@@ -413,6 +450,74 @@ def hung_rank_is_reported_and_the_job_aborted():
     hung = [l for l in p.stderr.splitlines() if "hung: waited" in l]
     assert hung and all("during step 4" in l and "--comm-timeout 3 s" in l for l in hung), p.stderr
     print(f"aborted after {took:.1f} s:", *hung, sep="\n")
+
+
+@case
+def a_rank_stalled_in_a_tensor_parallel_step_is_reported_and_the_job_aborted():
+    """With --tp 2 and no cp or dp, a rank that stops answering leaves the other inside a
+    tensor-parallel all-reduce: the watchdog must end the job within --comm-timeout."""
+    fixture("--vocab-size", "260")  # --tp 2 splits the vocabulary
+    t0 = time.time()
+    p = train("r", "--steps", "50", "--tp", "2", "--comm-timeout", "3", ranks=2,
+              env={"LCT_INJECT_FAULT": "hang:1:4"})
+    took = time.time() - t0
+    assert p.returncode == 87 and took < 40, (p.returncode, took, p.stderr[-3000:])
+    hung = [l for l in p.stderr.splitlines() if "hung: waited" in l]
+    assert hung and all("rank 0: hung: waited" in l and "tensor-parallel" in l and "during step 4" in l
+                        for l in hung), p.stderr
+    print(f"aborted after {took:.1f} s:", *hung, sep="\n")
+
+
+def rank_pid(rank):
+    """The pid of this test's lctrain process of world rank `rank` (read from its environment)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.path.basename(f.read().split(b"\0")[0]) != os.path.basename(cc.LCTRAIN).encode():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            if env.get(b"OMPI_COMM_WORLD_RANK") == str(rank).encode() and os.readlink(f"/proc/{pid}/cwd") == os.getcwd():
+                return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+@case
+def eval_with_a_stopped_rank_is_reported_and_the_job_aborted():
+    """eval --cp 2 runs the ring and sums losses over the ranks; SIGSTOP of rank 1 must not
+    leave rank 0 waiting forever: --comm-timeout ends the job, naming the wait."""
+    ok("init", "-o", "m.h5", "--preset", "tiny")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "400", "--doc-length", "2000", "-o", "big.h5")
+    p = start("--oversubscribe", "eval", "--model", "m.h5", "--data", "big.h5", "--seq-len", "2048", "--cp", "2",
+              "--comm-timeout", "3", "--progress-every", "0.2", ranks=2)
+    t0 = time.time()
+    while not re.search(r"eval: \d+ / \d+ sequences", open("started.out").read()):
+        assert time.time() - t0 < 60 and p.p.poll() is None, "eval did not start"
+        time.sleep(0.2)
+    pid = rank_pid(1)
+    assert pid, "rank 1 not found"
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:  # without a watchdog nothing else ends these
+        if p.p.poll() is None:
+            p.p.terminate()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    took = time.time() - t0
+    assert p.returncode == 87 and took < 30, (p.returncode, took, err[-3000:])
+    hung = [l for l in err.splitlines() if "hung: waited" in l]
+    # Rank 1, continued by mpirun's kill, may report its own wait as well.
+    assert any(l.startswith("lctrain: rank 0: hung: waited") for l in hung), err
+    assert all("during eval (--comm-timeout 3 s)" in l for l in hung), err
+    print(f"aborted {took:.1f} s after SIGSTOP:", *hung, sep="\n")
 
 
 @case

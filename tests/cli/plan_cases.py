@@ -8,10 +8,11 @@ Run by hand: /usr/bin/python3 tests/cli/plan_cases.py --lctrain build/app/lctrai
 import os
 import re
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_cases as cc  # noqa: E402
-from cli_cases import case, expect_error, good_model, ok  # noqa: E402
+from cli_cases import case, expect_error, good_model, ok, run  # noqa: E402
 
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
                  r"\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) rank\(s\)/node x --threads (\d+): train (.*)$")
@@ -73,6 +74,29 @@ def plan_refuses_bad_input():
                   "--checkpointing", "full"], "tokens per step fits in", "use more nodes")
     expect_error(["plan", "--model", "m.h5", "--seq-len", "600"], "plan runs on one rank", ranks=2)
 
+
+
+@case
+def plan_answers_absurd_counts_at_once_and_names_the_rule_that_rules_layouts_out():
+    """Counts past any machine are refused by the option itself; within the caps the search
+    (divisors by factorisation) answers at once; an empty plan names the rule that emptied it
+    (here: dp never divides the global batch), not memory."""
+    good_model()
+    started = time.monotonic()
+    expect_error(["plan", "--model", "m.h5", "--nodes", "10000000000000", "--cores-per-node", "2"],
+                 "--nodes", "10000000000000 is not in [1, 1000000]", code=2)
+    expect_error(["plan", "--model", "m.h5", "--global-batch", "4000000000"], "--global-batch", code=2)
+    expect_error(["plan", "--model", "m.h5", "--nodes", "100000", "--global-batch", "2", "--seq-len", "600",
+                  "--cores-per-node", "2", "--mem-per-node", "64"],
+                 "passes train's rules", "does not divide --global-batch 2", "--global-batch that is a multiple")
+    # 10^11 ranks: a divisor search over every integer below that never ended.
+    expect_error(["plan", "--model", "m.h5", "--nodes", "1000000", "--cores-per-node", "100000",
+                  "--global-batch", "3", "--seq-len", "600", "--mem-per-node", "64"],
+                 "does not divide --global-batch 3")
+    assert time.monotonic() - started < 60, time.monotonic() - started
+    p = run("plan", "--model", "m.h5", "--nodes", "100000", "--global-batch", "2", "--seq-len", "600",
+            "--cores-per-node", "2", "--mem-per-node", "64")
+    assert "fits in" not in p.stderr and "memory" not in p.stderr, p.stderr
 
 if __name__ == "__main__":
     sys.exit(cc.main())

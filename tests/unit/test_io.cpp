@@ -1,11 +1,17 @@
 // HDF5 round trips of the model and dataset files, and the never-overwrite rule.
 #include <gtest/gtest.h>
 #include <limits.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <iostream>
+#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "common/error.hpp"
 #include "data/passkey.hpp"
@@ -13,6 +19,7 @@
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
 #include "io/run_dir.hpp"
+#include "sys/stop.hpp"
 #include "model/init.hpp"
 
 namespace lct {
@@ -125,6 +132,82 @@ TEST_F(Atomic, TwoWritersOfOneFileGetDifferentTemporaryNames) {
   EXPECT_NE(a.temp_path().find(std::string(".tmp-") + host + "-" + std::to_string(::getpid()) + "-"),
             std::string::npos)
       << a.temp_path();
+}
+
+void write_text(const std::string& file, const std::string& text) {
+  std::ofstream(file) << text;
+}
+std::string read_text(const std::string& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Two writers started together both pass the existence check at their start; the final step
+// must then let only the first one succeed (without --force), and the second fail naming the
+// file, with the first one's file intact and no temporary file left behind.
+TEST_F(Atomic, OfTwoWritersStartedTogetherOnlyTheFirstCommitsWithoutForce) {
+  {
+    AtomicTarget a(path("x.h5"), false, "model file"), b(path("x.h5"), false, "model file");
+    write_text(a.temp_path(), "first");
+    write_text(b.temp_path(), "second");
+    a.commit();
+    try {
+      b.commit();
+      FAIL() << "the second writer replaced the first one's file";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model file '" + path("x.h5") + "' appeared while"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_text(path("x.h5")), "first");
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
+  EXPECT_EQ(files, 1u);  // no temporary file left
+  // --force still replaces.
+  AtomicTarget c(path("x.h5"), true, "model file");
+  write_text(c.temp_path(), "third");
+  c.commit();
+  EXPECT_EQ(read_text(path("x.h5")), "third");
+}
+
+// A launcher sent SIGTERM (Open MPI's mpirun) stops reading its ranks' output and kills them
+// a second later; rank 0 blocked writing a line to it would never write its checkpoint. A
+// child writes lines into a pipe nobody reads, as rank 0 does; after SIGTERM its writes must
+// give up within the grace so that it reaches its stop (here: exit 85).
+TEST(StopAwareStdout, AStopEndsAWriteTheReaderNeverTakes) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string line(200, 'x');
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    ::dup2(fds[1], 1);
+    install_stop_handlers();
+    std::cout.rdbuf(stop_aware_stdout());
+    while (stop_signal() == 0) std::cout << line << std::endl;  // blocks once the pipe is full
+    std::cout << "stopping" << std::endl;
+    ::_exit(85);
+  }
+  ::close(fds[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // 64 KiB fill in well under that
+  ::kill(child, SIGTERM);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      ::close(fds[0]);
+      FAIL() << "the writer was still blocked 5 s after SIGTERM";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fds[0]);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 85);
+  EXPECT_LT(took, 1.0);  // the grace (0.2 s) and a poll slice, well inside mpirun's 1 s
 }
 
 using RunDir = TempDir;

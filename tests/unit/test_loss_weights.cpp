@@ -120,5 +120,39 @@ TEST(LossWeights, GradientsAreLinearInTheWeights) {
   EXPECT_LT(worst, 1e-4 * largest) << worst << " of " << largest;
 }
 
+// train's check of --data: the targets (all but each document's first token) counted in
+// pieces of 2^20 weights across document boundaries, as a per-document count would count them.
+TEST(LossWeights, CountedAcrossPiecesAsDocumentByDocument) {
+  TokenDataset ds;
+  ds.vocab_size = 16;
+  std::mt19937 gen(3);
+  ds.doc_offsets = {0};
+  while (ds.doc_offsets.back() < (int64_t(1) << 20) + 5000)  // a document straddles the piece boundary
+    ds.doc_offsets.push_back(ds.doc_offsets.back() + 2 + int64_t(gen() % 3000));
+  const int64_t n = ds.doc_offsets.back();
+  ds.tokens.assign(size_t(n), 1);
+  ds.loss_weights.assign(size_t(n), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    if (gen() % 5000 == 0) ds.loss_weights[size_t(i)] = 0.5f;  // most documents: none
+  LossWeightCount want;
+  for (int64_t d = 0; d < ds.num_docs(); ++d) {
+    const int64_t before = want.weighted;
+    for (int64_t i = ds.doc_offsets[size_t(d)] + 1; i < ds.doc_offsets[size_t(d) + 1]; ++i) {
+      want.sum += ds.loss_weights[size_t(i)];
+      want.weighted += ds.loss_weights[size_t(i)] > 0;
+      ++want.targets;
+    }
+    want.documents_without += want.weighted == before;
+  }
+  MemorySource src(ds);
+  const LossWeightCount got = count_loss_weights(src);
+  EXPECT_EQ(got.targets, want.targets);
+  EXPECT_EQ(got.weighted, want.weighted);
+  EXPECT_EQ(got.documents_without, want.documents_without);
+  EXPECT_DOUBLE_EQ(got.sum, want.sum);
+  EXPECT_GT(want.documents_without, 0);
+  EXPECT_GT(want.weighted, 0);
+}
+
 }  // namespace
 }  // namespace lct
