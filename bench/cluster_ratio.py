@@ -43,6 +43,8 @@ def checkpoint_s(text):
 
 
 def summary(run_dir, text):
+    if not os.path.exists(os.path.join(run_dir, "timing.h5")):
+        sys.exit(f"cluster_ratio: the run {run_dir} failed:\n{text[-3000:]}")
     r = row(run_dir)
     ck = checkpoint_s(text)
     return dict(tps=r["tps"], comm=r.get("comm", 0.0), ck=max(ck) if ck else float("nan"),
@@ -74,20 +76,20 @@ def main():
     gbs = float(re.match(r"([\d.]+)", rate).group(1)) / 8 * (1000 if rate.endswith("tbit") else 1)
     print(f"{n} nodes x {cores} core(s); node fp32 peak {peak:.1f} GFLOP/s (measured); link {rate} "
           f"({gbs:.3f} GB/s) each way, no added latency; {a.preset}, {a.steps} steps, medians after the first")
-    common = ["train", "--model", "m.h5", "--seq-len"]
+    common = ["--threads", "1", "train", "--model", "m.h5", "--seq-len"]
     rows = []
     with Cluster(nodes=n, rate=rate) as c:
         for S in lens:
             args = ["--data", f"d{S}.h5", "--steps", a.steps, "--checkpoint-every", a.steps, "--log-every", 1000,
-                    "--cp", n, "--threads", 1, "--oversubscribe"]
+                    "--cp", n]
             # One node: the N ranks on this machine's cores (one each), outside the emulated network.
-            one = subprocess.run(["mpirun", "-n", str(n), L, *common[:3], str(S), *map(str, args), "--run-dir",
-                                  f"one{S}"], capture_output=True, text=True, env=ENV).stdout
-            _, many = c.run([L, *common[:3], S, *map(str, args), "--run-dir", f"nodes{S}"], 1)
-            _, uly = c.run([L, *common[:3], S, *map(str, args), "--cp-algo", "ulysses", "--run-dir", f"uly{S}"], 1)
+            one = subprocess.run(["mpirun", "-n", str(n), L, *common, str(S), *map(str, args), "--run-dir",
+                                  f"one{S}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV).stdout
+            _, many = c.run([L, *common, S, *map(str, args), "--run-dir", f"nodes{S}"], 1)
+            _, uly = c.run([L, *common, S, *map(str, args), "--cp-algo", "ulysses", "--run-dir", f"uly{S}"], 1)
             rows.append((S, summary(f"one{S}", one), summary(f"nodes{S}", many), summary(f"uly{S}", uly)))
         S = lens[0]
-        _, dp = c.run([L, *common[:3], S, "--data", f"d{S}.h5", "--steps", a.steps, "--dp", n, "--threads", 1,
+        _, dp = c.run([L, *common, S, "--data", f"d{S}.h5", "--steps", a.steps, "--dp", n,
                        "--log-every", 1000, "--run-dir", "dp"], 1)
     print("| S | one node: tokens/s | exposed comm | checkpoint | nodes: tokens/s | exposed comm | checkpoint | "
           "checkpoint ratio |")

@@ -131,7 +131,8 @@ exec ip netns exec "$ns" unshare --uts /bin/bash -c 'hostname "$0"; exec taskset
     def on_node(self, k, cmd):
         """argv that runs `cmd` on node k (its namespaces and CPUs)."""
         return ["ip", "netns", "exec", self.ns[k], "unshare", "--uts", "/bin/bash", "-c",
-                'hostname "$0"; exec taskset -c "$1" "${@:2}"', self.hostnames[k], cpu_list(self.cpus[k]), *cmd]
+                'hostname "$0"; exec taskset -c "$1" "${@:2}"', self.hostnames[k], cpu_list(self.cpus[k]),
+                *map(str, cmd)]
 
     def mpirun_argv(self, cmd, ranks_per_node, nodes=None, extra=()):
         """Open MPI's mpirun started on node 0, with ranks_per_node ranks on each of the first

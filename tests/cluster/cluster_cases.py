@@ -73,6 +73,25 @@ def cp_stays_inside_a_node_dp_spans_nodes_and_the_losses_equal_one_rank():
 
 
 @case
+def four_nodes_through_one_switch_train_the_losses_of_one_rank():
+    """4 nodes x 1 rank behind one bridge, cp 2 x dp 2: each cp pair spans two nodes (its ring
+    hops over the links) and the two replicas reduce across the other pair; losses are one
+    rank's. With 2 CPUs, two nodes share each: a functional check, not a timing."""
+    fixture()
+    ok("train", *TRAIN[1:], "--steps", "4", "--batch-size", "2", "--run-dir", "one")
+    with cluster(4) as c:
+        rc, out = c.run(lct(*TRAIN, "--steps", "4", "--batch-size", "1", "--cp", "2", "--dp", "2", "--run-dir", "four"), 1)
+    assert rc == 0, out[-3000:]
+    hosts = re.findall(r"rank (\d) -> (node\d),", out)
+    assert hosts == [("0", "node0"), ("1", "node1"), ("2", "node2"), ("3", "node3")], hosts
+    assert "2 hops, all mpi" in out, out[-3000:]
+    one, four = timing("one")[0]["loss"], timing("four")[0]["loss"]
+    rel = np.max(np.abs(one - four) / one)
+    print(f"losses one rank {one}, 4 nodes {four}: max rel diff {rel:.2e}")
+    assert rel < 1e-5, (one, four)
+
+
+@case
 def a_checkpoint_written_across_nodes_resumes_on_another_number_of_nodes():
     """cp 2 across 2 nodes (each hop over the link) checkpoints at step 4; the run resumed on
     one node (2 ranks, shared memory) and the one resumed on 2 nodes x 1 rank with dp 2 both
