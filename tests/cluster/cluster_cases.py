@@ -13,7 +13,6 @@ import sys
 import time
 
 import h5py
-import numpy as np
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
@@ -21,6 +20,7 @@ sys.path.insert(0, os.path.join(here, "..", "cli"))
 import cli_cases as cc  # noqa: E402
 from cli_cases import case, ok, timing  # noqa: E402
 from cluster import Cluster, Unavailable  # noqa: E402
+from parallel_cases import assert_same_losses  # noqa: E402
 
 RATE = "1gbit"  # enough for the tiny model's hops; the measurements choose theirs (bench/cluster_ratio.sh)
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3", "--warmup-steps", "2",
@@ -66,10 +66,7 @@ def cp_stays_inside_a_node_dp_spans_nodes_and_the_losses_equal_one_rank():
     assert layout == [("0", "node0", "0", "0"), ("1", "node0", "0", "1"), ("2", "node1", "1", "0"),
                       ("3", "node1", "1", "1")], layout
     assert "2 hops, all shm" in out, out
-    one, two = timing("one")[0]["loss"], timing("two")[0]["loss"]
-    rel = np.max(np.abs(one - two) / one)
-    print(f"losses one rank {one}, 2 nodes {two}: max rel diff {rel:.2e}")
-    assert rel < 1e-5, (one, two)
+    assert_same_losses(timing("one")[0]["loss"], "two", "2 nodes x 2 ranks")
 
 
 @case
@@ -85,10 +82,7 @@ def four_nodes_through_one_switch_train_the_losses_of_one_rank():
     hosts = re.findall(r"rank (\d) -> (node\d),", out)
     assert hosts == [("0", "node0"), ("1", "node1"), ("2", "node2"), ("3", "node3")], hosts
     assert "2 hops, all mpi" in out, out[-3000:]
-    one, four = timing("one")[0]["loss"], timing("four")[0]["loss"]
-    rel = np.max(np.abs(one - four) / one)
-    print(f"losses one rank {one}, 4 nodes {four}: max rel diff {rel:.2e}")
-    assert rel < 1e-5, (one, four)
+    assert_same_losses(timing("one")[0]["loss"], "four", "4 nodes x 1 rank")
 
 
 @case
