@@ -115,6 +115,17 @@ def ranks_that_a_launcher_leaves_unbound_divide_the_host_between_them():
 
 
 @case
+def omp_places_over_cpus_the_ranks_must_divide_is_refused():
+    """Ranks given the same CPUs divide them; OMP_PLACES would bind each rank's threads over all
+    of them, on top of the other rank's: every rank stops with one line and the fix."""
+    if len(os.sched_getaffinity(0)) < 2:
+        raise cc.Skip("needs 2 CPUs")
+    expect_error(["init", "-o", "x.h5"], "2 ranks on host", "were given the same CPUs",
+                 "OMP_PLACES/OMP_PROC_BIND bind threads over all of them", "unset OMP_PLACES and OMP_PROC_BIND",
+                 ranks=2, env={**UNBOUND, "OMP_PLACES": "cores"})
+
+
+@case
 def ranks_given_overlapping_cpu_sets_are_refused_with_the_ranks_named():
     """A launcher (or a user's taskset) that gives two ranks CPU sets that overlap without being
     equal: no division is right, so every rank stops with one line naming both ranks."""
