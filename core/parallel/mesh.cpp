@@ -78,6 +78,33 @@ std::string Mesh::degrees() const {
   return s;
 }
 
+namespace {
+
+// One line when the hosts carry unequal numbers of ranks (hosts: 64 characters per rank):
+// the mesh's innermost groups then cross a host somewhere, and the table above says where.
+std::string uneven_hosts_note(const std::vector<char>& hosts, int ranks) {
+  std::vector<std::pair<std::string, int>> count;  // in order of first appearance
+  for (int r = 0; r < ranks; ++r) {
+    const std::string h(&hosts[size_t(64 * r)]);
+    auto it = std::find_if(count.begin(), count.end(), [&](const auto& c) { return c.first == h; });
+    if (it == count.end())
+      count.emplace_back(h, 1);
+    else
+      ++it->second;
+  }
+  bool even = true;
+  for (const auto& c : count) even = even && c.second == count.front().second;
+  if (even) return "";
+  std::string list;
+  for (const auto& c : count) list += cat(list.empty() ? "" : ", ", c.first, " ", c.second);
+  return cat("note: the hosts run unequal numbers of ranks (", list, "): lctrain keeps the layout above, ",
+             "in which groups that do not fit in one host cross the network; start the same number of ",
+             "ranks on every node (--ntasks-per-node, mpirun --map-by ppr:N:node) for cp and tp inside ",
+             "nodes\n");
+}
+
+}  // namespace
+
 std::string Mesh::layout_table() const {
   char host[64] = {0};
   gethostname(host, sizeof host - 1);
@@ -93,7 +120,7 @@ std::string Mesh::layout_table() const {
       t += cat(", ", axes_[i].name, " ", all[size_t(r) * axes_.size() + i]);
     t += "\n";
   }
-  return t;
+  return t + uneven_hosts_note(hosts, world_.size);
 }
 
 }  // namespace lct

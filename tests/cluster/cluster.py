@@ -136,10 +136,12 @@ exec ip netns exec "$ns" unshare --uts /bin/bash -c 'hostname "$0"; exec taskset
 
     def mpirun_argv(self, cmd, ranks_per_node, nodes=None, extra=()):
         """Open MPI's mpirun started on node 0, with ranks_per_node ranks on each of the first
-        `nodes` nodes: TCP between nodes over the shaped links, shared memory inside one."""
+        `nodes` nodes (or a list: that many on each node): TCP between nodes over the shaped
+        links, shared memory inside one."""
         nodes = nodes or self.n
-        hosts = ",".join(f"{a}:{ranks_per_node}" for a in self.addr[:nodes])
-        mpirun = ["mpirun", "--oversubscribe", "-np", str(nodes * ranks_per_node), "-H", hosts,
+        per = ranks_per_node if isinstance(ranks_per_node, list) else [ranks_per_node] * nodes
+        hosts = ",".join(f"{a}:{k}" for a, k in zip(self.addr, per))
+        mpirun = ["mpirun", "--oversubscribe", "-np", str(sum(per)), "-H", hosts,
                   "--bind-to", "none", "--mca", "plm_rsh_agent", self.agent,
                   "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "eth0",
                   "--mca", "oob_tcp_if_include", "eth0", "--mca", "mpi_yield_when_idle", "1", *extra, *cmd]

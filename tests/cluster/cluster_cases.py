@@ -86,6 +86,20 @@ def four_nodes_through_one_switch_train_the_losses_of_one_rank():
 
 
 @case
+def nodes_with_unequal_ranks_are_told_with_the_layout_chosen():
+    """2 ranks on node 0 and 1 on node 1 (a launcher's uneven fill): the run goes on with the
+    layout printed and one note naming the counts and how to even them."""
+    fixture()
+    with cluster(2) as c:
+        rc, out = c.run(lct(*TRAIN, "--steps", "2", "--batch-size", "1", "--dp", "3", "--run-dir", "uneven"), [2, 1])
+    assert rc == 0, out[-3000:]
+    assert re.findall(r"rank (\d) -> (node\d),", out) == [("0", "node0"), ("1", "node0"), ("2", "node1")], out[-3000:]
+    notes = [l for l in out.splitlines() if l.startswith("note: the hosts run unequal numbers of ranks")]
+    assert len(notes) == 1 and "(node0 2, node1 1)" in notes[0] and "--ntasks-per-node" in notes[0], out[-3000:]
+    print(notes[0])
+
+
+@case
 def a_checkpoint_written_across_nodes_resumes_on_another_number_of_nodes():
     """cp 2 across 2 nodes (each hop over the link) checkpoints at step 4; the run resumed on
     one node (2 ranks, shared memory) and the one resumed on 2 nodes x 1 rank with dp 2 both
