@@ -100,9 +100,6 @@ void apply_thread_plan(Topology& topo, const ThreadRequest& req) {
     const std::vector<int> cpus = topo.binding_order();
 #pragma omp parallel num_threads(threads)
     set_affinity({cpus[size_t(omp_get_thread_num())]});
-  } else if (topo.share.divided_among > 1) {
-#pragma omp parallel num_threads(threads)
-    set_affinity(topo.cpuset);  // a pool started before the division (tests run the plan twice)
   }
   int seen = 0;
 #pragma omp parallel num_threads(threads)
