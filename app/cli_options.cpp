@@ -3,6 +3,7 @@
 #include <string>
 
 #include "app/cli_registry.hpp"
+#include "app/parallel_options.hpp"
 #include "data/sentencepiece.hpp"
 #include "model/config.hpp"
 
@@ -302,7 +303,7 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3), ulysses "
         "(all-to-all to a head split; heads and KV heads divisible by cp) or hybrid (Ulysses "
         "over --ulysses-degree consecutive cp ranks, a ring across those groups)")
-      ->check(CLI::IsMember({"ring", "allgather", "ulysses", "hybrid"}));
+      ->check(CLI::IsMember(cp_algo_names()));
   r.add(c, "--ulysses-degree", o.ulysses_degree, int64_t(0),
         "--cp-algo hybrid only: U, the cp ranks of one Ulysses all-to-all (usually the cp "
         "ranks on one node); the ring runs over cp / U. U must divide cp, the heads and the KV "
@@ -311,13 +312,13 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--cp-transport", o.cp_transport, std::string("auto"),
         "how ring blocks travel (hybrid: on its ring): shm (ranks of one node write into each other's slots in an MPI "
         "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")
-      ->check(CLI::IsMember({"auto", "shm", "mpi"}));
+      ->check(CLI::IsMember(cp_transport_names()));
   r.add(c, "--cp-split", o.cp_split, std::string("auto"),
         "how sequences are cut across cp ranks: zigzag (balances causal work), contiguous "
         "(balances sliding-window work, and the ring needs 1 hop when the window fits in a "
         "rank's share), auto (contiguous when the model's sliding_window <= seq-len / cp, "
         "else zigzag)")
-      ->check(CLI::IsMember({"auto", "zigzag", "contiguous"}));
+      ->check(CLI::IsMember(cp_split_names()));
   r.add(c, "--precision", o.precision, std::string("fp32"),
         "matrix products: fp32, or bf16 (bf16 weights copy, activations and ring K/V, gradient "
         "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "

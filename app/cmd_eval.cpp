@@ -13,7 +13,7 @@
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
 #include "parallel/reducer.hpp"
-#include "parallel/ring_attention.hpp"
+#include "parallel/cp_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 #include "train/evaluate.hpp"
@@ -148,17 +148,15 @@ int cmd_eval(Context& ctx) {
   const ModelShape shape{o.batch_size * o.seq_len / o.cp, o.seq_len, Checkpointing::Full,
                          {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
   // With --cp, the ring as in train (the transport chosen per hop, the split by the window).
-  std::unique_ptr<RingAttention> ring;
+  ParallelPlan plan;
+  plan.cp = o.cp;
+  const std::unique_ptr<AttentionOp> ring = make_cp_attention(plan, world.comm, m.config, shape);
   MpiStepReducer sums(world.comm);  // the loss sums over the ranks, as in training
   EvalCp cp;
   if (o.cp > 1) {
-    const ModelConfig& c = m.config;
-    ring = std::make_unique<RingAttention>(world.comm, shape.max_tokens, c.num_attention_heads,
-                                           c.num_key_value_heads, c.head_dim(), shape.blocks, shape.isa,
-                                           precision);
-    cp = mpi_eval_cp(world.comm, choose_cp_split("auto", c.sliding_window, o.seq_len, o.cp), 1, sums);
+    cp = mpi_eval_cp(world.comm, plan.split_for(m.config.sliding_window, o.seq_len), plan.shard_group(), sums);
     ctx.out() << "eval over " << o.cp << " ranks (" << cp_split_name(cp.split) << " split, ring: "
-              << ring->hops() << ")\n";
+              << ring->ring_hops() << ")\n";
   }
   LlamaModel model(m.config, shape, ring.get());
   std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "app/context.hpp"
+#include "app/parallel_options.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
 #include "common/rng.hpp"
@@ -25,7 +26,6 @@
 #include "model/flops.hpp"
 #include "model/init.hpp"
 #include "parallel/layout_model.hpp"
-#include "parallel/ulysses_attention.hpp"
 #include "sys/memory.hpp"
 #include "train/optimizer.hpp"
 
@@ -185,11 +185,13 @@ struct Candidate {
 
 // The layout as the flags that run it.
 std::string layout_flags(const Layout& l) {
-  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --tp ", l.tp,
-             l.sequence_parallel ? " --tp-sequence-parallel" : "", " --cp ", l.cp, " --dp ", l.dp,
-             " --zero ", l.zero, l.cp > 1 ? " --cp-algo " + l.cp_algo : std::string(), " --checkpointing ",
-             to_string(l.checkpointing), " --precision ", l.precision == Precision::Bf16 ? "bf16" : "fp32",
-             " --batch-size ", l.micro_batch, " --grad-accum ", l.grad_accum);
+  const ParallelPlan& p = l.plan;
+  return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --tp ", p.tp,
+             p.sequence_parallel ? " --tp-sequence-parallel" : "", " --cp ", p.cp, " --dp ", p.dp,
+             " --zero ", p.zero, p.cp > 1 ? cat(" --cp-algo ", cp_algo_name(p.cp_algo)) : std::string(),
+             " --checkpointing ", to_string(l.checkpointing), " --precision ",
+             l.precision == Precision::Bf16 ? "bf16" : "fp32", " --batch-size ", l.micro_batch,
+             " --grad-accum ", l.grad_accum);
 }
 
 // Why a layout was ruled out, counted so that an empty plan names the rule to change.
@@ -204,7 +206,7 @@ struct Choices {  // the candidates the comma-separated flags list
   std::vector<Precision> precisions;
   std::vector<Checkpointing> policies;
   std::vector<int64_t> zeros;
-  std::vector<std::string> algos;
+  std::vector<CpAlgo> algos;
 };
 
 Choices parse_choices(const PlanOptions& o) {
@@ -215,7 +217,8 @@ Choices parse_choices(const PlanOptions& o) {
     c.policies.push_back(parse_checkpointing(k));
   for (const std::string& z : split_list(o.zero, "--zero", {"0", "1", "2", "3"})) c.zeros.push_back(std::stoll(z));
   // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
-  c.algos = split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"});
+  for (const std::string& a : split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"}))
+    c.algos.push_back(parse_cp_algo(a));
   return c;
 }
 
@@ -223,30 +226,33 @@ Choices parse_choices(const PlanOptions& o) {
 // that the flags allow and train would accept, into e.fits when it fits in memory.
 void add_layouts(const Layout& base, const PlanOptions& o, const Choices& ch, const ModelConfig& mc,
                  const Context& ctx, double mem_node, Enumeration& e) {
-  const int64_t tp = base.tp, cp = base.cp, dp = base.dp;
-  const int64_t H = mc.num_attention_heads / tp, KV = mc.num_key_value_heads / tp;  // a tp rank's
   for (Precision precision : ch.precisions)
-    for (const std::string& algo : ch.algos) {
-      if (cp == 1 && algo != ch.algos.front()) continue;  // no cp: the algorithm is moot
-      if (algo == "ulysses" && cp > 1 && (H % cp != 0 || (KV % cp != 0 && cp % KV != 0))) {
+    for (CpAlgo algo : ch.algos) {
+      if (base.plan.cp == 1 && algo != ch.algos.front()) continue;  // no cp: the algorithm is moot
+      ParallelPlan with_algo = base.plan;
+      with_algo.cp_algo = algo;
+      if (with_algo.broken_rule(mc, precision) == PlanRule::UlyssesHeads) {
         ++e.ruled_out[Ulysses];
         continue;
       }
       for (int64_t zero : ch.zeros)
         for (Checkpointing ck : ch.policies)
-          for (int64_t mb : divisors(o.global_batch / dp))
+          for (int64_t mb : divisors(o.global_batch / base.plan.dp))
             for (bool sp : {false, true}) {
-              if (sp && (tp == 1 || (mb * o.seq_len / cp) % tp != 0)) continue;  // as train refuses it
-              if (zero >= 1 && dp * cp == 1) continue;  // one dp x cp rank: nothing to shard
-              if (zero == 3 && (precision == Precision::Bf16 || sp)) continue;  // train refuses both
+              if (zero >= 1 && base.plan.replicas() == 1) continue;  // one dp x cp rank: nothing to shard
               Layout l = base;
-              l.sequence_parallel = sp;
-              l.zero = zero;
-              l.cp_algo = algo;
+              l.plan = with_algo;
+              l.plan.sequence_parallel = sp;
+              l.plan.zero = zero;
               l.micro_batch = mb;
-              l.grad_accum = o.global_batch / dp / mb;
+              l.grad_accum = o.global_batch / base.plan.dp / mb;
               l.checkpointing = ck;
               l.precision = precision;
+              // What train refuses (sequence parallelism without tp or with uneven tokens,
+              // ZeRO-3 with it or with bf16) is no candidate.
+              if (l.plan.broken_rule(mc, precision) != PlanRule::None ||
+                  l.plan.broken_rule(o.seq_len, mb) != PlanRule::None)
+                continue;
               if (l.local_tokens() > INT32_MAX) {
                 ++e.ruled_out[Tokens];
                 continue;
@@ -269,17 +275,20 @@ Enumeration enumerate_layouts(const PlanOptions& o, const Choices& ch, const Mod
   Enumeration e;
   for (int64_t rpn : divisors(cores))
     for (int64_t tp : divisors(rpn)) {  // tp inside a node (its all-reduces block every layer)
-      if (!tp_split_error(mc, tp).empty()) {  // heads, KV heads, I or vocabulary not divisible
+      ParallelPlan plan;
+      plan.tp = tp;
+      if (plan.broken_rule(mc, Precision::Fp32) == PlanRule::TpSplit) {  // heads, KV heads, I or vocabulary
         ++e.ruled_out[TpSplit];
         continue;
       }
       for (int64_t cp : divisors(o.nodes * rpn / tp)) {
-        if (o.seq_len % (2 * cp) != 0 && cp > 1) {
+        plan.cp = cp;
+        if (plan.broken_rule(o.seq_len, 1) == PlanRule::SeqLenSplit) {
           ++e.ruled_out[SeqLen];
           continue;
         }
-        const int64_t dp = o.nodes * rpn / (cp * tp);
-        if (o.global_batch % dp != 0) {
+        plan.dp = o.nodes * rpn / (cp * tp);
+        if (o.global_batch % plan.dp != 0) {
           ++e.ruled_out[Batch];
           continue;
         }
@@ -287,9 +296,7 @@ Enumeration enumerate_layouts(const PlanOptions& o, const Choices& ch, const Mod
         base.nodes = o.nodes;
         base.ranks_per_node = rpn;
         base.threads = cores / rpn;
-        base.tp = tp;
-        base.cp = cp;
-        base.dp = dp;
+        base.plan = plan;
         base.seq_len = o.seq_len;
         base.process_bytes = process_bytes;
         add_layouts(base, o, ch, mc, ctx, mem_node, e);

@@ -22,10 +22,10 @@
 #include "io/run_dir.hpp"
 #include "io/timing_file.hpp"
 #include "model/shard.hpp"
-#include "parallel/hybrid_attention.hpp"
+#include "app/parallel_options.hpp"
+#include "parallel/cp_attention.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
-#include "parallel/ring_attention.hpp"
 #include "parallel/ulysses_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/tp_comm_mpi.hpp"
@@ -39,26 +39,19 @@ namespace lct {
 
 namespace {
 
-// The attention over the cp group (ring, all-gather, Ulysses or hybrid); null when cp = 1.
-// With --tp it carries this tp rank's heads only.
-std::unique_ptr<AttentionOp> make_cp_attention(const Mesh& mesh, const TrainOptions& o,
-                                               const ModelConfig& mc, const ModelShape& shape,
-                                               int64_t cp) {
-  if (cp == 1) return nullptr;
-  const MPI_Comm c = mesh.comm("cp");
-  const int64_t H = mc.num_attention_heads / o.tp, KV = mc.num_key_value_heads / o.tp, D = mc.head_dim();
-  if (o.cp_algo == "ring")
-    return std::make_unique<RingAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
-                                           shape.precision, parse_cp_transport(o.cp_transport));
-  if (o.cp_algo == "hybrid")
-    return std::make_unique<HybridAttention>(c, int(o.ulysses_degree), shape.max_tokens, H, KV, D,
-                                             shape.blocks, shape.isa, shape.precision,
-                                             parse_cp_transport(o.cp_transport));
-  if (o.cp_algo == "ulysses")
-    return std::make_unique<UlyssesAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
-                                              shape.precision);
-  return std::make_unique<AllGatherAttention>(c, shape.max_tokens, H, KV, D, shape.blocks, shape.isa,
-                                              shape.precision);
+// The start-up line of a ring (a ring's own, or a hybrid's across its Ulysses groups):
+// rank 0's hops and where every rank's go. Collective over the cp group.
+void print_cp_attention(std::ostream& out, const AttentionOp* op, const ParallelPlan& plan,
+                        const std::string& transport_option) {
+  if (!op || op->ring_report().ranks == 0) return;
+  const std::string hops = op->ring_hops();
+  const std::string rank0 = op->ring_report().transport;
+  if (plan.cp_algo == CpAlgo::Hybrid)
+    out << "hybrid cp: Ulysses all-to-all over " << plan.ulysses_degree << " consecutive cp ranks x ring over "
+        << plan.cp / plan.ulysses_degree << " (--cp-transport " << transport_option << "), rank 0: " << rank0
+        << "; " << hops << "\n";
+  else
+    out << "ring transport (--cp-transport " << transport_option << "), rank 0: " << rank0 << "; " << hops << "\n";
 }
 
 // Refuses (or with --allow-data-change, warns about) a resume on other data than the
@@ -95,8 +88,8 @@ void check_loss_weights(TokenSource& data, const std::string& path, std::ostream
 // tensor whole, so any layout can continue one).
 std::string layout_change(const RunLayout& was, const RunLayout& now, const TrainState& at) {
   auto describe = [](const RunLayout& l) {
-    const int64_t tp = l.world_size / std::max<int64_t>(1, l.dp * l.cp);  // the rest of the world
-    return cat(l.world_size, " rank(s) (dp ", l.dp, " x cp ", l.cp, tp > 1 ? cat(" x tp ", tp) : "", "), ",
+    const int64_t tp = l.world_size / std::max<int64_t>(1, l.plan.dp * l.plan.cp);  // the rest of the world
+    return cat(l.world_size, " rank(s) (dp ", l.plan.dp, " x cp ", l.plan.cp, tp > 1 ? cat(" x tp ", tp) : "", "), ",
                l.sequences_per_step(),
                " sequences per step (dp x batch ", l.batch_size, " x accumulation ", l.grad_accum, ")");
   };
@@ -199,7 +192,8 @@ int cmd_train(Context& ctx) {
   ctx.print_startup("train", true);
 
   // 1. Checks, alike on every rank; nothing allocated or written yet.
-  const auto [dp, cp, tp] = degrees(o, world.size);
+  const ParallelPlan plan = parallel_plan(o, world.size);
+  const int64_t dp = plan.dp, cp = plan.cp, tp = plan.tp;
   // tp innermost: the ranks of a tp group are neighbours on one node when the counts allow.
   Mesh mesh(world, {{"dp", int(dp)}, {"cp", int(cp)}, {"tp", int(tp)}});  // throws alike on every rank
   out << mesh.layout_table();
@@ -212,7 +206,7 @@ int cmd_train(Context& ctx) {
   apply_rope_options(o.rope, init.config, "train");
   init.config.validate(cat("train (the model of '", o.model, "' with the --rope-* options given)"));
   const SeqLenSchedule schedule(o.seq_len_schedule, o.seq_len, o.steps);
-  check_inputs(o, init.config, ds, cp, schedule);
+  check_inputs(o, plan, init.config, ds, schedule);
   check_same_tokenizer(init.tokenizer, o.model, tokenizer_info(ds), o.data);
   check_loss_weights(*dataset, o.data, out);
   // --eval-data must fit the model as --data must (read a batch at a time, at each evaluation).
@@ -261,8 +255,8 @@ int cmd_train(Context& ctx) {
   // The ranks gradients are summed over: dp x cp (a tp group sees the same tokens).
   const MPI_Comm replicas = mesh.comm_except("tp");
   const int replica_rank = comm_rank(replicas), replica_count = comm_size(replicas);
-  const int shards = o.zero >= 1 ? replica_count : 1;  // ranks the ZeRO state is split over
-  check_memory(out, o, mc, shape, cp, ctx.topo.threads, world.node_size, world.size, process_bytes);
+  const int shards = plan.zero >= 1 ? replica_count : 1;  // ranks the ZeRO state is split over
+  check_memory(out, o, plan, mc, shape, ctx.topo.threads, world.node_size, world.size, process_bytes);
   if (o.dry_run) {
     out << "dry run: every check passed; nothing allocated or written" << std::endl;
     return kExitOk;
@@ -274,21 +268,10 @@ int cmd_train(Context& ctx) {
   if (const std::string w = seq_len_warning(mc, o.seq_len); !w.empty()) out << w << "\n";
 
   // 3. The model, its optimizer and its data.
-  std::unique_ptr<AttentionOp> cp_attention = make_cp_attention(mesh, o, mc, shape, cp);
-  if (auto* ring = dynamic_cast<RingAttention*>(cp_attention.get())) {
-    const std::string hops = ring->hops();
-    out << "ring transport (--cp-transport " << o.cp_transport << "), rank 0: " << ring->describe()
-        << "; " << hops << "\n";
-  }
-  if (auto* h = dynamic_cast<HybridAttention*>(cp_attention.get())) {
-    const std::string hops = h->ring().hops();
-    out << "hybrid cp: Ulysses all-to-all over " << h->ulysses_degree() << " consecutive cp ranks x ring over "
-        << h->ring_degree() << " (--cp-transport " << o.cp_transport << "), rank 0: "
-        << h->ring().describe() << "; " << hops << "\n";
-  }
-  const int64_t ulysses_ranks = o.cp_algo == "ulysses" ? cp : ulysses_group(o);
+  std::unique_ptr<AttentionOp> cp_attention = make_cp_attention(plan, mesh.comm("cp"), mc, shape);
+  print_cp_attention(out, cp_attention.get(), plan, o.cp_transport);
   if (const std::string note = UlyssesAttention::replication_note(
-          ulysses_ranks, mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
+          plan.ulysses_ranks(), mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
       !note.empty())
     out << note << "\n";
   // --tp: each rank holds its slices of every tensor (model/tp.hpp), in the local layout;
@@ -299,7 +282,7 @@ int cmd_train(Context& ctx) {
   const TpSplit split{int(tp), mesh.index("tp")};
   MpiTpComm tp_comm(mesh.comm("tp"));
   std::unique_ptr<MpiParamShards> zero3 =
-      o.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(replicas, local, mc) : nullptr;
+      plan.zero == 3 && shards > 1 ? std::make_unique<MpiParamShards>(replicas, local, mc) : nullptr;
   // This rank's parameters out of whole ones (the model file's, a checkpoint's): its slices,
   // then its shard of them, or into `params` (the model's).
   auto take_params = [&](const float* whole_params, float* params) {
@@ -319,11 +302,11 @@ int cmd_train(Context& ctx) {
   MpiStepReducer reducer(replicas, precision);
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
-  Trainer trainer(model, ac, replica_count > 1 ? &reducer : nullptr, shards, replica_rank, int(o.zero));
+  Trainer trainer(model, ac, replica_count > 1 ? &reducer : nullptr, shards, replica_rank, int(plan.zero));
   StagedData data(ds, schedule, uint64_t(o.seed));
 
   // 4. Where to start: weights, AdamW moments, step, data position and counters.
-  const RunLayout layout{world.size, dp, cp, o.seq_len, o.batch_size, o.grad_accum, schedule.text()};
+  const RunLayout layout{world.size, plan, o.seq_len, o.batch_size, o.grad_accum, schedule.text()};
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size, cp_attention && cp_attention->tells_peer_wait());
   // A checkpoint (--resume, --init-moments) is read straight into the buffers that keep it:
@@ -370,12 +353,8 @@ int cmd_train(Context& ctx) {
       << " tokens (packing efficiency " << std::fixed << std::setprecision(1)
       << 100 * loader.packing().efficiency() << "%); global batch " << o.batch_size * o.grad_accum * dp
       << " sequences = " << o.batch_size * o.grad_accum * dp * S << " tokens"
-      << (cp > 1 ? ", each sequence split over " + std::to_string(cp) + " ranks (" +
-                       cp_split_name(cp_split_of(o, mc, cp, S)) + ", " + o.cp_algo +
-                       (o.cp_algo == "hybrid" ? " ulysses " + std::to_string(o.ulysses_degree) + " x ring " +
-                                                    std::to_string(cp / o.ulysses_degree)
-                                              : std::string()) +
-                       ")"
+      << (cp > 1 ? cat(", each sequence split over ", cp, " ranks (",
+                       cp_split_name(plan.split_for(mc.sliding_window, S)), ", ", plan.cp_description(), ")")
                  : std::string())
       << "\npeak for MFU: " << peak << " GFLOP/s per rank (" << peak_how << ")\n"
       << std::flush;

@@ -15,7 +15,6 @@
 #include "io/timing_file.hpp"
 #include "model/flops.hpp"
 #include "model/shard.hpp"
-#include "parallel/hybrid_attention.hpp"
 #include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 
@@ -45,8 +44,9 @@ std::string sigterm_grace_note(double step_s, double checkpoint_s) {
 // This rank's share of step `step`'s --grad-accum micro-batches (its dp slice, its cp
 // shard), at the step's sequence length.
 std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_total) {
-  const int64_t dp = layout.dp, cp = layout.cp, S = schedule.seq_len_at(step);
-  const CpSplit split = cp_split_of(o, mc, cp, S);
+  const ParallelPlan& plan = layout.plan;
+  const int64_t dp = plan.dp, cp = plan.cp, S = schedule.seq_len_at(step);
+  const CpSplit split = plan.split_for(mc.sliding_window, S);
   DataLoader& loader = data.at(step);
   std::vector<Batch> micro;
   for (int64_t a = 0; a < o.grad_accum; ++a) {
@@ -55,7 +55,7 @@ std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_
             seqs.begin() + (where.dp_rank + 1) * o.batch_size};
     Batch full = make_batch(dataset, seqs, S);
     *visible_pairs_total += visible_pairs(full, mc.sliding_window);
-    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, ulysses_group(o))
+    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, plan.shard_group())
                            : std::move(full));
   }
   return micro;
@@ -101,12 +101,13 @@ double TrainLoop::bytes_sent() const {
 EvalResult TrainLoop::evaluate_held_out() {
   const MPI_Comm cp_comm = mesh.comm("cp");
   MpiStepReducer sums(cp_comm);
-  const EvalCp cp = layout.cp > 1 ? mpi_eval_cp(cp_comm, cp_split_of(o, mc, layout.cp, o.seq_len),
-                                                ulysses_group(o), sums)
-                                  : EvalCp{};
+  const ParallelPlan& plan = layout.plan;
+  const EvalCp cp = plan.cp > 1 ? mpi_eval_cp(cp_comm, plan.split_for(mc.sliding_window, o.seq_len),
+                                              plan.shard_group(), sums)
+                                : EvalCp{};
   PhaseClock clock;  // the step's phases are recorded already; evaluation is not one of them
   const double t0 = omp_get_wtime();
-  const EvalShare share{layout.dp, mesh.index("dp")};
+  const EvalShare share{plan.dp, mesh.index("dp")};
   const EvalResult part =
       evaluate(model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp, share);
   EvalResult r;
@@ -200,7 +201,7 @@ int TrainLoop::train() {
       if (schedule.staged() && step > first_step && S != schedule.seq_len_at(step - 1))
         out << "stage " << schedule.stage_of(step) + 1 << " of " << schedule.stages().size()
             << " from step " << step << ": sequences of " << S << " tokens, "
-            << o.batch_size * o.grad_accum * layout.dp * S << " tokens per step" << std::endl;
+            << o.batch_size * o.grad_accum * layout.plan.dp * S << " tokens per step" << std::endl;
       double pairs = 0;
       const std::vector<Batch> micro = micro_batches(step, &pairs);
       clock.lap(Phase::Other);
@@ -228,7 +229,7 @@ int TrainLoop::train() {
       const double secs = clock.total();
       const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
       // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
-      const double rank_flops = f.total() / double(layout.cp * mesh.size("tp"));
+      const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
       StepFigures fig{st,   state.restarts, o.steps, secs, rank_flops / secs / 1e9,
                       peak, &clock,         &ranks,  S,    schedule.staged()};
       // After the step and its checkpoint, outside the step's time; decided alike on every rank.
@@ -289,14 +290,13 @@ int TrainLoop::train() {
     abort_job(world, e.what());
   }
 
-  record.finish(out, layout.dp, layout.cp, peak, peak_how);
-  const RingAttention* r = dynamic_cast<const RingAttention*>(cp_attention);
-  if (auto* h = dynamic_cast<const HybridAttention*>(cp_attention)) r = &h->ring();
-  if (r)
+  record.finish(out, layout.plan.dp, layout.plan.cp, peak, peak_how);
+  if (const AttentionOp::RingReport r = cp_attention ? cp_attention->ring_report() : AttentionOp::RingReport{};
+      r.ranks > 0)
     out << "ring traffic of rank 0 in this run: " << std::fixed << std::setprecision(2)
-        << double(r->bytes_sent_shm()) / 1048576 << " MiB through shared memory, "
-        << double(r->bytes_sent() - r->bytes_sent_shm()) / 1048576 << " MiB through MPI; the last "
-        << "micro-batch took " << r->steps() << " of " << r->ranks() << " ring steps per layer\n";
+        << double(r.bytes_sent_shm) / 1048576 << " MiB through shared memory, "
+        << double(r.bytes_sent - r.bytes_sent_shm) / 1048576 << " MiB through MPI; the last "
+        << "micro-batch took " << r.steps << " of " << r.ranks << " ring steps per layer\n";
   write_timing();
   if (const int64_t k = state.consecutive_skips; k > 0)
     throw AgreedError(cat("the run reached step ", o.steps, " but its last ", k, " step(s) had a ",

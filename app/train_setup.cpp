@@ -15,10 +15,8 @@
 #include "app/progress.hpp"
 #include "common/error.hpp"
 #include "io/atomic.hpp"
-#include "parallel/ring_attention.hpp"
-#include "parallel/hybrid_attention.hpp"
 #include "parallel/layout_model.hpp"
-#include "parallel/ulysses_attention.hpp"
+#include "parallel/ring_attention.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -30,8 +28,8 @@ std::string gib(double bytes) {
 }
 
 // Everything that can be checked before any rank allocates or writes anything.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
-                  const SeqLenSchedule& schedule) {
+void check_inputs(const TrainOptions& o, const ParallelPlan& plan, const ModelConfig& mc,
+                  const DatasetInfo& ds, const SeqLenSchedule& schedule) {
   check_fits_model(ds, o.data, mc.vocab_size, o.model);
   if (o.seq_len < 2) fail("--seq-len ", o.seq_len, " is too short: it must be at least 2");
   if (o.batch_size < 1 || o.grad_accum < 1 || o.steps < 1)
@@ -42,45 +40,15 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
          "newest checkpoint always leaves a complete one to resume from");
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
-  if (const std::string e = tp_split_error(mc, o.tp); !e.empty()) fail(e);
-  if (o.tp_sequence_parallel && o.tp == 1)
-    fail("--tp-sequence-parallel splits the residual stream over the tp ranks, but this run has ",
-         "--tp 1: add --tp N (N > 1), or drop --tp-sequence-parallel");
-  if (o.zero == 3 && o.tp_sequence_parallel)
-    fail("--zero 3 does not combine with --tp-sequence-parallel (the norm weights' gradients are ",
-         "summed over the tp group from whole arrays); use --zero 0, 1 or 2 with it");
-  if (o.zero == 3 && o.precision != "fp32")
-    fail("--zero 3 trains in fp32 only (each gathered unit is used as fp32 master weights); use ",
-         "--precision fp32, or --zero 2 to keep --precision ", o.precision);
-  // With --tp the cp attention works on each tp rank's heads.
-  const int64_t H = mc.num_attention_heads / o.tp, KV = mc.num_key_value_heads / o.tp;
-  if (o.cp_algo == "ulysses") UlyssesAttention::check_degree(cp, H, KV);
-  if (o.cp_algo != "hybrid" && o.ulysses_degree != 0)
-    fail("--ulysses-degree ", o.ulysses_degree, " is only for --cp-algo hybrid (this run has --cp-algo ",
-         o.cp_algo, "); add --cp-algo hybrid, or drop --ulysses-degree");
-  if (o.cp_algo == "hybrid") {
-    if (o.ulysses_degree == 0)
-      fail("--cp-algo hybrid needs --ulysses-degree U, the cp ranks of one Ulysses all-to-all ",
-           "(usually the cp ranks on one node); the ring runs over cp / U of them");
-    HybridAttention::check_degree(cp, o.ulysses_degree, H, KV);
-  }
+  plan.check(mc, parse_precision(o.precision));
   // Token indices and positions are 32-bit: a micro-batch holds at most 2^31 - 1 tokens.
   if (o.batch_size > INT32_MAX / o.seq_len)
     fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
          "micro-batch can hold (2^31 - 1); use a smaller --batch-size, and --grad-accum for ",
          "larger steps");
   // Every stage of a --seq-len-schedule is cut as --seq-len is.
-  for (const SeqLenStage& st : schedule.stages()) {
-    const std::string name = st.seq_len == o.seq_len ? "--seq-len" : "--seq-len-schedule length";
-    if (cp > 1 && st.seq_len % (2 * cp) != 0)
-      fail(name, " ", st.seq_len, " is not divisible by 2 x cp = ", 2 * cp,
-           ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a multiple, e.g. ",
-           (st.seq_len / (2 * cp) + 1) * 2 * cp);
-    if (o.tp_sequence_parallel && (o.batch_size * st.seq_len / cp) % o.tp != 0)
-      fail("--tp-sequence-parallel splits the ", o.batch_size * st.seq_len / cp, " tokens of a rank's ",
-           "micro-batch (--batch-size x ", name, " ", st.seq_len, " / cp) over --tp ", o.tp,
-           " ranks: they must be divisible");
-  }
+  for (const SeqLenStage& st : schedule.stages())
+    plan.check(st.seq_len, o.batch_size, st.seq_len == o.seq_len ? "--seq-len" : "--seq-len-schedule length");
   // --force moves the previous run's checkpoints aside before the model is read again for
   // its moments (--init-moments), and the new run would record a path that no longer exists.
   if (o.force && o.resume == "none") {
@@ -107,29 +75,15 @@ void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInf
          o.seq_len, "; use a shorter --seq-len or more data");
 }
 
-// Degrees from the flags: dp = 0 takes what cp x tp leave of the world.
-Degrees degrees(const TrainOptions& o, int world) {
-  if (o.cp < 1) fail("--cp ", o.cp, " must be at least 1");
-  if (o.tp < 1) fail("--tp ", o.tp, " must be at least 1");
-  if (o.dp < 0) fail("--dp ", o.dp, " must be at least 1 (or 0 for world size / (cp x tp))");
-  const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world / (o.cp * o.tp));
-  return {dp, o.cp, o.tp};
-}
-
-void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size,
-                  double process_bytes) {
+void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& plan,
+                  const ModelConfig& mc, const ModelShape& shape, int threads, int node_size,
+                  int world_size, double process_bytes) {
   Layout l;  // the node split does not change memory: the world as one node
   l.process_bytes = process_bytes;
   l.ranks_per_node = world_size;
   l.threads = threads;
-  l.cp = cp;
-  l.tp = o.tp;
-  l.sequence_parallel = o.tp_sequence_parallel;
-  l.dp = world_size / (cp * o.tp);
-  l.zero = o.zero;
-  l.cp_algo = o.cp_algo;
-  l.ulysses_degree = o.ulysses_degree;
+  l.plan = plan;
+  l.plan.dp = world_size / (plan.cp * plan.tp);
   l.seq_len = o.seq_len;
   l.micro_batch = o.batch_size;
   l.grad_accum = o.grad_accum;
@@ -139,9 +93,9 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& m
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
-      << (o.zero == 3 && world_size / o.tp > 1 ? cat(" (1/", world_size / o.tp, " of them + gathered units: --zero 3)") : "")
-      << (o.tp > 1 ? cat(" (1/", o.tp, " of them: --tp ", o.tp, ")") : "")
-      << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", o.zero, ")") : "")
+      << (plan.zero == 3 && world_size / plan.tp > 1 ? cat(" (1/", world_size / plan.tp, " of them + gathered units: --zero 3)") : "")
+      << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
+      << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
       << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
       << gib(mem.scratch) << ", at start-up " << gib(mem.transient) << ", the process "
@@ -176,12 +130,6 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
     check_free_space(run->checkpoint_path(0), checkpoint_bytes, "a checkpoint in", kRunDirSpaceAdvice);
   });
   return run;
-}
-
-int64_t ulysses_group(const TrainOptions& o) { return o.cp_algo == "hybrid" ? o.ulysses_degree : 1; }
-
-CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, int64_t seq_len) {
-  return choose_cp_split(o.cp_split, mc.sliding_window, seq_len, cp / ulysses_group(o));
 }
 
 std::string latest_or_none(const RunDirectory* run) {

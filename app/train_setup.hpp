@@ -14,23 +14,18 @@
 #include "model/config.hpp"
 #include "model/llama.hpp"
 #include "model/shard.hpp"
+#include "parallel/parallel_plan.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
 
 std::string gib(double bytes);  // "1.25 GiB"
 
-// Everything about the options and inputs that can be checked on every rank alike.
-// `schedule`: the run's lengths (--seq-len-schedule, then --seq-len), each checked as
+// Everything about the options, the plan and the inputs that can be checked on every rank
+// alike. `schedule`: the run's lengths (--seq-len-schedule, then --seq-len), each checked as
 // --seq-len is.
-void check_inputs(const TrainOptions& o, const ModelConfig& mc, const DatasetInfo& ds, int64_t cp,
-                  const SeqLenSchedule& schedule);
-
-// The mesh's degrees from the flags: dp = 0 takes what cp x tp leave of the world.
-struct Degrees {
-  int64_t dp, cp, tp;
-};
-Degrees degrees(const TrainOptions& o, int world);
+void check_inputs(const TrainOptions& o, const ParallelPlan& plan, const ModelConfig& mc,
+                  const DatasetInfo& ds, const SeqLenSchedule& schedule);
 
 // Prints the memory estimate per rank (model, optimizer, activations, the step's
 // micro-batches, the cp attention's buffers) and throws when it exceeds what the rank may
@@ -38,9 +33,9 @@ Degrees degrees(const TrainOptions& o, int world);
 // `node_size` ranks of the node. The world size and --zero decide the ranks the AdamW moments
 // are split over. `process_bytes`: what the process held before it read anything (code,
 // libraries, MPI). The estimate is `lctrain plan`'s too (parallel/layout_model.hpp).
-void check_memory(std::ostream& out, const TrainOptions& o, const ModelConfig& mc,
-                  const ModelShape& shape, int64_t cp, int threads, int node_size, int world_size,
-                  double process_bytes);
+void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& plan,
+                  const ModelConfig& mc, const ModelShape& shape, int threads, int node_size,
+                  int world_size, double process_bytes);
 
 // Rank 0 locks the run directory for the whole run, removes what killed writers left, and
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its
@@ -53,12 +48,6 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 
 // "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
 std::string latest_or_none(const RunDirectory* run);
-
-// The cp ranks of one Ulysses group (--ulysses-degree under --cp-algo hybrid, else 1), and
-// the split --cp-split resolves to for this model, sequences of `seq_len` and cp (the ring has
-// cp / group ranks).
-int64_t ulysses_group(const TrainOptions& o);
-CpSplit cp_split_of(const TrainOptions& o, const ModelConfig& mc, int64_t cp, int64_t seq_len);
 
 // Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering

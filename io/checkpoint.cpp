@@ -32,8 +32,8 @@ void for_each_state_field(State& s, Visit&& v) {
 template <class Layout, class Visit>
 void for_each_layout_field(Layout& l, Visit&& v) {
   v("world_size", l.world_size);
-  v("dp", l.dp);
-  v("cp", l.cp);
+  v("dp", l.plan.dp);
+  v("cp", l.plan.cp);
   v("seq_len", l.seq_len);
   v("batch_size", l.batch_size);
   v("grad_accum", l.grad_accum);

@@ -17,6 +17,7 @@
 #include "common/provenance.hpp"
 #include "model/params.hpp"
 #include "model/tp.hpp"
+#include "parallel/parallel_plan.hpp"
 #include "train/state.hpp"
 
 namespace lct {
@@ -25,11 +26,13 @@ namespace lct {
 // counts sequences of the step's length); the degrees and the batch shape may change (checkpoints hold every tensor
 // whole), bit-exactly only when all of them stay.
 struct RunLayout {
-  int64_t world_size = 1, dp = 1, cp = 1, seq_len = 0, batch_size = 1, grad_accum = 1;
+  int64_t world_size = 1;
+  ParallelPlan plan;             // the checkpoint records its dp and cp
+  int64_t seq_len = 0, batch_size = 1, grad_accum = 1;
   std::string seq_len_schedule;  // the stages before seq_len ("" = none; app/curriculum.hpp)
-  int64_t sequences_per_step() const { return dp * batch_size * grad_accum; }
+  int64_t sequences_per_step() const { return plan.dp * batch_size * grad_accum; }
   bool operator==(const RunLayout& o) const {
-    return world_size == o.world_size && dp == o.dp && cp == o.cp && seq_len == o.seq_len &&
+    return world_size == o.world_size && plan.dp == o.plan.dp && plan.cp == o.plan.cp && seq_len == o.seq_len &&
            batch_size == o.batch_size && grad_accum == o.grad_accum &&
            seq_len_schedule == o.seq_len_schedule;
   }

@@ -4,6 +4,7 @@
 // (attention compute, and communication they wait for).
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "common/clock.hpp"
 #include "kernels/attention.hpp"
@@ -21,6 +22,19 @@ class AttentionOp {
   // construction: the ring's shared-memory hops tell; 0 where no exchange can.
   virtual double peer_wait_s() const { return 0; }
   virtual bool tells_peer_wait() const { return false; }  // whether peer_wait_s can be non-zero
+  // The ring that carries this op's K/V, if any (a ring's own; a hybrid's, across its
+  // Ulysses groups), for the start-up and closing reports: where this rank's hops go
+  // ("shm to rank 1, shm from rank 3"), its traffic, and how many of its steps the last
+  // micro-batch took. ranks = 0 where there is no ring.
+  struct RingReport {
+    std::string transport;
+    size_t bytes_sent = 0, bytes_sent_shm = 0;
+    int steps = 0, ranks = 0;
+  };
+  virtual RingReport ring_report() const { return {}; }
+  // Where every rank's ring hops go, one text for the group (collective over the cp group:
+  // every rank calls it); "" where there is no ring.
+  virtual std::string ring_hops() const { return ""; }
   // The tags of the tokens every call until the next new_tokens() will carry (the model
   // calls it once per micro-batch, before its first layer; n tokens on this rank): a cp
   // attention may plan its exchanges here, once (which blocks anyone sees under `window`).

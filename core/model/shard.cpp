@@ -4,13 +4,6 @@
 
 namespace lct {
 
-CpSplit choose_cp_split(const std::string& option, int64_t window, int64_t S, int64_t N) {
-  if (option == "zigzag") return CpSplit::Zigzag;
-  if (option == "contiguous") return CpSplit::Contiguous;
-  if (option != "auto") fail("--cp-split ", option, ": use auto, zigzag or contiguous");
-  return window > 0 && window <= S / N ? CpSplit::Contiguous : CpSplit::Zigzag;
-}
-
 const char* cp_split_name(CpSplit split) { return split == CpSplit::Zigzag ? "zigzag" : "contiguous"; }
 
 std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, CpSplit split,

@@ -25,10 +25,7 @@ namespace lct {
 
 enum class CpSplit { Zigzag, Contiguous };
 
-// --cp-split: "zigzag", "contiguous", or "auto": contiguous where a sliding window fits in
-// one ring position's share of a sequence (0 < window <= S/N, N the ring's ranks: cp, or
-// cp / U in hybrid), zigzag otherwise.
-CpSplit choose_cp_split(const std::string& option, int64_t window, int64_t S, int64_t N);
+// The split a run takes is its plan's choice (ParallelPlan::split_for).
 const char* cp_split_name(CpSplit split);
 
 // Stream indices of the full batch that rank r holds, in its local order.

@@ -10,17 +10,7 @@ namespace lct {
 
 namespace {
 
-// U splits the heads: it divides H, and divides KV or is a multiple of it (replicated).
-bool splits_heads(int64_t U, int64_t H, int64_t KV) { return H % U == 0 && (KV % U == 0 || U % KV == 0); }
-
-// Degrees U that would work: divide cp and split the heads. Listed in the error message.
-std::string workable_degrees(int64_t cp, int64_t H, int64_t KV) {
-  std::string s;
-  for (int64_t u = 1; u <= cp; ++u)
-    if (cp % u == 0 && splits_heads(u, H, KV)) s += (s.empty() ? "" : ", ") + std::to_string(u);
-  return s;
-}
-
+// U, after the degree check (the same on every rank, before any communicator is split).
 int checked(MPI_Comm cp, int U, int64_t H, int64_t KV) {
   HybridAttention::check_degree(comm_size(cp), U, H, KV);
   return U;
@@ -28,15 +18,7 @@ int checked(MPI_Comm cp, int U, int64_t H, int64_t KV) {
 }  // namespace
 
 void HybridAttention::check_degree(int64_t cp, int64_t U, int64_t H, int64_t KV) {
-  if (U < 1 || cp % U != 0)
-    fail("--cp-algo hybrid lays the ", cp, " cp ranks out as --ulysses-degree x ring, but ",
-         "--ulysses-degree ", U, " does not divide --cp ", cp, "; use one of: ",
-         workable_degrees(cp, H, KV), " (usually the cp ranks on one node)");
-  if (!splits_heads(U, H, KV))
-    fail("--cp-algo hybrid splits the heads over the --ulysses-degree ", U, " ranks, but the ",
-         "model has ", H, " query heads and ", KV, " key/value heads: the query heads must be ",
-         "divisible by --ulysses-degree, and the key/value heads by it or it by them; use one of: ",
-         workable_degrees(cp, H, KV));
+  check_hybrid_degree(cp, U, H, KV);
 }
 
 double HybridAttention::buffer_bytes(int U, int64_t Tl, int64_t H, int64_t KV, int64_t D,

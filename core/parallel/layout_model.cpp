@@ -3,25 +3,22 @@
 #include <algorithm>
 #include <cmath>
 
-#include "parallel/hybrid_attention.hpp"
+#include "parallel/cp_attention.hpp"
 #include "parallel/reducer.hpp"
-#include "parallel/ring_attention.hpp"
-#include "parallel/ulysses_attention.hpp"
 #include "parallel/zero3.hpp"
 
 namespace lct {
 
 RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l) {
   // --tp: a rank's slices of the weights, and the activations and cp buffers of its heads.
-  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads), int(l.tp));
-  const int64_t Tl = shape.max_tokens, H = mc.num_attention_heads / l.tp,
-                KV = mc.num_key_value_heads / l.tp, D = mc.head_dim();
+  const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads), int(l.plan.tp));
+  const int64_t Tl = shape.max_tokens;
   RankMemory r;
   // --zero 2 keeps the whole gradient buffer (backward writes it); --zero 3 holds a shard of
   // the parameters and gradients and the units gathered for the pass.
-  const ParamLayout layout = ParamLayout::llama(mc, int(l.tp));
-  const int world = int(l.world() / l.tp);  // the ranks gradients are summed over
-  r.params_grads = l.zero == 3 && world > 1 ? double(MpiParamShards::bytes_for(layout, mc, world))
+  const ParamLayout layout = ParamLayout::llama(mc, int(l.plan.tp));
+  const int world = int(l.world() / l.plan.tp);  // the ranks gradients are summed over
+  r.params_grads = l.plan.zero == 3 && world > 1 ? double(MpiParamShards::bytes_for(layout, mc, world))
                                             : double(m.params_grads);
   r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
   r.activations = double(m.activations);
@@ -29,16 +26,10 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // normalised by the whole step's targets): 5 int32 per token each, plus the whole
   // sequences of the one being split over cp.
   r.batches = 20.0 * (double(l.grad_accum) * double(Tl) + double(l.micro_batch) * double(l.seq_len));
-  const int cp = int(l.cp);
-  const double cp_buffers =
-      cp == 1                   ? 0
-      : l.cp_algo == "ring"     ? RingAttention::buffer_bytes(Tl, H, KV, D, shape.precision)
-      : l.cp_algo == "ulysses"  ? UlyssesAttention::buffer_bytes(cp, Tl, H, KV, D, shape.precision)
-      : l.cp_algo == "hybrid"   ? HybridAttention::buffer_bytes(int(l.ulysses_degree), Tl, H, KV, D, shape.precision)
-                                : AllGatherAttention::buffer_bytes(cp, Tl, H, KV, D, shape.precision);
+  const double cp_buffers = cp_attention_bytes(l.plan, mc, Tl, shape.precision);
   // The gradient reduction's buffers (MPI's scratch included) by stage.
   r.scratch = double(m.scratch) + cp_buffers +
-              double(MpiStepReducer::scratch_bytes(layout.total, world, int(l.zero), shape.precision));
+              double(MpiStepReducer::scratch_bytes(layout.total, world, int(l.plan.zero), shape.precision));
   // What start-up holds beyond what a step holds. Checkpoints are written and read by parts
   // (each rank its own blocks, straight from and into its own buffers), so neither a write
   // nor a resume holds a whole copy: only start-up holds anything extra. It reads the model
@@ -48,8 +39,8 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // start-up and a step: a step's total plus what start-up holds beyond what it has not
   // allocated yet (nothing on one rank, under ZeRO over dp, or ZeRO-3; about P under tp).
   const double P = double(layout.total) * 4, whole = double(ParamLayout::llama(mc).total) * 4;
-  const bool zero3 = l.zero == 3 && world > 1;
-  const double startup = whole + (l.tp > 1 ? P : 0.0);
+  const bool zero3 = l.plan.zero == 3 && world > 1;
+  const double startup = whole + (l.plan.tp > 1 ? P : 0.0);
   const double not_yet = r.optimizer + (zero3 ? r.activations + double(m.scratch) : 0.0);
   r.transient = std::max(0.0, startup - not_yet);
   r.process = l.process_bytes;
@@ -103,14 +94,14 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   StepPrediction p;
   // --tp: a rank computes 1/tp of every layer (its heads, SwiGLU rows and vocabulary rows;
   // the norms, repeated on every tp rank, are left out) and carries its heads on the cp links.
-  const double tp = double(l.tp);
+  const double tp = double(l.plan.tp);
   const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads) / tp,
                D = double(mc.head_dim()), H = double(mc.num_attention_heads) / tp;
   const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
   const double micro = double(l.grad_accum);
   const double Tl = double(l.local_tokens());
   const double pairs = double(l.micro_batch) * sequence_pairs(l.seq_len, mc.sliding_window) /
-                       double(l.cp);  // a rank's share: zigzag balances causal work
+                       double(l.plan.cp);  // a rank's share: zigzag balances causal work
   // Recomputation: attention checkpointing runs the attention forward again, full
   // checkpointing the whole layer's forward.
   const double attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
@@ -123,18 +114,18 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   // 2 (tp - 1) / tp of them): per layer 2 forward (after o_proj, down_proj), 2 backward (the
   // q/k/v and gate/up input gradients), 2 more for a recomputed forward; per micro-batch
   // the embedding's and the LM head's input gradient.
-  if (l.tp > 1) {
+  if (l.plan.tp > 1) {
     const double per = 2 * (tp - 1) / tp * Tl * double(mc.hidden_size) * 4;
     const double count = L * (layer_mult > 1 ? 6 : 4) + 2;
     p.tp_bytes = micro * count * per;
-    p.tp_s = link_s(r, l, l.tp, p.tp_bytes, micro * count * 2 * (tp - 1));
+    p.tp_s = link_s(r, l, l.plan.tp, p.tp_bytes, micro * count * 2 * (tp - 1));
   }
 
   // Context parallelism, per layer and micro-batch.
   const double e = l.precision == Precision::Bf16 ? 2.0 : 4.0;
-  if (l.cp > 1) {
-    const double n = double(l.cp);
-    if (l.cp_algo == "ring") {
+  if (l.plan.cp > 1) {
+    const double n = double(l.plan.cp);
+    if (l.plan.cp_algo == CpAlgo::Ring) {
       // Forward: K|V (+ int32 idx and doc tags) make cp - 1 hops. Backward: the same, plus
       // the fp32 dK|dV travelling with them and one hop home. A recomputed forward repeats
       // the forward's hops.
@@ -145,17 +136,17 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
       // Inside a node a hop is a copy the CPU makes: all of it shows. Across nodes the
       // network moves it while the block in hand is computed: only the excess shows.
       const double hops = fwd_hops + n;
-      const double comm = link_s(r, l, l.cp, bytes, hops);
-      const double hidden = spans_nodes(l, l.cp) ? attn_s * attn_mult : 0.0;  // this layer's attention
+      const double comm = link_s(r, l, l.plan.cp, bytes, hops);
+      const double hidden = spans_nodes(l, l.plan.cp) ? attn_s * attn_mult : 0.0;  // this layer's attention
       p.cp_exposed_s = micro * L * std::max(0.0, comm - hidden);
-    } else if (l.cp_algo == "ulysses") {
+    } else if (l.plan.cp_algo == CpAlgo::Ulysses) {
       // Forward: q, k, v to the head split and o back, (n - 1) / n of each leaves the rank;
       // backward: dout, q, k, v, o in and dq, dk, dv (fp32) out, about twice that.
       const double fwd = Tl * (2 * H + 2 * KV) * D * e * (n - 1) / n;
       const double bwd = Tl * ((3 * H + 2 * KV) * D * e + (H + 2 * KV) * D * 4) * (n - 1) / n;
       const double bytes = fwd * (l.checkpointing == Checkpointing::None ? 1 : 2) + bwd;
       p.cp_bytes = micro * L * bytes;
-      p.cp_exposed_s = micro * L * link_s(r, l, l.cp, bytes, 8 * (n - 1));  // all-to-alls block
+      p.cp_exposed_s = micro * L * link_s(r, l, l.plan.cp, bytes, 8 * (n - 1));  // all-to-alls block
     }
   }
 
@@ -169,14 +160,14 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   // None of it overlaps compute on a CPU (measured: a gather posted early is copied inside
   // the next MPI call), so all of it counts.
   // (--tp: over the dp x cp ranks, each tp rank's slices.)
-  const double W = double(l.world() / l.tp), params = double(ParamLayout::llama(mc, int(l.tp)).total);
+  const double W = double(l.world() / l.plan.tp), params = double(ParamLayout::llama(mc, int(l.plan.tp)).total);
   if (W > 1) {
     const double part = (W - 1) / W * params;
-    p.grad_bytes = l.zero == 0   ? 2 * part * e
-                   : l.zero == 1 ? 2 * part * e + part * 4
-                   : l.zero == 2 ? part * e + part * 4
+    p.grad_bytes = l.plan.zero == 0   ? 2 * part * e
+                   : l.plan.zero == 1 ? 2 * part * e + part * 4
+                   : l.plan.zero == 2 ? part * e + part * 4
                                  : 3 * part * 4 * micro;
-    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, 2 * (W - 1) * (l.zero == 3 ? micro : 1));
+    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, 2 * (W - 1) * (l.plan.zero == 3 ? micro : 1));
   }
   p.optimizer_s = params / double(l.ranks_sharing_state()) * r.adam_param_s * scale;
   return p;

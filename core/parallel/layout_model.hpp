@@ -8,29 +8,25 @@
 
 #include "model/config.hpp"
 #include "model/llama.hpp"
+#include "parallel/parallel_plan.hpp"
 
 namespace lct {
 
-// One way of running a step: the train flags that decide cost. Ranks are laid out tp
-// innermost, then cp, then dp (mesh.hpp): a cp group spans nodes only when cp exceeds the
-// ranks of a node.
+// One way of running a step: the parallel plan and the other train flags that decide cost.
+// Ranks are laid out tp innermost, then cp, then dp (mesh.hpp): a cp group spans nodes only
+// when cp exceeds the ranks of a node.
 struct Layout {
   int64_t nodes = 1, ranks_per_node = 1, threads = 1;  // threads per rank
-  int64_t cp = 1, dp = 1;
-  int64_t tp = 1;                   // tensor parallelism: each rank holds 1/tp of every layer
-  bool sequence_parallel = false;   // with tp: the residual stream split by tokens (the same bytes)
-  int64_t zero = 0;                 // sharding stage of the optimizer state (over dp x cp)
+  ParallelPlan plan;                // dp x cp x tp = nodes x ranks_per_node
   double process_bytes = 0;         // the process itself (code, libraries, MPI): measured by the caller
-  std::string cp_algo = "ring";     // ring | allgather | ulysses | hybrid
-  int64_t ulysses_degree = 0;       // hybrid only
   int64_t seq_len = 0;              // S
   int64_t micro_batch = 1;          // sequences per micro-batch of a dp replica (--batch-size)
   int64_t grad_accum = 1;           // micro-batches per step
   Checkpointing checkpointing = Checkpointing::None;
   Precision precision = Precision::Fp32;
   int64_t world() const { return nodes * ranks_per_node; }
-  int64_t local_tokens() const { return micro_batch * seq_len / cp; }  // T of one rank's micro-batch
-  int64_t ranks_sharing_state() const { return zero >= 1 ? world() / tp : 1; }  // over which moments split
+  int64_t local_tokens() const { return micro_batch * seq_len / plan.cp; }  // T of one rank's micro-batch
+  int64_t ranks_sharing_state() const { return plan.zero >= 1 ? world() / plan.tp : 1; }  // over which moments split
 };
 
 // Bytes of one rank, by what holds them.

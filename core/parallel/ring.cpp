@@ -17,17 +17,6 @@
 
 namespace lct {
 
-CpTransport parse_cp_transport(const std::string& s) {
-  if (s == "mpi") return CpTransport::Mpi;
-  if (s == "shm") return CpTransport::Shm;
-  if (s == "auto") return CpTransport::Auto;
-  fail("--cp-transport ", s, ": use auto, shm or mpi");
-}
-
-const char* cp_transport_name(CpTransport t) {
-  return t == CpTransport::Mpi ? "mpi" : t == CpTransport::Shm ? "shm" : "auto";
-}
-
 namespace {
 
 std::atomic<bool> g_stall_next_hop{false};

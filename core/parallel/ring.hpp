@@ -16,11 +16,10 @@
 #include <memory>
 #include <string>
 
+#include "parallel/parallel_plan.hpp"  // CpTransport
 #include "sys/memory.hpp"
 
 namespace lct {
-
-enum class CpTransport { Mpi, Shm, Auto };
 
 // What a transport has done since construction; sums over several transports with +=.
 struct RingCounters {
@@ -37,8 +36,6 @@ struct RingCounters {
     return *this;
   }
 };
-CpTransport parse_cp_transport(const std::string& s);  // "mpi", "shm", "auto"
-const char* cp_transport_name(CpTransport t);
 
 class RingTransport {
  public:

@@ -79,7 +79,12 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   double peer_wait_s() const override { return counters().peer_wait_s; }
   bool tells_peer_wait() const override { return kv_ring_->sends_shm(); }
   std::string describe() const { return kv_ring_->describe(); }
-  std::string hops() const { return ring_hops(*kv_ring_, comm_); }  // collective
+  std::string hops() const { return lct::ring_hops(*kv_ring_, comm_); }  // collective
+  RingReport ring_report() const override {
+    const RingCounters c = counters();
+    return {describe(), c.bytes_sent, c.bytes_sent_shm, steps_, n_};
+  }
+  std::string ring_hops() const override { return hops(); }
   // The size of every buffer below: the constructor allocates these, and the memory estimate
   // made before any is allocated (buffer_bytes) is their sum.
   struct Sizes {

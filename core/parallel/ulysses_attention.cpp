@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "parallel/parallel_plan.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 
@@ -23,13 +24,7 @@ std::unique_ptr<AttentionOp> local_inner(MPI_Comm cp, int64_t Tl, int64_t H, int
 }
 }  // namespace
 
-void UlyssesAttention::check_degree(int64_t cp, int64_t H, int64_t KV) {
-  if (H % cp != 0 || (KV % cp != 0 && cp % KV != 0))
-    fail("--cp-algo ulysses splits the heads over the ", cp, " cp ranks, but the model has ", H,
-         " query heads and ", KV, " key/value heads: the query heads must be divisible by cp, ",
-         "and the key/value heads by cp or cp by them (then replicated); use --cp-algo ring, or "
-         "a cp that divides ", H, " and divides or is a multiple of ", KV);
-}
+void UlyssesAttention::check_degree(int64_t cp, int64_t H, int64_t KV) { check_ulysses_heads(cp, H, KV); }
 
 std::string UlyssesAttention::replication_note(int64_t n, int64_t H, int64_t KV, const char* who) {
   if (kv_replicas(n, KV) == 1) return "";

@@ -46,6 +46,8 @@ class UlyssesAttention : public AttentionOpOf<UlyssesAttention> {
   size_t bytes_sent() const override { return bytes_sent_ + inner_->bytes_sent(); }
   double peer_wait_s() const override { return inner_->peer_wait_s(); }  // a hybrid's ring
   bool tells_peer_wait() const override { return inner_->tells_peer_wait(); }
+  RingReport ring_report() const override { return inner_->ring_report(); }  // a hybrid's ring
+  std::string ring_hops() const override { return inner_->ring_hops(); }
   const AttentionOp& inner() const { return *inner_; }
   // The inner op plans for the group's whole sequence (a hybrid's ring skips hops too).
   void new_tokens(TokenTags tags, int64_t n, int64_t window) override;

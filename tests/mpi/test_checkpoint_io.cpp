@@ -70,7 +70,7 @@ struct Fixture {
     s.step = step;
     s.data_epoch = 1;
     s.data_cursor = 7;
-    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, 1, n, 64, 1, 1, ""},
+    return {&config, &layout, p.data(), m.data(), v.data(), s, {n, {1, n}, 64, 1, 1, ""},
             {0, r, 1, 7}};
   }
 };
@@ -109,7 +109,7 @@ TEST(CheckpointIo, ParallelWriteReadsBackOnEveryRank) {
                Error);
   // Other degrees and batch shape: read whole, whatever the rank's coordinates.
   RunLayout regrouped = c.run;
-  regrouped.dp = 2 * regrouped.world_size;
+  regrouped.plan.dp = 2 * regrouped.world_size;
   regrouped.batch_size = 3;
   std::fill(p.begin(), p.end(), 0.0f);
   EXPECT_EQ(read_checkpoint(path, fx.config, fx.layout, {p.data(), m.data(), v.data()}, regrouped,
@@ -213,7 +213,7 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
   // The reference: rank 0 alone, whole arrays.
   const std::string ref = dir + "/gathered.h5";
   if (r == 0)
-    write_checkpoint(ref, {&c, &full, p.data(), m.data(), v.data(), s, {1, 1, 1, 64, 1, 1, ""}, {0, 0, 0, 0}},
+    write_checkpoint(ref, {&c, &full, p.data(), m.data(), v.data(), s, {1, {1, 1}, 64, 1, 1, ""}, {0, 0, 0, 0}},
                      {}, MPI_COMM_SELF);
   MPI_Barrier(MPI_COMM_WORLD);
   auto read_all = [&](const std::string& path, const RunLayout& run, int world_rank, const RankState& rs) {
@@ -222,7 +222,7 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
     read_checkpoint(path, c, full, {a.data(), b.data(), d.data()}, run, world_rank, rs, &saved);
     return std::vector<std::vector<float>>{a, b, d};
   };
-  const auto want = read_all(ref, {1, 1, 1, 64, 1, 1, ""}, 0, {0, 0, 0, 0});
+  const auto want = read_all(ref, {1, {1, 1}, 64, 1, 1, ""}, 0, {0, 0, 0, 0});
   struct Case {
     const char* name;
     int tp;     // the tp group: consecutive ranks
@@ -263,7 +263,7 @@ TEST(CheckpointIo, RanksWritingTheirOwnPartsEqualTheGatheredWrite) {
       parts.exp_avg_sq = {sv.data(), pieces};
     }
     const std::string path = dir + "/parts.h5";
-    const RunLayout run{n, n, 1, 64, 1, 1, ""};
+    const RunLayout run{n, {n, 1}, 64, 1, 1, ""};
     CheckpointView view{&c, &full, nullptr, nullptr, nullptr, s, run, {r, 0, 0, 0}, &parts};
     write_checkpoint(path, view, {}, MPI_COMM_WORLD);
     const auto got = read_all(path, run, r, {r, 0, 0, 0});
@@ -292,7 +292,7 @@ TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
   const std::vector<float>&p = whole.p, &m = whole.m, &v = whole.v;
   TrainState s;
   s.step = 4;
-  const RunLayout one{1, 1, 1, 64, 1, 1, ""};
+  const RunLayout one{1, {1, 1}, 64, 1, 1, ""};
   const std::string whole_file = dir + "/whole.h5", parts_file = dir + "/parts.h5";
   if (r == 0)
     write_checkpoint(whole_file, {&c, &full, p.data(), m.data(), v.data(), s, one, {0, 0, 0, 0}}, {},
@@ -308,7 +308,7 @@ TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
     const CheckpointParts parts{&local, tp, {lp.data(), all}, {lm.data(), all}, {lv.data(), all},
                                 lp.data(), local.total};
     write_checkpoint(parts_file,
-                     {&c, &full, nullptr, nullptr, nullptr, s, {n, 1, 1, 64, 1, 1, ""}, {0, 0, 0, 0}, &parts},
+                     {&c, &full, nullptr, nullptr, nullptr, s, {n, {1, 1}, 64, 1, 1, ""}, {0, 0, 0, 0}, &parts},
                      {}, MPI_COMM_WORLD);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -357,7 +357,7 @@ TEST(CheckpointIo, ReadingOwnPartsEqualsThePartsOfTheWholeRead) {
       std::vector<float> gp(count(p_ranges), -1.0f), gm(count(m_ranges), -1.0f), gv(gm.size(), -1.0f);
       const CheckpointTargets into{&local, tp, {gp.data(), p_ranges}, {gm.data(), m_ranges}, {gv.data(), m_ranges}};
       // Another layout than the file's: read whatever the rank's coordinates.
-      EXPECT_EQ(read_checkpoint(file, c, full, into, {n, n / k.tp, 1, 64, 2, 1, ""}, r, {r, 0, 0, 0}, &saved).step, 4);
+      EXPECT_EQ(read_checkpoint(file, c, full, into, {n, {n / k.tp, 1}, 64, 2, 1, ""}, r, {r, 0, 0, 0}, &saved).step, 4);
       EXPECT_EQ(gp, want_p) << k.name << ", " << file << ": parameters";
       EXPECT_EQ(gm, want_m) << k.name << ", " << file << ": exp_avg";
       EXPECT_EQ(gv, want_v) << k.name << ", " << file << ": exp_avg_sq";

@@ -167,9 +167,9 @@ TEST(Tp, MemoryEstimateCountsTheSlicesAndWhatStartUpHolds) {
   auto estimate = [&](int64_t tp, int64_t dp, int64_t zero) {
     Layout l;
     l.ranks_per_node = tp * dp;
-    l.tp = tp;
-    l.dp = dp;
-    l.zero = zero;
+    l.plan.tp = tp;
+    l.plan.dp = dp;
+    l.plan.zero = zero;
     l.seq_len = 256;
     return estimate_rank_memory(c, shape, l);
   };

@@ -1,0 +1,56 @@
+#include "app/parallel_options.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+namespace {
+
+// Every value of an enum in the order the options list them, named by `name`.
+template <class E, size_t N>
+std::vector<std::string> names_of(const E (&values)[N], const char* (*name)(E)) {
+  std::vector<std::string> out;
+  for (E v : values) out.push_back(name(v));
+  return out;
+}
+
+template <class E, size_t N>
+E parse(const std::string& text, const char* option, const E (&values)[N], const char* (*name)(E)) {
+  for (E v : values)
+    if (text == name(v)) return v;
+  std::string list;
+  for (const std::string& n : names_of(values, name)) list += (list.empty() ? "" : ", ") + n;
+  fail(option, " ", text, ": use one of ", list);
+}
+
+constexpr CpAlgo kAlgos[] = {CpAlgo::Ring, CpAlgo::AllGather, CpAlgo::Ulysses, CpAlgo::Hybrid};
+constexpr CpTransport kTransports[] = {CpTransport::Auto, CpTransport::Shm, CpTransport::Mpi};
+constexpr CpSplitChoice kSplits[] = {CpSplitChoice::Auto, CpSplitChoice::Zigzag, CpSplitChoice::Contiguous};
+
+}  // namespace
+
+std::vector<std::string> cp_algo_names() { return names_of(kAlgos, cp_algo_name); }
+std::vector<std::string> cp_transport_names() { return names_of(kTransports, cp_transport_name); }
+std::vector<std::string> cp_split_names() { return names_of(kSplits, cp_split_choice_name); }
+CpAlgo parse_cp_algo(const std::string& name) { return parse(name, "--cp-algo", kAlgos, cp_algo_name); }
+
+ParallelPlan parallel_plan(const TrainOptions& o, int world) {
+  if (o.cp < 1) fail("--cp ", o.cp, " must be at least 1");
+  if (o.tp < 1) fail("--tp ", o.tp, " must be at least 1");
+  if (o.dp < 0) fail("--dp ", o.dp, " must be at least 1 (or 0 for world size / (cp x tp))");
+  ParallelPlan p;
+  p.dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world / (o.cp * o.tp));
+  p.cp = o.cp;
+  p.tp = o.tp;
+  p.sequence_parallel = o.tp_sequence_parallel;
+  p.zero = o.zero;
+  p.cp_algo = parse_cp_algo(o.cp_algo);
+  p.cp_split = parse(o.cp_split, "--cp-split", kSplits, cp_split_choice_name);
+  p.cp_transport = parse(o.cp_transport, "--cp-transport", kTransports, cp_transport_name);
+  p.ulysses_degree = o.ulysses_degree;
+  return p;
+}
+
+}  // namespace lct
