@@ -341,9 +341,9 @@ def sigusr1_on_two_ranks_checkpoints_exits_85_and_resumes_to_the_same_loss():
 
 @case
 def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
-    """What the README (Exit codes) says of SIGTERM under mpirun: mpirun forwards it, the ranks
+    """What docs/operations.md (Exit codes) says of SIGTERM under mpirun: mpirun forwards it, the ranks
     checkpoint and print exit code 85, and Open MPI's mpirun itself returns 1; --resume auto
-    then continues. If a later Open MPI returns 85, this fails and the README must change."""
+    then continues. If a later Open MPI returns 85, this fails and docs/operations.md must change."""
     fixture()
     # --log-every 100: the tiny model's steps take about a millisecond. With a line per step
     # (a thousand lines a second through mpirun's output forwarding) the ranks were killed
@@ -366,7 +366,7 @@ def sigterm_under_mpirun_checkpoints_prints_85_and_mpirun_returns_1():
 
 @case
 def sigterm_under_mpirun_with_a_longer_grace_checkpoints_with_a_line_per_step():
-    """What the README advises for steps longer than Open MPI's 1 s SIGKILL grace: a longer
+    """What docs/operations.md advises for steps longer than Open MPI's 1 s SIGKILL grace: a longer
     odls_base_sigkill_timeout. With it, SIGTERM to mpirun reaches a stop checkpoint even with a
     line per step going through mpirun's output forwarding, which stops reading once signalled
     (rank 0's output never holds the stop up: tests/unit/test_io.cpp, StopAwareStdout)."""

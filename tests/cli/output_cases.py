@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Outputs a user reads: the timing table's layout (the same on one rank and on several, and
-the README's pandas lines on both), an older one-rank table continued by --resume auto,
+the pandas lines of docs/files.md on both), an older one-rank table continued by --resume auto,
 timestamped step and checkpoint lines, progress lines of eval and prepare, and the plots.
 
 Each case is one ctest test. Helpers and the runner come from cli_cases.py.
@@ -70,12 +70,12 @@ def timing_table_has_one_layout_for_every_rank_count():
 
 
 def readme_pandas_block():
-    """The README's python block that builds pandas frames from timing.h5, as printed."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+    """The python block of docs/files.md that builds pandas frames from timing.h5, as printed."""
+    with open(os.path.join(ROOT, "docs", "files.md")) as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-    blocks = [textwrap.dedent(b) for b in blocks]  # the README indents it inside a list item
+    blocks = [textwrap.dedent(b) for b in blocks]  # harmless if the page indents it inside a list item
     found = [b for b in blocks if "pd.DataFrame" in b and "timing.h5" in b]
-    assert len(found) == 1, f"wanted one README python block with pandas and timing.h5, got {len(found)}"
+    assert len(found) == 1, f"wanted one docs/files.md python block with pandas and timing.h5, got {len(found)}"
     return found[0]
 
 
@@ -84,15 +84,15 @@ def readme_pandas_lines_read_one_rank_and_two_rank_tables():
     try:
         import pandas  # noqa: F401
     except ImportError:
-        raise AssertionError("this case runs the README's pandas lines: apt-get install python3-pandas")
+        raise AssertionError("this case runs the pandas lines of docs/files.md: apt-get install python3-pandas")
     fixture()
     code = readme_pandas_block()
     print(code)
     os.makedirs("runs/default")
-    for ranks in (1, 2):  # the README's own path: runs/default/passkey/timing.h5
+    for ranks in (1, 2):  # the page's own path: runs/default/passkey/timing.h5
         train("runs/default/passkey", "--steps", "4", "--force", ranks=ranks if ranks > 1 else None)
         scope = {}
-        exec(code, scope)  # noqa: S102 - the README's lines, literally
+        exec(code, scope)  # noqa: S102 - the page's lines, literally
         steps, per_rank = scope["steps"], scope["ranks"]
         assert steps.shape[0] == 4 and list(steps["step"]) == [1, 2, 3, 4], steps
         assert "loss" in steps and "tokens_per_s" in steps, list(steps)

@@ -156,10 +156,10 @@ TEST(Tp, ModelOverSlicesTrainsTheWholeModelsLossAndGradients) {
 // Process-local (every rank computes the same). Checkpoints are written and read by parts,
 // so only start-up holds anything beyond a step: the model file's weights whole, and under tp
 // this rank's slices of them (P), freed before the AdamW moments are allocated (and under
-// ZeRO-3 before the model's activations and scratch). Measured on the 30m preset (README,
-// Tensor parallelism): fresh and resumed runs peak alike, within 10% of this estimate; the
-// estimate that counted a resume's whole copies (3 whole + 2 P under tp) was 26-30% above a
-// fresh start.
+// ZeRO-3 before the model's activations and scratch). Measured on the 30m preset
+// (docs/results/2026-11-23-plan-vs-measured.md): fresh and resumed runs peak alike, within
+// 10% of this estimate; the estimate that counted a resume's whole copies (3 whole + 2 P
+// under tp) was 26-30% above a fresh start.
 TEST(Tp, MemoryEstimateCountsTheSlicesAndWhatStartUpHolds) {
   const ModelConfig c = tp_config(false);
   const ModelShape shape{256, 256, Checkpointing::None, {32, 32}, test_isa()};
