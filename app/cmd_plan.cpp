@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -18,125 +17,16 @@
 
 #include "app/context.hpp"
 #include "app/parallel_options.hpp"
+#include "app/plan_calibration.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
-#include "common/rng.hpp"
-#include "common/stats.hpp"
 #include "io/model_file.hpp"
-#include "model/flops.hpp"
-#include "model/init.hpp"
 #include "parallel/layout_model.hpp"
 #include "sys/memory.hpp"
-#include "train/optimizer.hpp"
 
 namespace lct {
 
 namespace {
-
-// One document of T random tokens.
-Batch calibration_batch(const ModelConfig& mc, int64_t T) {
-  Batch b;
-  b.B = 1;
-  b.S = T;
-  for (int64_t i = 0; i < T; ++i) {
-    b.tokens.push_back(int32_t(mix64(uint64_t(i) + 1) % uint64_t(mc.vocab_size)));
-    b.doc.push_back(0);
-    b.idx.push_back(int32_t(i));
-    b.pos.push_back(int32_t(i));
-  }
-  for (int64_t i = 0; i < T; ++i) b.targets.push_back(i + 1 < T ? b.tokens[size_t(i + 1)] : -1);
-  return b;
-}
-
-struct PassSeconds {
-  double fwd_bwd = 0, fwd = 0;  // attention's time taken out of both
-  double attn = 0, attn_fwd = 0;
-};
-
-// A model of `layers` of mc's layers on T tokens: median seconds of forward+backward and of
-// forward, with attention's share (the clock's attention phases) apart.
-PassSeconds time_passes(ModelConfig mc, int64_t layers, int64_t T, const Context& ctx, Precision p) {
-  mc.num_hidden_layers = layers;
-  const ModelShape shape{T, T, Checkpointing::None, {128, 128}, ctx.attention_isa(p), p};
-  LlamaModel model(mc, shape);
-  llama_init(model.layout(), mc, 1, model.params());
-  const Batch b = calibration_batch(mc, T);
-  PassSeconds s;
-  PhaseClock clock;
-  auto attn = [&] { return clock.seconds[size_t(Phase::AttnFwd)] + clock.seconds[size_t(Phase::AttnBwd)]; };
-  std::vector<double> a, af;
-  s.fwd_bwd = median_seconds(3, [&] {
-    model.zero_grads();
-    clock.reset();
-    model.forward_backward(b, 1.0f / float(T), clock);
-    a.push_back(attn());
-  });
-  s.fwd = median_seconds(3, [&] {
-    clock.reset();
-    model.forward(b, clock);
-    af.push_back(clock.seconds[size_t(Phase::AttnFwd)]);
-  });
-  s.attn = median(a);
-  s.attn_fwd = median(af);
-  s.fwd_bwd -= s.attn;
-  s.fwd -= s.attn_fwd;
-  return s;
-}
-
-// Per-token and per-pair seconds of mc's layers on the current OpenMP threads.
-Rates measure_compute(const ModelConfig& mc, const Context& ctx, Precision p) {
-  // One layer and the rest of the model (embedding, final norm, LM head, loss) on T tokens;
-  // the time outside attention is split between them by their matrix FLOPs (a subtraction
-  // of two timed models would drown in the noise of a shared machine).
-  const int64_t T = 1024;  // products big enough to run at speed
-  const PassSeconds pass = time_passes(mc, 1, T, ctx, p);
-  const double C = double(mc.hidden_size), layer = matmul_params(mc) - double(mc.vocab_size) * C;
-  const double layer_flops = layer / double(mc.num_hidden_layers), rest_flops = double(mc.vocab_size) * C;
-  const double layer_share = layer_flops / (layer_flops + rest_flops);
-  Rates r;
-  r.threads = omp_get_max_threads();
-  r.layer_token_s = pass.fwd_bwd * layer_share / double(T);
-  r.head_token_s = pass.fwd_bwd * (1 - layer_share) / double(T);
-  r.layer_fwd_share = pass.fwd / pass.fwd_bwd;
-
-  // Attention alone, at a length where most tiles are full (long contexts are made of them).
-  const int64_t S = 4096, H = mc.num_attention_heads, KV = mc.num_key_value_heads, D = mc.head_dim();
-  FlashAttention flash({S, S, H, KV, D}, {128, 128}, ctx.attention_isa(p), p);
-  Buffer<float> q(size_t(S * H * D)), k(size_t(S * KV * D)), v(k.size()), o(q.size()), lse(size_t(H * S)),
-      delta(lse.size()), dq(q.size()), dk(k.size()), dv(k.size());
-  for (Buffer<float>* x : {&q, &k, &v, &o})
-    for (size_t i = 0; i < x->size(); ++i) (*x)[i] = float(normal_at(5, uint64_t(x->size()), i));
-  std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
-  for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = int32_t(i);
-  const AttnDims d{S, S, H, KV, D, 0};
-  const TokenTags t{idx.data(), doc.data()};
-  const double fwd = median_seconds(3, [&] { flash.forward(d, q.data(), k.data(), v.data(), t, t, o.data(), lse.data()); });
-  attention_delta(o.data(), q.data(), S, H, D, delta.data());
-  const double bwd = median_seconds(3, [&] {
-    flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), q.data(), t, t, dq.data(),
-                   dk.data(), dv.data());
-  });
-  r.attn_pair_s = (fwd + bwd) / sequence_pairs(S, 0);
-  r.attn_fwd_share = fwd / (fwd + bwd);
-
-  // AdamW over one layer's parameters (clipping's multiply included: it is in the update).
-  ModelConfig one_layer = mc;
-  one_layer.num_hidden_layers = 1;
-  const ParamLayout layout = ParamLayout::llama(one_layer);
-  Buffer<float> w(layout.total), g(layout.total);
-  AdamW opt(layout, AdamWConfig{});
-  int64_t step = 0;
-  r.adam_param_s = median_seconds(3, [&] { opt.step(w.data(), g.data(), ++step, 1e-4, 1.0); }) / double(layout.total);
-  return r;
-}
-
-// A copy of 64 MiB on one thread: what a hop between ranks of a node costs (a CPU copy).
-double measure_copy_gbs() {
-  const size_t n = size_t(64) << 20;
-  Buffer<char> a(n), b(n);
-  const double s = median_seconds(3, [&] { std::memcpy(b.data(), a.data(), n); });
-  return double(n) / s / 1e9;
-}
 
 // The divisors of n, ascending, from its prime factors: trial division to sqrt(n) only, so
 // that a count of ranks in the billions still answers at once.
@@ -327,6 +217,45 @@ std::string no_layout_message(const PlanOptions& o, const Enumeration& e, double
              "--seq-len with more factors of 2");
 }
 
+// Rates on this machine, per precision: on one thread and on all of this rank's (a rank of
+// t threads gets rates in between), with the links given or measured.
+std::map<Precision, std::pair<Rates, Rates>> measure_rates(const PlanOptions& o, const Choices& ch,
+                                                           const ModelConfig& mc, const Context& ctx,
+                                                           std::ostream& out) {
+  const int all = ctx.topo.threads;
+  out << "measuring compute rates with the model's own layers on 1 and " << all << " thread(s)"
+      << (mc.vocab_size > kCalibrationVocab
+              ? cat(" (its LM head on ", kCalibrationVocab, " of its ", mc.vocab_size, " vocabulary rows, scaled)")
+              : "")
+      << "..." << std::endl;
+  std::map<Precision, std::pair<Rates, Rates>> rates;
+  const double copy_gbs = o.intra_gbs > 0 ? o.intra_gbs : measure_copy_gbs();
+  for (Precision p : ch.precisions) {
+    const double t0 = omp_get_wtime();
+    omp_set_num_threads(1);
+    Calibration one = measure_compute(mc, ctx, p);
+    omp_set_num_threads(all);
+    Calibration many = all > 1 ? measure_compute(mc, ctx, p) : one;
+    for (Rates* r : {&one.rates, &many.rates}) {
+      r->intra_gbs = copy_gbs;
+      r->inter_gbs = o.inter_gbs;
+      r->inter_latency_s = o.inter_latency_us * 1e-6;
+      out << std::setprecision(3) << (p == Precision::Bf16 ? "bf16" : "fp32") << " on " << r->threads
+          << " thread(s): per layer " << r->layer_token_s * 1e6 * r->threads << " core-us/token (forward "
+          << 100 * r->layer_fwd_share << "%), rest " << r->head_token_s * 1e6 * r->threads
+          << " core-us/token, attention " << r->attn_pair_s * 1e9 * r->threads << " core-ns/pair (forward "
+          << 100 * r->attn_fwd_share << "%), AdamW " << r->adam_param_s * 1e9 * r->threads << " core-ns/parameter\n";
+    }
+    out << std::setprecision(1) << std::fixed << "  (" << omp_get_wtime() - t0 << " s)\n" << std::defaultfloat;
+    if (const std::string w = calibration_warning(one, many); !w.empty()) out << w << "\n";
+    out << std::flush;
+    rates[p] = {one.rates, many.rates};
+  }
+  out << "links: between ranks of a node " << copy_gbs << " GB/s (" << (o.intra_gbs > 0 ? "given" : "one memcpy, measured")
+      << "), between nodes " << o.inter_gbs << " GB/s per node, " << o.inter_latency_us << " us per message (given)\n";
+  return rates;
+}
+
 }  // namespace
 
 int cmd_plan(Context& ctx) {
@@ -347,31 +276,7 @@ int cmd_plan(Context& ctx) {
   const double tokens = double(o.global_batch) * double(o.seq_len);
   if (fits.empty()) fail(no_layout_message(o, e, mem_node, cores));
 
-  // Rates on this machine, per precision.
-  out << "measuring compute rates with the model's own layers on 1 and " << ctx.topo.threads << " thread(s)..." << std::endl;
-  // On one thread and on all of this rank's: a rank of t threads gets rates in between.
-  std::map<Precision, std::pair<Rates, Rates>> rates;
-  const double copy_gbs = o.intra_gbs > 0 ? o.intra_gbs : measure_copy_gbs();
-  const int all = ctx.topo.threads;
-  for (Precision p : ch.precisions) {
-    omp_set_num_threads(1);
-    Rates one = measure_compute(mc, ctx, p);
-    omp_set_num_threads(all);
-    Rates many = all > 1 ? measure_compute(mc, ctx, p) : one;
-    for (Rates* r : {&one, &many}) {
-      r->intra_gbs = copy_gbs;
-      r->inter_gbs = o.inter_gbs;
-      r->inter_latency_s = o.inter_latency_us * 1e-6;
-      out << std::setprecision(3) << (p == Precision::Bf16 ? "bf16" : "fp32") << " on " << r->threads
-          << " thread(s): per layer " << r->layer_token_s * 1e6 * r->threads << " core-us/token (forward "
-          << 100 * r->layer_fwd_share << "%), rest " << r->head_token_s * 1e6 * r->threads
-          << " core-us/token, attention " << r->attn_pair_s * 1e9 * r->threads << " core-ns/pair (forward "
-          << 100 * r->attn_fwd_share << "%), AdamW " << r->adam_param_s * 1e9 * r->threads << " core-ns/parameter\n";
-    }
-    rates[p] = {one, many};
-  }
-  out << "links: between ranks of a node " << copy_gbs << " GB/s (" << (o.intra_gbs > 0 ? "given" : "one memcpy, measured")
-      << "), between nodes " << o.inter_gbs << " GB/s per node, " << o.inter_latency_us << " us per message (given)\n";
+  const std::map<Precision, std::pair<Rates, Rates>> rates = measure_rates(o, ch, mc, ctx, out);
 
   for (Candidate& c : fits) {
     const auto& [one, many] = rates.at(c.layout.precision);

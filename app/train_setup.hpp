@@ -49,7 +49,7 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 // "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
 std::string latest_or_none(const RunDirectory* run);
 
-// Test hook for the failure paths (README, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
+// Test hook for the failure paths (docs/operations.md, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
 // makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
 // (hang), exit at once (exit), stop in the middle of its next ring exchange (stallring),
 // spend kSlowRingMs more on every ring step's attention from then on (slowring: a slower rank, whose

@@ -6,7 +6,7 @@
 #   bash bench/scaling_table.sh [CORES_PER_NODE=64] [MEM_PER_NODE_GIB=256] [INTER_GBS=12.5] [LATENCY_US=2]
 # Assumptions (printed with the table): every node's cores compute at this machine's measured
 # per-core rates; links of INTER_GBS GB/s per node with LATENCY_US per message; plan's
-# models of the ring, the gradient all-reduce and AdamW (README, "Choosing a layout").
+# models of the ring, the gradient all-reduce and AdamW (docs/planning.md).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 bench_setup scaling

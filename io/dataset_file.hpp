@@ -1,4 +1,4 @@
-// The dataset file (format in README "Dataset file"): token ids in /tokens, document
+// The dataset file (format in docs/files.md, "Dataset file"): token ids in /tokens, document
 // boundaries in /doc_offsets, optional per-token loss weights in /loss_weights, tokenizer
 // description as root attributes (a sentencepiece dataset also has /tokenizer, its model),
 // and for synthetic passkey data the answer positions in /passkey.

@@ -1,4 +1,4 @@
-// The model file (format in README "Model file"): the config as root attributes with Hugging
+// The model file (format in docs/files.md, "Model file"): the config as root attributes with Hugging
 // Face names, float32 weights as root datasets with Hugging Face names and [out, in] shapes.
 #pragma once
 #include <string>

@@ -1,6 +1,6 @@
 // The /tokenizer group of dataset files (sentencepiece datasets) and checkpoints (every
 // one): which tokenizer made the ids, with the SentencePiece model itself, so that the file
-// alone can decode them. Format in README "Dataset file" and "Checkpoint".
+// alone can decode them. Format in docs/files.md, "Dataset file" and "Checkpoint".
 //   /tokenizer           attributes name, type, vocab_size, bos_token_id, eos_token_id,
 //                        pad_token_id, fingerprint
 //   /tokenizer/model     uint8 [bytes]: the serialized SentencePiece ModelProto (a .model

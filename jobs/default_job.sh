@@ -8,7 +8,7 @@
 # LCT_DEFAULT_TRAIN_ARGS adds train flags to every stage (the test passes "--steps 2").
 # LCT_DEFAULT_STAGE1=content runs stage 1 on copies with words between them
 # (inputs/stage1_content_copy.toml): about 17 minutes instead of 10, but retrieval was learnt
-# with each of the 3 seeds tried, not 1 of 5 (README); adjacent (the default) is
+# with each of the 3 seeds tried, not 1 of 5 (docs/results/2026-11-23-default-job.md); adjacent (the default) is
 # inputs/stage1_copy.toml.
 set -euo pipefail
 lctrain=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")

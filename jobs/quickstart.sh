@@ -18,7 +18,7 @@ build_pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libopenblas-dev lib
             libhdf5-openmpi-dev hdf5-tools libnuma-dev numactl libcli11-dev nlohmann-json3-dev
             libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev pkgconf)
 py_pkgs=(python3-h5py python3-matplotlib)  # reading lctrain's files, plotting them
-[ "$mode" = test ] && py_pkgs+=(python3-torch python3-sentencepiece python3-pandas)  # golden-test and tokenizer-test references; README pandas lines
+[ "$mode" = test ] && py_pkgs+=(python3-torch python3-sentencepiece python3-pandas)  # golden-test and tokenizer-test references; the pandas lines of docs/files.md
 # The tests run the multi-rank cases under MPICH too (a second build, in build-mpich).
 [ "$mode" = test ] && build_pkgs+=(mpich libmpich-dev libhdf5-mpich-dev)
 missing() { for p in "$@"; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done; }

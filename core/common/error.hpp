@@ -24,7 +24,7 @@ template <class... Parts>
   throw Error(cat(parts...));
 }
 
-// Exit codes, documented in the README.
+// Exit codes, documented in docs/operations.md ("Exit codes").
 enum ExitCode : int {
   kExitOk = 0,
   kExitError = 1,     // bad input or a failure at run time

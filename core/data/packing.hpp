@@ -1,4 +1,4 @@
-// Packing documents into fixed-length sequences. The rule (also in the README):
+// Packing documents into fixed-length sequences. The rule (also in docs/files.md, "Packing"):
 //   Documents are taken in file order. A document that fits in what is left of the open
 //   sequence goes there; otherwise that sequence is closed (its tail is padding) and a new
 //   one opens (next-fit). A document longer than the sequence is cut into pieces of seq_len

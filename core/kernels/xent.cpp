@@ -7,7 +7,7 @@
 
 #include "kernels/gemm.hpp"
 #include "kernels/vexp.hpp"
-#include "model/tp_comm.hpp"
+#include "kernels/tp_comm.hpp"
 
 namespace lct {
 

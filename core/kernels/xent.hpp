@@ -11,7 +11,7 @@
 
 namespace lct {
 
-class TpComm;  // model/tp_comm.hpp
+class TpComm;  // kernels/tp_comm.hpp
 
 struct XentChunks {
   int64_t rows = 2048;

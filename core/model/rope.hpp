@@ -17,7 +17,7 @@ struct RopeFrequencies {
 // `seq_len` is the sequence length the model runs at (ModelShape::max_pos, --seq-len). Only
 // `dynamic` reads it: Hugging Face recomputes the base for seq_len = the longest position
 // + 1 of each forward call when that exceeds max_position_embeddings; lctrain uses the run's
-// sequence length, fixed for the run and the same on every rank (see README).
+// sequence length, fixed for the run and the same on every rank (docs/context-extension.md).
 RopeFrequencies rope_frequencies(const ModelConfig& c, int64_t seq_len);
 
 }  // namespace lct

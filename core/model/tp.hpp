@@ -13,7 +13,7 @@
 
 #include "model/config.hpp"
 #include "model/params.hpp"
-#include "model/tp_comm.hpp"
+#include "kernels/tp_comm.hpp"
 
 namespace lct {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "model/tp_comm.hpp"
+#include "kernels/tp_comm.hpp"
 
 namespace lct {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <mpi.h>
 
-#include "model/tp_comm.hpp"
+#include "kernels/tp_comm.hpp"
 
 namespace lct {
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "kernels/peak_probe.hpp"
 #include "parallel/watchdog.hpp"
 
 namespace lct {

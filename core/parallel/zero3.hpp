@@ -6,7 +6,7 @@
 //
 // Overlap: nothing calls MPI while the kernels run, so a posted gather progresses only as
 // far as the MPI library moves it on its own (on one node with shared memory, little: the
-// copies happen inside the wait or the next blocking call: README, Context parallelism,
+// copies happen inside the wait or the next blocking call: docs/zero.md,
 // measured no real overlap). The passes count acquire() and grads_done() as Allreduce time.
 #pragma once
 #include <mpi.h>

@@ -1,8 +1,7 @@
-// The machine's real multiply-add peak, measured at start-up on the run's own threads (with
-// their binding) in well under a second: MFU is model FLOP/s against this, never against a
-// library's sgemm, whose kernels may be narrower than the CPU's.
+// The machine's real multiply-add peak (measured by kernels/peak_probe.hpp at start-up on the
+// run's own threads, with their binding, in well under a second): MFU is model FLOP/s against
+// this, never against a library's sgemm, whose kernels may be narrower than the CPU's.
 #pragma once
-#include <functional>
 #include <string>
 
 #include "common/bf16.hpp"
@@ -19,11 +18,6 @@ struct Peak {
   // lctrain's own bf16 kernels use vdpbf16ps; oneDNN's matrix products use AMX there.
   double bf16_amx_nominal = 0;
 };
-
-// Runs the probes on `threads` OpenMP threads (all at once: the peak under full load).
-// `together`, called before each timed window, lines the windows of several ranks up (a
-// barrier), so that each rank is timed while the others are busy too.
-Peak measure_peak(const CpuInfo& cpu, int threads, const std::function<void()>& together = {});
 
 // The kernel path for attention: the run's ISA, except that bf16 inputs go to the fp32 tiles
 // (widened while packed) on Intel CPUs, whose AVX512_BF16 cores run vdpbf16ps at half the

@@ -98,5 +98,30 @@ def plan_answers_absurd_counts_at_once_and_names_the_rule_that_rules_layouts_out
             "--cores-per-node", "2", "--mem-per-node", "64")
     assert "fits in" not in p.stderr and "memory" not in p.stderr, p.stderr
 
+
+@case
+def plan_calibrates_a_large_vocabulary_on_a_slice_and_scales_its_head():
+    """A vocabulary past 8,192 rows is calibrated on 8,192 of them and the LM head's time
+    scaled to the whole (its work is rows x tokens), so a large model calibrates in seconds:
+    the head's per-token cost of a 65,536-row model comes out about 8 times that of the same
+    model at 8,192 rows (not 1: the scaling is applied), the layers' about the same, and the
+    start-up says what it measured."""
+    rates = {}
+    for vocab in (8192, 65536):
+        ok("init", "-o", f"v{vocab}.h5", "--preset", "tiny", "--vocab-size", str(vocab))
+        p = ok("--threads", "1", "plan", "--model", f"v{vocab}.h5", "--seq-len", "1024", "--global-batch", "1",
+               "--cores-per-node", "1", "--precision", "fp32", "--checkpointing", "none", "--top", "1")
+        m = re.search(r"fp32 on 1 thread\(s\): per layer ([\d.e+-]+) core-us/token .*?, rest ([\d.e+-]+) "
+                      r"core-us/token", p.stdout)
+        assert m, p.stdout
+        rates[vocab] = (float(m.group(1)), float(m.group(2)))
+        scaled = "(its LM head on 8192 of its 65536 vocabulary rows, scaled)"
+        assert (scaled in p.stdout) == (vocab == 65536), p.stdout
+    head, layer = rates[65536][1] / rates[8192][1], rates[65536][0] / rates[8192][0]
+    print(f"65,536 rows against 8,192: head x{head:.2f}, layer x{layer:.2f}")
+    assert 4 < head < 16, rates
+    assert 0.5 < layer < 2, rates
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())

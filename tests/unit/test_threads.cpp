@@ -8,7 +8,7 @@
 
 #include "common/error.hpp"
 #include "sys/memory.hpp"
-#include "sys/peak.hpp"
+#include "kernels/peak_probe.hpp"
 #include "sys/threads.hpp"
 
 namespace lct {

@@ -1,7 +1,8 @@
 // Tensor parallelism (Megatron) as the model sees it: the sums and maxima over the ranks of
 // one tp group, which hold the same tokens and each a slice of every weight matrix (tp.hpp).
 // The communication behind it lives in core/parallel (parallel/tp_comm_mpi.hpp); the model
-// never calls MPI itself.
+// never calls MPI itself. It sits in kernels/ because the vocabulary-parallel loss
+// (kernels/xent.cpp) sums through it, and kernels come below the model (docs/layout.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,0 +1,16 @@
+// The multiply-add peak measured with the ISA kernels' own probe loops (kernels/isa/): the
+// figure MFU is reported against (sys/peak.hpp).
+#pragma once
+#include <functional>
+
+#include "sys/cpu.hpp"
+#include "sys/peak.hpp"
+
+namespace lct {
+
+// Runs the probes on `threads` OpenMP threads (all at once: the peak under full load).
+// `together`, called before each timed window, lines the windows of several ranks up (a
+// barrier), so that each rank is timed while the others are busy too.
+Peak measure_peak(const CpuInfo& cpu, int threads, const std::function<void()>& together = {});
+
+}  // namespace lct
