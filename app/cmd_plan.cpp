@@ -263,7 +263,7 @@ int cmd_plan(Context& ctx) {
   const double process_bytes = peak_rss_mib() * double(1 << 20);  // what a rank holds before it reads anything
   ctx.print_startup("plan", true);
   if (ctx.world.size != 1) fail("plan runs on one rank (it measures this machine's cores itself); start it without mpirun");
-  const ModelConfig mc = o.model.empty() ? model_preset(o.preset) : read_model_file(o.model).config;
+  const ModelConfig mc = o.model.empty() ? model_preset(o.preset) : read_model_file_config(o.model);
   std::ostream& out = ctx.out();
 
   // The machine: given, or this one.

@@ -104,6 +104,12 @@ void write_model_file(const std::string& path, const ModelConfig& config, const 
   target.commit();
 }
 
+ModelConfig read_model_file_config(const std::string& path) {
+  h5::File f = h5::File::open_read(path, "model file");
+  h5::check_kind(f, "model file", {"model", "checkpoint"}, kModelFormatVersion);
+  return read_model_config(f);
+}
+
 ModelData read_model_file(const std::string& path) {
   h5::File f = h5::File::open_read(path, "model file");
   h5::check_kind(f, "model file", {"model", "checkpoint"}, kModelFormatVersion);

@@ -29,5 +29,7 @@ void write_model_file(const std::string& path, const ModelConfig& config, const 
 // data checksums, and that every weight is finite. A checkpoint is accepted wherever a model
 // file is.
 ModelData read_model_file(const std::string& path);
+// Its config alone, checked as read_model_file checks the file's kind (no tensor is read).
+ModelConfig read_model_file_config(const std::string& path);
 
 }  // namespace lct
