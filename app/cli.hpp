@@ -31,6 +31,13 @@ struct RopeOptions {
   bool truncate;
 };
 
+// How a context-parallel group computes attention: train's and eval's, declared once
+// (app/cli_options.cpp) and read into the run's ParallelPlan (app/parallel_options.cpp).
+struct CpOptions {
+  std::string algo, split, transport;
+  int64_t ulysses_degree;  // hybrid: Ulysses ranks per ring position; 0 = not given
+};
+
 struct InitOptions {
   std::string out;
   std::string preset;
@@ -92,8 +99,7 @@ struct TrainOptions {
   bool force, dry_run, allow_data_change;
   int64_t dp, cp, tp;
   bool tp_sequence_parallel;  // the residual stream split by tokens over the tp group
-  std::string cp_algo, cp_split, cp_transport;
-  int64_t ulysses_degree;     // hybrid: Ulysses ranks per ring position; 0 = not given
+  CpOptions cp_attention;
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
   std::string precision;      // fp32 | bf16
   int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
@@ -105,7 +111,9 @@ struct TrainOptions {
 struct EvalOptions {
   std::string model, data, out, precision;
   int64_t seq_len, batch_size, max_sequences, block_q, block_k;
-  int64_t cp;             // ranks each sequence is split over (the world size)
+  int64_t dp;             // replicas sharing the sequences; 0 = world size / cp
+  int64_t cp;             // ranks each sequence is split over
+  CpOptions cp_attention;
   double progress_every;  // seconds between progress lines; 0 = none
   double comm_timeout;    // seconds a rank may wait in one communication call; 0 = none
   bool force;

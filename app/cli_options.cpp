@@ -188,7 +188,33 @@ void declare_inspect(Registry& r, CLI::App* c, InspectOptions& o) {
   r.add(c, "--tensors", o.tensors, true, "models: list every tensor with its norm");
 }
 
-void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
+// The cp attention's options, the same for train and eval.
+void declare_cp_attention(Registry& r, CLI::App* c, CpOptions& o) {
+  r.add(c, "--cp-algo", o.algo, std::string("ring"),
+        "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3), ulysses "
+        "(all-to-all to a head split; heads and KV heads divisible by cp) or hybrid (Ulysses "
+        "over --ulysses-degree consecutive cp ranks, a ring across those groups)")
+      ->check(CLI::IsMember(cp_algo_names()));
+  r.add(c, "--ulysses-degree", o.ulysses_degree, int64_t(0),
+        "--cp-algo hybrid only: U, the cp ranks of one Ulysses all-to-all (usually the cp "
+        "ranks on one node); the ring runs over cp / U. U must divide cp, the heads and the KV "
+        "heads; U = 1 is a ring, U = cp is Ulysses")
+      ->check(count(0));
+  r.add(c, "--cp-transport", o.transport, std::string("auto"),
+        "how ring blocks travel (hybrid: on its ring): shm (ranks of one node write into each other's slots in an MPI "
+        "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")
+      ->check(CLI::IsMember(cp_transport_names()));
+  r.add(c, "--cp-split", o.split, std::string("auto"),
+        "how sequences are cut across cp ranks: zigzag (balances causal work), contiguous "
+        "(balances sliding-window work, and the ring needs 1 hop when the window fits in a "
+        "rank's share), auto (contiguous when the model's sliding_window <= seq-len / cp, "
+        "else zigzag)")
+      ->check(CLI::IsMember(cp_split_names()));
+}
+
+// train's options by concern, each block in the order --help lists them.
+// What the run reads and the shape of its steps.
+void declare_train_inputs(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--model", o.model, std::string(),
         "model file or checkpoint to start from: a new run (step 1, its own learning-rate "
         "schedule and data order) from its weights; --init-from is another name for it",
@@ -214,6 +240,10 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
       ->check(count(1));
   r.add(c, "--steps", o.steps, int64_t(100), "optimizer steps of the whole run")
       ->check(count(1));
+}
+
+// AdamW and its schedule.
+void declare_optimizer(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--lr", o.lr, 1e-3, "peak learning rate")
       ->check(positive());
   r.add(c, "--min-lr", o.min_lr, 1e-4, "learning rate at the end of the cosine decay")
@@ -232,15 +262,10 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "also decay RMSNorm weights and embeddings");
   r.add(c, "--grad-clip", o.grad_clip, 1.0, "clip the global gradient norm to this (0 = off)")
       ->check(nonnegative());
-  r.add(c, "--checkpointing", o.checkpointing, std::string("none"),
-        "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)")
-      ->check(CLI::IsMember({"none", "attention", "full"}));
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
-      ->check(count(1));
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
-      ->check(count(1));
-  r.add(c, "--seed", o.seed, int64_t(1), "data order seed")
-      ->check(count(0));
+}
+
+// Checkpoints, resume, stopping and failing safely.
+void declare_operations(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--checkpoint-every", o.checkpoint_every, int64_t(0),
         "write a checkpoint every N steps (0 = only at the end)")
       ->check(count(0));
@@ -276,6 +301,11 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--force", o.force, false,
         "start over in a run directory that holds a previous run (its files are moved into "
         "replaced-DATE-TIME/ inside it, never deleted)");
+}
+
+// The layout: dp, cp, tp, sequence parallelism, ZeRO and the cp attention
+// (app/parallel_options.cpp reads them into the run's ParallelPlan).
+void declare_parallel(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--dp", o.dp, int64_t(0), "data-parallel degree (0 = world size / (cp x tp))")
       ->check(count(0));
   r.add(c, "--cp", o.cp, int64_t(1), "context-parallel degree: ranks that split each sequence")
@@ -299,26 +329,23 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "parameters and gradients too, each layer all-gathered just before use and its gradients "
         "reduce-scattered just after. One rank: nothing to shard, the same as 0")
       ->check(CLI::Range(int64_t(0), int64_t(3)));
-  r.add(c, "--cp-algo", o.cp_algo, std::string("ring"),
-        "context-parallel attention: ring (K/V travel the ring), allgather (Llama 3), ulysses "
-        "(all-to-all to a head split; heads and KV heads divisible by cp) or hybrid (Ulysses "
-        "over --ulysses-degree consecutive cp ranks, a ring across those groups)")
-      ->check(CLI::IsMember(cp_algo_names()));
-  r.add(c, "--ulysses-degree", o.ulysses_degree, int64_t(0),
-        "--cp-algo hybrid only: U, the cp ranks of one Ulysses all-to-all (usually the cp "
-        "ranks on one node); the ring runs over cp / U. U must divide cp, the heads and the KV "
-        "heads; U = 1 is a ring, U = cp is Ulysses")
+  declare_cp_attention(r, c, o.cp_attention);
+}
+
+void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
+  declare_train_inputs(r, c, o);
+  declare_optimizer(r, c, o);
+  r.add(c, "--checkpointing", o.checkpointing, std::string("none"),
+        "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)")
+      ->check(CLI::IsMember({"none", "attention", "full"}));
+  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
+      ->check(count(1));
+  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
+      ->check(count(1));
+  r.add(c, "--seed", o.seed, int64_t(1), "data order seed")
       ->check(count(0));
-  r.add(c, "--cp-transport", o.cp_transport, std::string("auto"),
-        "how ring blocks travel (hybrid: on its ring): shm (ranks of one node write into each other's slots in an MPI "
-        "shared-memory window; hops across nodes use MPI), mpi (two-sided MPI), auto (shm)")
-      ->check(CLI::IsMember(cp_transport_names()));
-  r.add(c, "--cp-split", o.cp_split, std::string("auto"),
-        "how sequences are cut across cp ranks: zigzag (balances causal work), contiguous "
-        "(balances sliding-window work, and the ring needs 1 hop when the window fits in a "
-        "rank's share), auto (contiguous when the model's sliding_window <= seq-len / cp, "
-        "else zigzag)")
-      ->check(CLI::IsMember(cp_split_names()));
+  declare_operations(r, c, o);
+  declare_parallel(r, c, o);
   r.add(c, "--precision", o.precision, std::string("fp32"),
         "matrix products: fp32, or bf16 (bf16 weights copy, activations and ring K/V, gradient "
         "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "
@@ -351,10 +378,15 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
       ->check(count(1));
   r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)")
       ->check(count(0));
+  r.add(c, "--dp", o.dp, int64_t(1),
+        "data-parallel degree: replicas that share the sequences, each evaluating its part "
+        "(0 = world size / cp); dp x cp must be the world size")
+      ->check(count(0));
   r.add(c, "--cp", o.cp, int64_t(1),
-        "context-parallel degree: every sequence split over this many ranks (the world size), "
-        "attention by the ring as in train, for lengths one rank cannot hold")
+        "context-parallel degree: every sequence split over this many ranks, attention as in "
+        "train (--cp-algo), for lengths one rank cannot hold")
       ->check(count(1));
+  declare_cp_attention(r, c, o.cp_attention);
   r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file")
       ->check(output_path("file"));
   r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")

@@ -80,6 +80,7 @@ class Registry {
   template <class T>
   CLI::Option* add(CLI::App* app, const std::string& name, T& var, T def, const std::string& help,
                    const std::string& short_name = "") {
+    const Value default_value = to_value(def);
     var = std::move(def);
     const std::string key = key_of(name);
     std::string names = name;
@@ -92,9 +93,10 @@ class Registry {
       opt = app->add_option(names, var, help)->capture_default_str();
     }
     if (name.rfind("--", 0) == 0) opt->envname(env_of(app, key));
-    items_.push_back({app, [app, key, help, &var] {
-                        return Setting{app->get_parent() ? app->get_name() : "", key,
-                                       to_value(var), help};
+    items_.push_back({app, [app, key, help, &var, default_value] {
+                        const Value v = to_value(var);
+                        return Setting{app->get_parent() ? app->get_name() : "", key, v, help,
+                                       v == default_value};
                       }});
     return opt;
   }

@@ -7,13 +7,15 @@
 
 #include "app/context.hpp"
 #include "app/eval_setup.hpp"
+#include "app/parallel_options.hpp"
 #include "app/progress.hpp"
 #include "common/error.hpp"
 #include "io/arrays.hpp"
 #include "io/dataset_file.hpp"
 #include "io/model_file.hpp"
-#include "parallel/reducer.hpp"
 #include "parallel/cp_attention.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/reducer.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 #include "train/evaluate.hpp"
@@ -121,124 +123,157 @@ void add_passkey_table_arrays(const PasskeyTable& t, std::vector<NamedArray>& ar
                     {{"description", "correct / total " + cells + "; NaN where total is 0"}}});
 }
 
+// "eval over 2 ranks (zigzag split, ring: 2 hops, all shm)": how a sequence's attention
+// spans its cp group (collective over it: the ring's hops).
+std::string cp_description(const ParallelPlan& plan, const AttentionOp& op, CpSplit split) {
+  const std::string hops = op.ring_hops();
+  std::string how = plan.cp_algo == CpAlgo::Ring ? "" : plan.cp_description();
+  if (!hops.empty()) how += (how.empty() ? "" : ", ") + std::string("ring: ") + hops;
+  return cat("eval over ", plan.cp, " ranks (", cp_split_name(split), " split, ", how, ")");
+}
+
+struct Evaluated {
+  EvalResult result;
+  double seconds = 0;
+};
+
+// Every dp replica evaluates its share of the batches (EvalShare), each sequence split over
+// its cp group; every rank merges every replica's part into the whole result.
+Evaluated evaluate_on_mesh(Context& ctx, const ParallelPlan& plan, const Mesh& mesh, const ModelData& m,
+                           TokenSource& data, const ModelShape& shape) {
+  const EvalOptions& o = ctx.inv.eval;
+  const MPI_Comm cp_comm = mesh.comm("cp");
+  const std::unique_ptr<AttentionOp> attention = make_cp_attention(plan, cp_comm, m.config, shape);
+  MpiStepReducer sums(cp_comm);  // the loss sums over the cp ranks, as in training
+  EvalCp cp;
+  if (plan.cp > 1) {
+    cp = mpi_eval_cp(cp_comm, plan.split_for(m.config.sliding_window, o.seq_len), plan.shard_group(), sums);
+    ctx.out() << cp_description(plan, *attention, cp.split) << "\n";
+  }
+  LlamaModel model(m.config, shape, attention.get());
+  std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
+  PhaseClock clock;
+  Progress progress(ctx.out(), "eval", o.progress_every);
+  const EvalShare share{plan.dp, mesh.index("dp")};
+  Evaluated e;
+  e.result = evaluate(model, data, o.seq_len, o.batch_size, o.max_sequences, clock,
+                      [&](int64_t done, int64_t total) { progress.update(double(done), double(total), "sequences"); },
+                      cp, share);
+  if (plan.dp > 1) e.result = merge_replicas(e.result, mesh.comm("dp"));
+  e.seconds = progress.seconds();
+  return e;
+}
+
+// The summary line, the loss by position and the passkey table; the figures --out keeps.
+struct EvalReport {
+  std::vector<int64_t> pos_start, pos_targets;
+  std::vector<double> pos_loss;
+  int64_t asked = 0, got = 0;
+  std::vector<double> rate;
+  std::vector<int32_t> asked_v, got_v;
+};
+
+EvalReport report_eval(std::ostream& out, const EvalResult& r, const DatasetInfo& ds, int64_t seq_len, double secs) {
+  EvalReport rep;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "eval: %lld sequences of %lld tokens, mean loss %.4f nats over %lld targets, next token "
+                "right %.2f%% (%.1f s)\n",
+                (long long)r.sequences, (long long)seq_len, r.mean_loss(), (long long)r.valid_targets,
+                r.valid_targets ? 100.0 * double(r.correct) / double(r.valid_targets) : 0.0, secs);
+  out << line;
+  // Loss by position in the document: a model that uses its context predicts later tokens better.
+  out << "loss by position in the document:\n";
+  for (size_t k = 0; k < r.position_loss.size(); ++k) {
+    if (r.position_targets[k] == 0) continue;
+    rep.pos_start.push_back(EvalResult::bucket_start(int(k)));
+    rep.pos_targets.push_back(r.position_targets[k]);
+    rep.pos_loss.push_back(r.position_loss[k] / double(r.position_targets[k]));
+    std::snprintf(line, sizeof line, "  %7lld-%-7lld  %.4f nats over %lld targets\n", (long long)rep.pos_start.back(),
+                  (long long)EvalResult::bucket_start(int(k) + 1) - 1, rep.pos_loss.back(),
+                  (long long)rep.pos_targets.back());
+    out << line;
+  }
+  if (!ds.passkey.empty()) {
+    for (int b = 0; b < EvalResult::kBuckets; ++b) {
+      rep.asked += r.asked[b];
+      rep.got += r.retrieved[b];
+      rep.rate.push_back(r.asked[b] ? double(r.retrieved[b]) / double(r.asked[b]) : 0.0);
+      rep.asked_v.push_back(int32_t(r.asked[b]));
+      rep.got_v.push_back(int32_t(r.retrieved[b]));
+    }
+    print_passkey_table(r, out);
+  }
+  out << std::flush;
+  return rep;
+}
+
+// --out: the figures as arrays and attributes h5py reads (rank 0 writes).
+void write_eval_file(const Context& ctx, const ParallelPlan& plan, const EvalResult& r, const EvalReport& rep) {
+  const EvalOptions& o = ctx.inv.eval;
+  const Provenance prov = ctx.provenance();
+  std::vector<NamedArray> arrays;
+  if (!rep.pos_loss.empty()) {
+    const int64_t n = int64_t(rep.pos_loss.size());
+    std::vector<int32_t> start(rep.pos_start.begin(), rep.pos_start.end()),
+        targets(rep.pos_targets.begin(), rep.pos_targets.end());
+    arrays.push_back({"position/start", {n}, {}, start, {}});
+    arrays.push_back({"position/targets", {n}, {}, targets, {}});
+    arrays.push_back({"position/loss", {n}, {}, {}, rep.pos_loss});
+  }
+  if (!rep.rate.empty()) {
+    arrays.push_back({"passkey/asked", {int64_t(rep.asked_v.size())}, {}, rep.asked_v, {}});
+    arrays.push_back({"passkey/retrieved", {int64_t(rep.got_v.size())}, {}, rep.got_v, {}});
+    arrays.push_back({"passkey/rate", {int64_t(rep.rate.size())}, {}, {}, rep.rate});
+    add_passkey_table_arrays(r.passkey, arrays);
+    const int64_t places = int64_t(r.answer_tokens.size());
+    arrays.push_back({"passkey/answer_tokens", {places}, {}, std::vector<int32_t>(r.answer_tokens.begin(), r.answer_tokens.end()), {},
+                      {{"description", "answer tokens scored, by place in the key (0 = first digit)"}}});
+    arrays.push_back({"passkey/answer_right", {places}, {}, std::vector<int32_t>(r.answer_right.begin(), r.answer_right.end()), {},
+                      {{"description", "of those, how many had the right greedy prediction"}}});
+  }
+  write_array_file(o.out, arrays,
+                   {{"lctrain_file", std::string("eval")}, {"format_version", int64_t(1)},
+                    {"mean_loss", r.mean_loss()}, {"valid_targets", r.valid_targets},
+                    {"next_token_correct", r.correct}, {"cp", plan.cp}, {"dp", plan.dp},
+                    {"sequences", r.sequences}, {"seq_len", o.seq_len},
+                    {"passkey_retrieved", rep.got}, {"passkey_asked", rep.asked},
+                    {"passkey_repeat_retrieved", r.repeat_retrieved}, {"passkey_repeat_asked", r.repeat_asked},
+                    {"model", o.model},
+                    {"data", o.data}},
+                   o.force, &prov);
+  ctx.out() << "wrote " << o.out << std::endl;
+}
+
 }  // namespace
 
 int cmd_eval(Context& ctx) {
   const EvalOptions& o = ctx.inv.eval;
   const World& world = ctx.world;
-  if (world.size != o.cp)
-    fail("eval splits every sequence over --cp ", o.cp, " ranks but runs on ", world.size,
-         "; start it with mpirun -n ", o.cp, " or pass --cp ", world.size);
+  const ParallelPlan plan = eval_plan(o, world.size);
   // A stopped or lost rank must not leave the others waiting forever in the ring or the sums.
   watchdog_set_context("eval");
   const WatchdogRun watchdog(o.comm_timeout, 0, world.rank);
   ctx.print_startup("eval", true);
   if (o.seq_len < 2 || o.batch_size < 1) fail("--seq-len must be at least 2 and --batch-size at least 1");
-  if (o.cp > 1 && o.seq_len % (2 * o.cp) != 0)
-    fail("--seq-len ", o.seq_len, " is not divisible by 2 x --cp = ", 2 * o.cp, "; use a multiple of it");
-  ModelData m = read_model_file(o.model);
+  plan.check(o.seq_len, o.batch_size, "--seq-len");
+  const ModelData m = read_model_file(o.model);
   const std::unique_ptr<TokenSource> data = open_dataset_file(o.data);  // read a batch at a time
   const DatasetInfo& ds = data->info();
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
   check_same_tokenizer(m.tokenizer, o.model, tokenizer_info(ds), o.data);
   if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
-  // Forward only: keeping only layer inputs is enough and smallest.
   const Precision precision = parse_precision(o.precision);
+  plan.check(m.config, precision);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
-  const ModelShape shape{o.batch_size * o.seq_len / o.cp, o.seq_len, Checkpointing::Full,
+  Mesh mesh(world, {{"dp", int(plan.dp)}, {"cp", int(plan.cp)}});
+  // Forward only: keeping only layer inputs is enough and smallest.
+  const ModelShape shape{o.batch_size * o.seq_len / plan.cp, o.seq_len, Checkpointing::Full,
                          {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
-  // With --cp, the ring as in train (the transport chosen per hop, the split by the window).
-  ParallelPlan plan;
-  plan.cp = o.cp;
-  const std::unique_ptr<AttentionOp> ring = make_cp_attention(plan, world.comm, m.config, shape);
-  MpiStepReducer sums(world.comm);  // the loss sums over the ranks, as in training
-  EvalCp cp;
-  if (o.cp > 1) {
-    cp = mpi_eval_cp(world.comm, plan.split_for(m.config.sliding_window, o.seq_len), plan.shard_group(), sums);
-    ctx.out() << "eval over " << o.cp << " ranks (" << cp_split_name(cp.split) << " split, ring: "
-              << ring->ring_hops() << ")\n";
-  }
-  LlamaModel model(m.config, shape, ring.get());
-  std::copy(m.params.data(), m.params.data() + m.layout.total, model.params());
-  std::ostream& out = ctx.out();
-  PhaseClock clock;
-  Progress progress(out, "eval", o.progress_every);
-  const EvalResult r = evaluate(model, *data, o.seq_len, o.batch_size, o.max_sequences, clock,
-                                [&](int64_t done, int64_t total) {
-                                  progress.update(double(done), double(total), "sequences");
-                                },
-                                cp);
-  const double secs = progress.seconds();
-  check_finite_loss(r, o.model);
-
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "eval: %lld sequences of %lld tokens, mean loss %.4f nats over %lld targets, next token "
-                "right %.2f%% (%.1f s)\n",
-                (long long)r.sequences, (long long)o.seq_len, r.mean_loss(), (long long)r.valid_targets,
-                r.valid_targets ? 100.0 * double(r.correct) / double(r.valid_targets) : 0.0, secs);
-  out << line;
-  // Loss by position in the document: a model that uses its context predicts later tokens better.
-  std::vector<int64_t> pos_start, pos_targets;
-  std::vector<double> pos_loss;
-  out << "loss by position in the document:\n";
-  for (size_t k = 0; k < r.position_loss.size(); ++k) {
-    if (r.position_targets[k] == 0) continue;
-    pos_start.push_back(EvalResult::bucket_start(int(k)));
-    pos_targets.push_back(r.position_targets[k]);
-    pos_loss.push_back(r.position_loss[k] / double(r.position_targets[k]));
-    std::snprintf(line, sizeof line, "  %7lld-%-7lld  %.4f nats over %lld targets\n", (long long)pos_start.back(),
-                  (long long)EvalResult::bucket_start(int(k) + 1) - 1, pos_loss.back(),
-                  (long long)pos_targets.back());
-    out << line;
-  }
-  int64_t asked = 0, got = 0;
-  std::vector<double> rate;
-  std::vector<int32_t> asked_v, got_v;
-  if (!ds.passkey.empty()) {
-    for (int b = 0; b < EvalResult::kBuckets; ++b) {
-      asked += r.asked[b];
-      got += r.retrieved[b];
-      rate.push_back(r.asked[b] ? double(r.retrieved[b]) / double(r.asked[b]) : 0.0);
-      asked_v.push_back(int32_t(r.asked[b]));
-      got_v.push_back(int32_t(r.retrieved[b]));
-    }
-    print_passkey_table(r, out);
-  }
-  out << std::flush;
-  if (!o.out.empty() && ctx.world.root()) {
-    const Provenance prov = ctx.provenance();
-    std::vector<NamedArray> arrays;
-    if (!pos_loss.empty()) {
-      const int64_t n = int64_t(pos_loss.size());
-      std::vector<int32_t> start(pos_start.begin(), pos_start.end()), targets(pos_targets.begin(), pos_targets.end());
-      arrays.push_back({"position/start", {n}, {}, start, {}});
-      arrays.push_back({"position/targets", {n}, {}, targets, {}});
-      arrays.push_back({"position/loss", {n}, {}, {}, pos_loss});
-    }
-    if (!rate.empty()) {
-      arrays.push_back({"passkey/asked", {int64_t(asked_v.size())}, {}, asked_v, {}});
-      arrays.push_back({"passkey/retrieved", {int64_t(got_v.size())}, {}, got_v, {}});
-      arrays.push_back({"passkey/rate", {int64_t(rate.size())}, {}, {}, rate});
-      add_passkey_table_arrays(r.passkey, arrays);
-      const int64_t places = int64_t(r.answer_tokens.size());
-      arrays.push_back({"passkey/answer_tokens", {places}, {}, std::vector<int32_t>(r.answer_tokens.begin(), r.answer_tokens.end()), {},
-                        {{"description", "answer tokens scored, by place in the key (0 = first digit)"}}});
-      arrays.push_back({"passkey/answer_right", {places}, {}, std::vector<int32_t>(r.answer_right.begin(), r.answer_right.end()), {},
-                        {{"description", "of those, how many had the right greedy prediction"}}});
-    }
-    write_array_file(o.out, arrays,
-                     {{"lctrain_file", std::string("eval")}, {"format_version", int64_t(1)},
-                      {"mean_loss", r.mean_loss()}, {"valid_targets", r.valid_targets},
-                      {"next_token_correct", r.correct}, {"cp", o.cp},
-                      {"sequences", r.sequences}, {"seq_len", o.seq_len},
-                      {"passkey_retrieved", got}, {"passkey_asked", asked},
-                      {"passkey_repeat_retrieved", r.repeat_retrieved}, {"passkey_repeat_asked", r.repeat_asked},
-                      {"model", o.model},
-                      {"data", o.data}},
-                     o.force, &prov);
-    out << "wrote " << o.out << std::endl;
-  }
+  const Evaluated e = evaluate_on_mesh(ctx, plan, mesh, m, *data, shape);
+  check_finite_loss(e.result, o.model);
+  const EvalReport rep = report_eval(ctx.out(), e.result, ds, o.seq_len, e.seconds);
+  if (!o.out.empty() && world.root()) write_eval_file(ctx, plan, e.result, rep);
   return kExitOk;
 }
 

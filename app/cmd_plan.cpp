@@ -301,12 +301,24 @@ int cmd_plan(Context& ctx) {
     key.micro_batch = key.grad_accum = 0;
     if (n == o.top || !shown.insert(layout_flags(key)).second) continue;
     const StepPrediction& t = c.time;
-    out << std::setw(2) << ++n << std::setprecision(2) << std::setw(8) << t.step_s() << std::setprecision(0)
-        << std::setw(10) << tokens / t.step_s() << std::setprecision(2) << std::setw(10)
-        << c.memory.total() / double(1u << 30) << std::setw(9) << t.compute_s << std::setw(12) << t.cp_exposed_s
-        << std::setw(11) << t.grad_s << std::setw(9) << t.tp_s << std::setw(7) << t.optimizer_s
-        << std::setprecision(0) << std::setw(7) << t.cp_bytes / 1e6 << std::setw(9) << t.grad_bytes / 1e6
-        << std::setw(7) << t.tp_bytes / 1e6 << "  " << layout_flags(c.layout) << "\n";
+    // Each column keeps a space before it, however wide its figure grows (a step of
+    // thousands of seconds, a cp traffic of terabytes), so the rows stay parseable.
+    auto col = [&out](int width, int digits, double v) {
+      out << ' ' << std::setprecision(digits) << std::setw(width - 1) << v;
+    };
+    out << std::setw(2) << ++n;
+    col(8, 2, t.step_s());
+    col(10, 0, tokens / t.step_s());
+    col(10, 2, c.memory.total() / double(1u << 30));
+    col(9, 2, t.compute_s);
+    col(12, 2, t.cp_exposed_s);
+    col(11, 2, t.grad_s);
+    col(9, 2, t.tp_s);
+    col(7, 2, t.optimizer_s);
+    col(7, 0, t.cp_bytes / 1e6);
+    col(9, 0, t.grad_bytes / 1e6);
+    col(7, 0, t.tp_bytes / 1e6);
+    out << "  " << layout_flags(c.layout) << "\n";
   }
   out << std::defaultfloat << std::left;
   out << "predicted from per-core rates measured here (compute scaled by threads per rank) and the link rates above; "

@@ -41,9 +41,19 @@ Provenance Context::provenance() const {
 void Context::print_startup(const std::string& title, bool with_topology) const {
   std::ostream& o = out();
   o << "lctrain " << LCT_VERSION << " (git " << LCT_GIT_REVISION << ") " << title << "\n";
-  for (const Setting& s : inv.settings)
+  // What differs from the defaults; every option, resolved, is in the provenance of each
+  // file the run writes (and `lctrain inspect` shows it).
+  int64_t defaults = 0;
+  for (const Setting& s : inv.settings) {
+    if (s.is_default) {
+      ++defaults;
+      continue;
+    }
     o << "  " << std::left << std::setw(26) << (s.section.empty() ? s.key : s.section + "." + s.key)
       << " " << std::setw(18) << to_string(s.value) << "\n";
+  }
+  o << "  (" << defaults << " other option" << (defaults == 1 ? "" : "s")
+    << " at the default; all are in the provenance of every file written)\n";
   if (with_topology) {
     o << "topology (rank 0; " << world.size << " rank" << (world.size == 1 ? "" : "s") << " in all)\n";
     std::string text = topo.describe();

@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "common/error.hpp"
-
 #include "parallel/world.hpp"
 
 namespace lct {
@@ -16,6 +15,13 @@ EvalCp mpi_eval_cp(MPI_Comm comm, CpSplit split, int64_t group, MpiStepReducer& 
             for (const auto& v : allgather_varying(mine, comm, "eval's argmax rows")) all.insert(all.end(), v.begin(), v.end());
             return all;
           }};
+}
+
+EvalResult merge_replicas(const EvalResult& part, MPI_Comm dp) {
+  EvalResult whole;
+  for (const std::vector<double>& p : allgather_varying(part.to_numbers(), dp, "the evaluation's parts"))
+    whole.merge(EvalResult::from_numbers(p));
+  return whole;
 }
 
 std::string answer_places_summary(const EvalResult& r) {

@@ -15,6 +15,9 @@ namespace lct {
 // rows gathered rank after rank. `group`: the Ulysses group (1 for a ring).
 EvalCp mpi_eval_cp(MPI_Comm comm, CpSplit split, int64_t group, MpiStepReducer& sums);
 
+// Every dp replica's part of one evaluation (EvalShare), merged on every rank into the whole.
+EvalResult merge_replicas(const EvalResult& part, MPI_Comm dp);
+
 // "passkeys 12/16 (75.0%)", or "" when the data has none.
 std::string passkey_summary(const EvalResult& r);
 // "by digit 98% 61% ...": the share of answer tokens right at each place in the key (partial

@@ -84,8 +84,10 @@ std::optional<TrainState> resume_checkpoint(const World& w, std::ostream& out,
   for (const std::string& path : candidates) {
     TrainState state;
     const std::string err = run_agreed(w, [&] {
-      state = read_checkpoint(path, *req.config, *req.layout, req.into, req.run, w.rank, req.rank,
-                              saved_layout);
+      state = req.attributes_only
+                  ? check_checkpoint_resumes(path, *req.config, req.run, saved_layout)
+                  : read_checkpoint(path, *req.config, *req.layout, req.into, req.run, w.rank, req.rank,
+                                    saved_layout);
       // (A checkpoint from before lineages carries none, and is taken.)
       if (!lineage.empty() && !state.run_id.empty() && state.run_id != lineage)
         fail("checkpoint '", path, "' belongs to another run (run id ",

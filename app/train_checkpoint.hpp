@@ -30,6 +30,7 @@ struct ResumeRequest {
   CheckpointTargets into;     // what this rank reads, where
   RunLayout run;
   RankState rank;
+  bool attributes_only = false;  // --dry-run: the checks of a checkpoint that read no tensor
 };
 
 // Loads the checkpoint `req.how` names into `req.into`. With "auto", a damaged or

@@ -12,6 +12,7 @@
 #include "app/train_checkpoint.hpp"
 #include "app/train_setup.hpp"
 #include "common/error.hpp"
+#include "common/fault.hpp"
 #include "io/timing_file.hpp"
 #include "model/flops.hpp"
 #include "model/shard.hpp"
@@ -84,20 +85,19 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
           ctx.world.size};
 }
 
-double TrainLoop::peer_wait_s() const { return cp_attention ? cp_attention->peer_wait_s() : 0; }
+double TrainLoop::peer_wait_s() const { return parts.cp_attention ? parts.cp_attention->peer_wait_s() : 0; }
 
 double TrainLoop::bytes_sent() const {
-  return (cp_attention ? double(cp_attention->bytes_sent()) : 0) + double(reducer.bytes_sent) +
-         (model.tp() ? double(model.tp()->bytes_sent()) : 0) +
-         (model.param_shards() ? double(model.param_shards()->bytes_sent()) : 0);
+  return (parts.cp_attention ? double(parts.cp_attention->bytes_sent()) : 0) + double(parts.reducer->bytes_sent) +
+         (parts.model->tp() ? double(parts.model->tp()->bytes_sent()) : 0) +
+         (parts.model->param_shards() ? double(parts.model->param_shards()->bytes_sent()) : 0);
 }
 
 // lctrain eval's evaluation of the model as it is after this step, forward only in the
 // training model itself (no copy of the weights), over this rank's cp group as eval --cp runs
-// it. The dp replicas share the batches (EvalShare; before, each evaluated them all: dp times
-// the work) and every rank merges every replica's part into the whole result. It reads only
-// --eval-data: the training loader, the gradients and the optimizer are untouched, so the
-// training goes on bit for bit as without.
+// it. The dp replicas share the batches (EvalShare) and every rank merges every replica's
+// part into the whole result. It reads only --eval-data: the training loader, the gradients
+// and the optimizer are untouched, so the training goes on bit for bit as without.
 EvalResult TrainLoop::evaluate_held_out() {
   const MPI_Comm cp_comm = mesh.comm("cp");
   MpiStepReducer sums(cp_comm);
@@ -109,10 +109,8 @@ EvalResult TrainLoop::evaluate_held_out() {
   const double t0 = omp_get_wtime();
   const EvalShare share{plan.dp, mesh.index("dp")};
   const EvalResult part =
-      evaluate(model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp, share);
-  EvalResult r;
-  for (const std::vector<double>& p : allgather_varying(part.to_numbers(), mesh.comm("dp"), "the evaluation's parts"))
-    r.merge(EvalResult::from_numbers(p));
+      evaluate(*parts.model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp, share);
+  const EvalResult r = merge_replicas(part, mesh.comm("dp"));
   bytes_before_ = bytes_sent();  // its traffic and waits are no step's
   peer_wait_before_ = peer_wait_s();
   // The next step may be followed by an evaluation too: --time-limit keeps room for one.
@@ -151,25 +149,25 @@ void TrainLoop::checkpoint() {
   // (moments), its tp slices; what is replicated over the dp x cp ranks (the parameters
   // below stage 3, the moments at stage 0) by the first of them only, the norms (replicated
   // over tp) by tp rank 0 only.
-  ParamShards* zero3 = model.param_shards();
-  AdamW& opt = trainer.optimizer();
-  const ParamLayout& local = model.layout();
+  ParamShards* zero3 = parts.model->param_shards();
+  AdamW& opt = parts.trainer->optimizer();
+  const ParamLayout& local = parts.model->layout();
+  float* params = zero3 ? zero3->params() : parts.model->params();
   const std::vector<Shard> all{{0, local.total}}, none;
-  const std::vector<Shard>& replica = comm_rank(mesh.comm_except("tp")) == 0 ? all : none;
-  const std::vector<Shard>& moments = !trainer.sharded()   ? replica
-                                      : trainer.stage() == 3 ? zero3->pieces()
-                                                             : std::vector<Shard>{opt.shard()};
-  const TpSplit tp = model.tp() ? TpSplit{model.tp()->size(), model.tp()->rank()} : TpSplit{};
-  const CheckpointParts parts{&local,
-                              tp,
-                              {zero3 ? zero3->params() : model.params(), zero3 ? zero3->pieces() : replica},
-                              {opt.m(), moments},
-                              {opt.v(), moments},
-                              zero3 ? zero3->params() : model.params(),
-                              zero3 ? zero3->size() : local.total};
+  const std::vector<Shard>& replica = parts.replica_rank == 0 ? all : none;
+  const std::vector<Shard>& moments = !parts.trainer->sharded()    ? replica
+                                      : parts.trainer->stage() == 3 ? zero3->pieces()
+                                                                    : std::vector<Shard>{opt.shard()};
+  const CheckpointParts written{&local,
+                                parts.split,
+                                {params, zero3 ? zero3->pieces() : replica},
+                                {opt.m(), moments},
+                                {opt.v(), moments},
+                                params,
+                                zero3 ? zero3->size() : local.total};
   save_checkpoint(ctx.world, run_dir, o.run_dir,
                   {&mc, &whole_layout, nullptr, nullptr, nullptr, state, layout,
-                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}, &parts},
+                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}, &written},
                   prov, {o.keep_checkpoints, o.keep_every});
   ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)
             << std::endl;
@@ -182,116 +180,109 @@ void TrainLoop::write_timing() {
   last_timing_write_ = omp_get_wtime();
 }
 
-int TrainLoop::train() {
-  const World& world = ctx.world;
+// "stage 2 of 3 from step N: ..." when a --seq-len-schedule moves to its next length.
+void TrainLoop::announce_stage(int64_t step, int64_t first_step) {
+  const int64_t S = schedule.seq_len_at(step);
+  if (schedule.staged() && step > first_step && S != schedule.seq_len_at(step - 1))
+    ctx.out() << "stage " << schedule.stage_of(step) + 1 << " of " << schedule.stages().size() << " from step "
+              << step << ": sequences of " << S << " tokens, " << o.batch_size * o.grad_accum * layout.plan.dp * S
+              << " tokens per step" << std::endl;
+}
+
+void TrainLoop::checkpoint_into(PhaseClock& clock) {
+  checkpoint();
+  clock.lap(Phase::IO);
+  last_io_ = clock.seconds[size_t(Phase::IO)];
+}
+
+// After the step and its checkpoint, outside the step's time, decided alike on every rank:
+// the held-out evaluation when due (not when the run must stop now: it may be near
+// --time-limit), into `fig`. Returns its line, or "".
+std::string TrainLoop::evaluate_if_due(int64_t step, bool stop, StepFigures& fig) {
+  if (!eval_data || !(step % o.eval_every == 0 || step == o.steps) || stop) return "";
+  const EvalResult r = evaluate_held_out();
+  fig.eval_loss = r.mean_loss();
+  fig.eval_accuracy = eval_accuracy(r);
+  fig.eval_retrieval = eval_retrieval(r);
+  return eval_line(step, r);
+}
+
+// --max-skips: every rank sees the same reduced loss, so all stop here alike.
+void TrainLoop::check_skips(int64_t step) {
+  if (state.consecutive_skips < o.max_skips) return;
+  write_timing();
+  throw AgreedError(cat(state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
+                        "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
+                        "good checkpoint intact (", latest_or_none(run_dir), "); lower --lr, raise ",
+                        "--warmup-steps or check the data, then resume"));
+}
+
+// One step: its micro-batches, the training step, every rank's figures, then what the
+// figures decide alike on every rank: checkpoint, evaluation, record and print, stop.
+TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& clock) {
   std::ostream& out = ctx.out();
-  const Fault fault = injected_fault();
-  PhaseClock clock;
-  last_timing_write_ = omp_get_wtime();
-  last_io_ = checkpoint_bytes(model.layout()) / 100e6;  // until one is measured: 100 MB/s
-  const double run_start = omp_get_wtime();
-  const int64_t first_step = state.step + 1;
-  try {
-    for (int64_t step = first_step; step <= o.steps; ++step) {
-      watchdog_set_context(cat("step ", step));
-      fault.maybe_fire(world.rank, step);
-      if (fault.poisons(world.rank, step) && !model.param_shards()) model.params()[0] = std::nanf("");
-      clock.reset();
-      const int64_t S = schedule.seq_len_at(step);
-      if (schedule.staged() && step > first_step && S != schedule.seq_len_at(step - 1))
-        out << "stage " << schedule.stage_of(step) + 1 << " of " << schedule.stages().size()
-            << " from step " << step << ": sequences of " << S << " tokens, "
-            << o.batch_size * o.grad_accum * layout.plan.dp * S << " tokens per step" << std::endl;
-      double pairs = 0;
-      const std::vector<Batch> micro = micro_batches(step, &pairs);
-      clock.lap(Phase::Other);
-      const StepStats st = trainer.train_step(micro, step, clock);
-      state.step = step;
-      state.tokens_seen += st.real_tokens;
-      state.skipped_steps += st.skipped;
-      state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
-      const RankFigures ranks = gather_figures(clock, step);
-      clock.lap(Phase::Allreduce);
+  clock.reset();
+  announce_stage(step, pace.first_step);
+  const int64_t S = schedule.seq_len_at(step);
+  double pairs = 0;
+  const std::vector<Batch> micro = micro_batches(step, &pairs);
+  clock.lap(Phase::Other);
+  const StepStats st = parts.trainer->train_step(micro, step, clock);
+  state.step = step;
+  state.tokens_seen += st.real_tokens;
+  state.skipped_steps += st.skipped;
+  state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
+  const RankFigures ranks = gather_figures(clock, step);
+  clock.lap(Phase::Allreduce);
 
-      // Decisions every rank must take alike come from the gathered figures only.
-      const bool stop = ranks.any_stop() && step < o.steps;  // the last step ends normally
-      const bool timing_due = ranks.rank(0)[RankFigures::kSinceTimingWrite] > 10;  // rank 0's clock
-      const bool due = step == o.steps || stop ||
-                       (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
-      // A skip streak does not push good checkpoints out, unless the run ends or must stop
-      // now (a skipped step leaves the weights as they were: still the last good ones).
-      if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) {
-        checkpoint();
-        clock.lap(Phase::IO);
-        last_io_ = clock.seconds[size_t(Phase::IO)];
-      }
+  // Decisions every rank must take alike come from the gathered figures only.
+  const bool stop = ranks.any_stop() && step < o.steps;  // the last step ends normally
+  const bool timing_due = ranks.rank(0)[RankFigures::kSinceTimingWrite] > 10;  // rank 0's clock
+  const bool due = step == o.steps || stop || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
+  // A skip streak does not push good checkpoints out, unless the run ends or must stop
+  // now (a skipped step leaves the weights as they were: still the last good ones).
+  if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
 
-      const double secs = clock.total();
-      const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
-      // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
-      const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
-      StepFigures fig{st,   state.restarts, o.steps, secs, rank_flops / secs / 1e9,
-                      peak, &clock,         &ranks,  S,    schedule.staged()};
-      // After the step and its checkpoint, outside the step's time; decided alike on every rank.
-      // Not when the run must stop now (it may be near --time-limit).
-      std::string eval_said;
-      if (eval_data && (step % o.eval_every == 0 || step == o.steps) && !stop) {
-        const EvalResult r = evaluate_held_out();
-        fig.eval_loss = r.mean_loss();
-        fig.eval_accuracy = eval_accuracy(r);
-        fig.eval_retrieval = eval_retrieval(r);
-        eval_said = eval_line(step, r);
-      }
-      // --until-retrieval: every rank has the same evaluation, so all end here alike.
-      const bool learnt = o.until_retrieval > 0 && fig.eval_retrieval >= o.until_retrieval &&
-                          step < o.steps;
-      if (learnt && !due) {
-        checkpoint();
-        clock.lap(Phase::IO);
-        last_io_ = clock.seconds[size_t(Phase::IO)];
-      }
-      record.add(fig);
-      if (step % o.log_every == 0 || step == first_step || step == o.steps || stop)
-        out << record.step_line(fig, (omp_get_wtime() - run_start) / double(step - first_step + 1) *
-                                         double(o.steps - step))
-            << std::endl;
-      if (!eval_said.empty()) out << eval_said << std::endl;
-      if (step == first_step + 1)
-        if (const std::string note = sigterm_grace_note(secs, last_io_); !note.empty()) out << note << std::endl;
-      if (state.consecutive_skips >= o.max_skips) {  // every rank sees the same reduced loss
-        write_timing();
-        throw AgreedError(cat(
-            state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
-            "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
-            "good checkpoint intact (", latest_or_none(run_dir), "); lower --lr, raise ",
-            "--warmup-steps or check the data, then resume"));
-      }
-      if (due || timing_due || learnt) write_timing();
-      if (learnt) {
-        out << "passkey retrieval " << std::fixed << std::setprecision(1) << 100 * fig.eval_retrieval
-            << "% reached --until-retrieval " << 100 * o.until_retrieval << "% at step " << step
-            << " of " << o.steps << ": the run ends here, checkpoint '"
-            << RunDirectory::path_of(o.run_dir, step) << "'" << std::endl;
-        break;
-      }
-      if (stop) {
-        out << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step)
-            << "); checkpoint '" << RunDirectory::path_of(o.run_dir, step)
-            << "' written; continue with --resume auto (exit code " << int(kExitRequeue) << ")"
-            << std::endl;
-        return kExitRequeue;
-      }
-    }
-  } catch (const AgreedError&) {
-    throw;
-  } catch (const std::exception& e) {
-    // One rank failed alone while the others may be waiting for it in a collective call.
-    if (world.size == 1) throw;
-    abort_job(world, e.what());
+  const double secs = clock.total();
+  const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
+  // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
+  const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
+  StepFigures fig{st, state.restarts, o.steps, secs, rank_flops / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
+  const std::string eval_said = evaluate_if_due(step, stop, fig);
+  // --until-retrieval: every rank has the same evaluation, so all end here alike.
+  const bool learnt = o.until_retrieval > 0 && fig.eval_retrieval >= o.until_retrieval && step < o.steps;
+  if (learnt && !due) checkpoint_into(clock);
+  record.add(fig);
+  if (step % o.log_every == 0 || step == pace.first_step || step == o.steps || stop)
+    out << record.step_line(fig, (omp_get_wtime() - pace.start) / double(step - pace.first_step + 1) *
+                                     double(o.steps - step))
+        << std::endl;
+  if (!eval_said.empty()) out << eval_said << std::endl;
+  if (step == pace.first_step + 1)
+    if (const std::string note = sigterm_grace_note(secs, last_io_); !note.empty()) out << note << std::endl;
+  check_skips(step);
+  if (due || timing_due || learnt) write_timing();
+  if (learnt) {
+    out << "passkey retrieval " << std::fixed << std::setprecision(1) << 100 * fig.eval_retrieval
+        << "% reached --until-retrieval " << 100 * o.until_retrieval << "% at step " << step << " of " << o.steps
+        << ": the run ends here, checkpoint '" << RunDirectory::path_of(o.run_dir, step) << "'" << std::endl;
+    return Outcome::Learnt;
   }
+  if (stop) {
+    out << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step) << "); checkpoint '"
+        << RunDirectory::path_of(o.run_dir, step) << "' written; continue with --resume auto (exit code "
+        << int(kExitRequeue) << ")" << std::endl;
+    return Outcome::Stopped;
+  }
+  return Outcome::Continue;
+}
 
+// The end of a run that reached its last step (or --until-retrieval): the summary, the ring's
+// traffic, the final table; refused when its last steps were all skipped.
+int TrainLoop::finish() {
+  std::ostream& out = ctx.out();
   record.finish(out, layout.plan.dp, layout.plan.cp, peak, peak_how);
-  if (const AttentionOp::RingReport r = cp_attention ? cp_attention->ring_report() : AttentionOp::RingReport{};
+  if (const AttentionOp::RingReport r = parts.cp_attention ? parts.cp_attention->ring_report() : AttentionOp::RingReport{};
       r.ranks > 0)
     out << "ring traffic of rank 0 in this run: " << std::fixed << std::setprecision(2)
         << double(r.bytes_sent_shm) / 1048576 << " MiB through shared memory, "
@@ -303,8 +294,35 @@ int TrainLoop::train() {
                           "non-finite loss or gradient and were skipped: the final checkpoint ",
                           latest_or_none(run_dir), " holds the weights of step ", o.steps - k,
                           "; lower --lr, raise --warmup-steps or check the data"));
-  if (world.root()) out << "wrote " << run_dir->timing_path() << " and " << latest_or_none(run_dir) << std::endl;
+  if (ctx.world.root())
+    out << "wrote " << run_dir->timing_path() << " and " << latest_or_none(run_dir) << std::endl;
   return kExitOk;
+}
+
+int TrainLoop::train() {
+  const World& world = ctx.world;
+  const FaultPlan fault = fault_from_environment();
+  PhaseClock clock;
+  last_timing_write_ = omp_get_wtime();
+  last_io_ = checkpoint_bytes(parts.model->layout()) / 100e6;  // until one is measured: 100 MB/s
+  const Pace pace{state.step + 1, omp_get_wtime()};
+  try {
+    for (int64_t s = pace.first_step; s <= o.steps; ++s) {
+      watchdog_set_context(cat("step ", s));
+      fault.fire(world.rank, s);
+      if (fault.poisons(world.rank, s) && !parts.model->param_shards()) parts.model->params()[0] = std::nanf("");
+      const Outcome done = step(s, pace, clock);
+      if (done == Outcome::Learnt) break;
+      if (done == Outcome::Stopped) return kExitRequeue;
+    }
+  } catch (const AgreedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // One rank failed alone while the others may be waiting for it in a collective call.
+    if (world.size == 1) throw;
+    abort_job(world, e.what());
+  }
+  return finish();
 }
 
 }  // namespace lct

@@ -9,6 +9,7 @@
 
 #include "app/eval_setup.hpp"
 #include "app/progress.hpp"
+#include "common/error.hpp"
 #include "common/stats.hpp"
 #include "sys/memory.hpp"
 
@@ -201,11 +202,21 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
     first += loss[i] / double(k);
     last += loss[loss.size() - 1 - i] / double(k);
   }
-  const bool falling = std::isfinite(last) && last < first;
   // One step cannot show a trend: say so rather than fail a smoke test. Medians leave out the
   // first step (start-up) unless it is the only one.
   const bool one_step = loss.size() < 2;
-  const char* verdict = one_step ? "SKIPPED" : falling ? "PASSED" : "FAILED";
+  // How far the two windows' means may differ by noise alone: two standard errors of their
+  // difference, from the spread of the step-to-step changes around their mean (a trend moves
+  // the changes' mean, not their spread; each change carries two steps' noise).
+  std::vector<double> changes;
+  for (size_t i = 1; i < loss.size(); ++i) changes.push_back(loss[i] - loss[i - 1]);
+  double mean_change = 0, spread = 0;
+  for (double c : changes) mean_change += c / double(changes.size());
+  for (double c : changes) spread += (c - mean_change) * (c - mean_change) / double(std::max<size_t>(1, changes.size() - 1));
+  const double margin = 2 * std::sqrt(spread / 2) * std::sqrt(2.0 / double(k));
+  const bool falling = std::isfinite(last) && last < first - margin;
+  const bool within_noise = std::isfinite(last) && !falling && last <= first + margin;
+  const char* verdict = one_step ? "SKIPPED" : falling ? "PASSED" : within_noise ? "INCONCLUSIVE" : "FAILED";
   const size_t skip = one_step ? 0 : 1;
   const auto tail = [&](const char* name) {
     const std::vector<double> v = mine(name);
@@ -234,7 +245,11 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
         << "needs two steps or more)\n";
   else
     out << "verification: loss " << first << " (first " << k << " steps of this run) -> " << last
-        << " (last " << k << "): " << (falling ? "falling, " : "not falling, ") << verdict << "\n";
+        << " (last " << k << "): "
+        << (falling          ? "falling, "
+            : within_noise   ? cat("within the steps' noise (+-", margin, "), ")
+                             : "not falling, ")
+        << verdict << (within_noise ? " (more steps, or more sequences per step, tell)" : "") << "\n";
   out << std::fixed << std::setprecision(1) << "figure of merit: " << fom
       << " tokens/s (median over steps" << (skip ? " after the first" : "") << "), MFU "
       << 100 * tail("mfu") << "%";

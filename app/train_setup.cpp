@@ -1,11 +1,7 @@
 #include "app/train_setup.hpp"
 
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <stdexcept>
-#include <thread>
 
 #include <limits.h>
 #include <unistd.h>
@@ -16,7 +12,6 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "parallel/layout_model.hpp"
-#include "parallel/ring_attention.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -69,10 +64,6 @@ void check_inputs(const TrainOptions& o, const ParallelPlan& plan, const ModelCo
          "' is too long: the files lctrain writes in it ",
          "(a checkpoint's temporary, one set aside by --force) would have absolute names of ", longest,
          " characters, past the system's limit of ", PATH_MAX - 1, ": choose a shorter path");
-  const int64_t real = ds.num_tokens();
-  if (real < o.seq_len)
-    fail("dataset '", o.data, "' holds ", real, " tokens, fewer than one sequence of --seq-len ",
-         o.seq_len, "; use a shorter --seq-len or more data");
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& plan,
@@ -107,6 +98,17 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
          "or --grad-accum, a larger --cp, or ask the job for more memory");
 }
 
+bool continues_run(const RunDirectory& run, const TrainOptions& o) {
+  return o.resume == "auto" || (o.resume != "none" && run.holds_checkpoint(o.resume));
+}
+
+void check_previous_run(const RunDirectory& run, const TrainOptions& o) {
+  if (o.force || continues_run(run, o) || !run.has_previous_run()) return;
+  fail("run directory '", o.run_dir, "' holds a previous run (timing.h5 or checkpoints); ",
+       "pass --resume auto to continue it, --force to start over in it (its files are moved ",
+       "into replaced-DATE-TIME/ there), or choose another --run-dir");
+}
+
 std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOptions& o,
                                                  const std::string& host, std::ostream& out,
                                                  double checkpoint_bytes) {
@@ -117,16 +119,10 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
     run->lock(cat("lctrain train, pid ", ::getpid(), " on host ", host, ", ", w.size,
                   " rank(s), started ", local_time()));
     run->remove_stale_temporaries();  // safe now: no other run writes here
-    const bool continues =
-        o.resume == "auto" || (o.resume != "none" && run->holds_checkpoint(o.resume));
-    if (!continues && run->has_previous_run()) {
-      if (!o.force)
-        fail("run directory '", o.run_dir, "' holds a previous run (timing.h5 or checkpoints); ",
-             "pass --resume auto to continue it, --force to start over in it (its files are moved ",
-             "into replaced-DATE-TIME/ there), or choose another --run-dir");
+    check_previous_run(*run, o);
+    if (!continues_run(*run, o) && run->has_previous_run())  // --force
       out << "--force: the previous run's files were moved to '" << run->set_aside_previous_run()
           << "'\n";
-    }
     check_free_space(run->checkpoint_path(0), checkpoint_bytes, "a checkpoint in", kRunDirSpaceAdvice);
   });
   return run;
@@ -135,30 +131,6 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 std::string latest_or_none(const RunDirectory* run) {
   const std::string p = run ? run->latest() : "";
   return p.empty() ? "none written yet" : "'" + p + "'";
-}
-
-void Fault::maybe_fire(int my_rank, int64_t now) const {
-  if (my_rank != rank || now != step) return;
-  if (kind == "throw") throw std::runtime_error("injected fault (LCT_INJECT_FAULT)");
-  if (kind == "exit") std::_Exit(3);
-  if (kind == "hang")
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  if (kind == "stallring") ring_stall_next_hop();
-  if (kind == "slowring") ring_attention_slow_down(kSlowRingMs);
-}
-
-Fault injected_fault() {
-  Fault f;
-  if (const char* v = std::getenv("LCT_INJECT_FAULT")) {
-    char kind[16] = "";
-    long long step = -1;
-    const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
-    if (k != "throw" && k != "hang" && k != "exit" && k != "stallring" && k != "slowring" && k != "nan")
-      fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring or nan");
-    f.kind = kind;
-    f.step = step;
-  }
-  return f;
 }
 
 }  // namespace lct

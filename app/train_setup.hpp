@@ -1,5 +1,4 @@
-// What lctrain train checks and decides before it allocates or writes anything, and the
-// test hook for its failure paths.
+// What lctrain train checks and decides before it allocates or writes anything.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -37,6 +36,11 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
                   const ModelConfig& mc, const ModelShape& shape, int threads, int node_size,
                   int world_size, double process_bytes);
 
+// Whether this run continues the one in its run directory (--resume auto, or one of its own
+// checkpoints), and the refusal of a previous run it does not continue (unless --force).
+bool continues_run(const RunDirectory& run, const TrainOptions& o);
+void check_previous_run(const RunDirectory& run, const TrainOptions& o);
+
 // Rank 0 locks the run directory for the whole run, removes what killed writers left, and
 // refuses a previous run in it unless this run continues it (--resume auto, or one of its
 // own checkpoints) or --force sets it aside. Checks the space for a checkpoint. Agreed:
@@ -48,22 +52,5 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
 
 // "'RUN/checkpoints/step_N.h5'", or "none written yet" (rank 0's view; rank 0 prints).
 std::string latest_or_none(const RunDirectory* run);
-
-// Test hook for the failure paths (docs/operations.md, "Testing failures"): LCT_INJECT_FAULT=KIND:RANK:STEP
-// makes world rank RANK, at the start of step STEP, throw (KIND=throw), stop answering
-// (hang), exit at once (exit), stop in the middle of its next ring exchange (stallring),
-// spend kSlowRingMs more on every ring step's attention from then on (slowring: a slower rank, whose
-// neighbours' waits must count as waiting for a peer, not as transfer) or set its first
-// weight to NaN (nan, done by the caller when poisons(): the step is skipped, and a
-// checkpoint of the weights must be refused).
-inline constexpr int kSlowRingMs = 40;
-struct Fault {
-  std::string kind;
-  int rank = -1;
-  int64_t step = -1;
-  void maybe_fire(int my_rank, int64_t now) const;
-  bool poisons(int my_rank, int64_t now) const { return kind == "nan" && my_rank == rank && now == step; }
-};
-Fault injected_fault();  // from the environment; none when unset
 
 }  // namespace lct

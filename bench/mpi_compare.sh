@@ -32,24 +32,4 @@ for r in $(seq "$ROUNDS"); do
     done
   done
 done
-/usr/bin/python3 - "$W" <<'PY'
-import glob, os, re, statistics as st, sys
-sys.path.insert(0, "bench")
-from cp_table import row  # medians over the steps after the first
-w = sys.argv[1]
-res = {}
-for out in sorted(glob.glob(f"{w}/r*_*.out")):
-    name = os.path.basename(out)[:-4]
-    _, mpi, layout = name.split("_")
-    ck = [float(s) for s in re.findall(r"checkpoint \S+: [\d.]+ \S+ in ([\d.]+) s", open(out).read())]
-    r = row(out[:-4])
-    res.setdefault((mpi, layout), []).append((r["tps"], max(ck)))
-    print(f"{name}: {r['tps']:,.0f} tokens/s, exposed comm {100 * r.get('comm', 0):.1f}%, slowest checkpoint {max(ck):.3f} s")
-print("| layout | Open MPI tokens/s | MPICH tokens/s | MPICH / Open MPI | Open MPI checkpoint | MPICH checkpoint | ratio |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-for layout in ("cp2", "dp2"):
-    o, m = res[("openmpi", layout)], res[("mpich", layout)]
-    to, tm = st.median(x[0] for x in o), st.median(x[0] for x in m)
-    co, cm = st.median(x[1] for x in o), st.median(x[1] for x in m)
-    print(f"| {layout} | {to:,.0f} | {tm:,.0f} | {tm / to:.2f} | {co:.3f} s | {cm:.3f} s | {cm / co:.2f} |")
-PY
+/usr/bin/python3 bench/pair_table.py "$W" openmpi mpich "Open MPI" MPICH

@@ -28,7 +28,7 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); nod
 echo
 echo "| model | scaling | nodes | S | global batch | step s | tokens/s | tokens/s per node | GiB/rank | plan's best layout |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-for m in 30m 1b; do
+for m in ${MODELS:-30m 1b}; do  # MODELS=1b: one model's rows only
   for S in 131072 1048576; do
     for n in 64 256 1024; do   # weak: one sequence per 64 nodes
       read -r step tps gib lay <<< "$(best "$m" "$n" "$S" $((n / 64)))"

@@ -219,12 +219,13 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   });
 }
 
-TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
-                           const ParamLayout& layout, const CheckpointTargets& out,
-                           const RunLayout& run, int world_rank, const RankState& rank,
-                           RunLayout* saved) {
-  h5::File f = h5::File::open_read(path, "checkpoint");
-  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+namespace {
+
+// What a resume keeps, checked against the checkpoint's attributes: the model config, the
+// sequence length and the schedule (the data position counts sequences of that length).
+// Fills *saved with the checkpoint's run layout; returns its training state.
+TrainState check_resumable(const h5::File& f, const std::string& path, const ModelConfig& expected,
+                           const RunLayout& run, RunLayout* saved) {
   const ModelConfig c = read_model_config(f);
   const auto mine = c.values(), wanted = expected.values();
   for (size_t i = 0; i < mine.size(); ++i)
@@ -246,8 +247,26 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
     fail("checkpoint '", path, "' was written with --seq-len-schedule '", saved->seq_len_schedule,
          "' but this run has '", run.seq_len_schedule, "'; resume with the same schedule");
   TrainState s = read_state(g, w);
-
   s.tokenizer = read_tokenizer_group(f);
+  return s;
+}
+
+}  // namespace
+
+TrainState check_checkpoint_resumes(const std::string& path, const ModelConfig& expected, const RunLayout& run,
+                                    RunLayout* saved) {
+  h5::File f = h5::File::open_read(path, "checkpoint");
+  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+  return check_resumable(f, path, expected, run, saved);
+}
+
+TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
+                           const ParamLayout& layout, const CheckpointTargets& out,
+                           const RunLayout& run, int world_rank, const RankState& rank,
+                           RunLayout* saved) {
+  h5::File f = h5::File::open_read(path, "checkpoint");
+  h5::check_kind(f, "checkpoint", {"checkpoint"}, kModelFormatVersion);
+  TrainState s = check_resumable(f, path, expected, run, saved);
 
   const h5::ArrayInfo info = h5::array_info(f, f.h, "ranks/state");
   if (info.shape != std::vector<int64_t>{saved->world_size, 4} || info.type_class != H5T_INTEGER)
@@ -265,9 +284,10 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
          rank.cp_rank, ") with the run at ", s.data_epoch, ":", s.data_cursor,
          "; the ranks must keep their places to resume: launch the same way as before");
 
-  const auto bad_p = read_parts(f, "", c, layout, out, out.params);
-  const auto bad_m = read_parts(f, kAvg, c, layout, out, out.exp_avg);
-  const auto bad_v = read_parts(f, kAvgSq, c, layout, out, out.exp_avg_sq);
+  // The checkpoint's config equals `expected` (check_resumable).
+  const auto bad_p = read_parts(f, "", expected, layout, out, out.params);
+  const auto bad_m = read_parts(f, kAvg, expected, layout, out, out.exp_avg);
+  const auto bad_v = read_parts(f, kAvgSq, expected, layout, out, out.exp_avg_sq);
   check_finite_counts(f, "", layout, bad_p);
   check_finite_counts(f, kAvg, layout, bad_m);
   check_finite_counts(f, kAvgSq, layout, bad_v);

@@ -127,6 +127,12 @@ TrainState read_checkpoint(const std::string& path, const ModelConfig& expected,
                            const RunLayout& run, int world_rank, const RankState& rank,
                            RunLayout* saved);
 
+// What --dry-run checks of a checkpoint a resume would take, reading attributes only: the
+// kind, the model config, the sequence length and the schedule (read_checkpoint's checks
+// before it reads any tensor). Throws as read_checkpoint would; fills *saved.
+TrainState check_checkpoint_resumes(const std::string& path, const ModelConfig& expected, const RunLayout& run,
+                                    RunLayout* saved);
+
 // The training state a checkpoint records (step, lineage, data, origin), without reading
 // its tensors; nullopt for a model file (or any file that is not a checkpoint).
 std::optional<TrainState> read_checkpoint_state(const std::string& path);

@@ -18,6 +18,7 @@ struct Setting {
   std::string key;
   Value value;
   std::string help;
+  bool is_default = false;  // the value is the option's default (the start-up table omits it)
 };
 
 struct Provenance {

@@ -53,9 +53,9 @@ const char* fp32_name(Isa isa) {
 
 }  // namespace
 
-Peak measure_peak(const CpuInfo& cpu, int threads, const std::function<void()>& together) {
+Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function<void()>& together) {
   Peak p;
-  const IsaKernels* widest = isa_kernels(cpu.widest());
+  const IsaKernels* widest = isa_kernels(cpu.runs(path) ? path : cpu.widest());
   if (!widest) widest = isa_kernels(Isa::Generic);
   const std::string on = cat(threads, " thread", threads == 1 ? "" : "s", ", measured");
   p.fp32 = run_probe(widest->fma_probe, threads, together);

@@ -8,9 +8,11 @@
 
 namespace lct {
 
-// Runs the probes on `threads` OpenMP threads (all at once: the peak under full load).
-// `together`, called before each timed window, lines the windows of several ranks up (a
-// barrier), so that each rank is timed while the others are busy too.
-Peak measure_peak(const CpuInfo& cpu, int threads, const std::function<void()>& together = {});
+// Runs the probes of the kernel path `path` (the run's: MFU is against the peak of the code
+// that runs, so --isa avx2 on an AVX-512 CPU is measured against AVX2's FMA peak) on
+// `threads` OpenMP threads (all at once: the peak under full load). `together`, called
+// before each timed window, lines the windows of several ranks up (a barrier), so that each
+// rank is timed while the others are busy too.
+Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function<void()>& together = {});
 
 }  // namespace lct

@@ -28,10 +28,18 @@ std::string tp_split_error(const ModelConfig& c, int64_t tp) {
   std::string list;
   for (size_t i = 0; i < bad.size(); ++i)
     list += cat(i == 0 ? "" : i + 1 == bad.size() ? " and " : ", ", bad[i]);
+  // Only the vocabulary: it can be padded, as Megatron's --make-vocab-size-divisible-by does.
+  const int64_t padded = (c.vocab_size + tp - 1) / tp * tp;
+  const std::string pad =
+      bad.size() == 1 && c.vocab_size % tp != 0
+          ? cat("; or pad the vocabulary: a model made with `lctrain init --vocab-size ", padded,
+                "` (the next multiple of ", tp, ") trains on the same data, its ", padded - c.vocab_size,
+                " extra row(s) never a target")
+          : "";
   return cat("--tp ", tp, " splits the heads, key/value heads, intermediate size and vocabulary ",
              "over ", tp, " ranks, but the model's ", list, (bad.size() == 1 ? " is" : " are"),
              " not divisible by ", tp, "; choose a --tp that divides ", c.num_attention_heads, ", ",
-             c.num_key_value_heads, ", ", c.intermediate_size, " and ", c.vocab_size);
+             c.num_key_value_heads, ", ", c.intermediate_size, " and ", c.vocab_size, pad);
 }
 
 TpCut tp_cut(const TensorSpec& whole) {

@@ -12,14 +12,13 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/fault.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
 
 namespace {
-
-std::atomic<bool> g_stall_next_hop{false};
 
 // `rank` of `from` as a rank of `to` (MPI_UNDEFINED when it is not in `to`).
 int translate(MPI_Comm from, int rank, MPI_Comm to) {
@@ -107,7 +106,10 @@ class Transport : public RingTransport {
     } else {
       MPI_Irecv(slot(to), int(bytes), MPI_BYTE, prev_, tag_, comm_, &req_[0]);
     }
-    if (g_stall_next_hop.load())
+    // Test hook (stallring, common/fault.hpp): stop for good in the middle of the exchange,
+    // after announcing the slot free, as a rank that dies or stalls here would: the
+    // neighbours must be caught by the watchdog, not hang.
+    if (fault_stalls_ring())
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (send_shm_) {
       pending_ = {static_cast<const char*>(send), to, bytes};
@@ -215,7 +217,6 @@ std::string ring_hops(const RingTransport& t, MPI_Comm comm) {
   return cat(n, " hops: ", shm_hops, " shm, ", n - shm_hops, " mpi (", mpi_hops, ")");
 }
 
-void ring_stall_next_hop() { g_stall_next_hop.store(true); }
 
 double timed_hop(RingTransport& ring, const void* send, size_t bytes, MPI_Comm comm, bool slowest) {
   MPI_Barrier(comm);

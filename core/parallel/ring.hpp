@@ -62,10 +62,6 @@ std::unique_ptr<RingTransport> make_ring_transport(CpTransport kind, MPI_Comm co
 // "4 hops: 2 shm, 2 mpi (1->2, 3->0)" naming the MPI ones (ranks of `comm`).
 std::string ring_hops(const RingTransport& t, MPI_Comm comm);
 
-// Test hook (LCT_INJECT_FAULT=stallring:RANK:STEP): the next hop this process starts stops
-// for good in the middle of the exchange, after announcing its slot free, as a rank that
-// dies or stalls there would: its neighbours must be caught by the watchdog, not hang.
-void ring_stall_next_hop();
 
 // One timed hop for `bench ring`: every rank of `comm` starts together (a barrier), sends
 // `bytes` to the next and receives from the previous. Seconds on this rank, or the slowest

@@ -6,17 +6,17 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/fault.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
 
 namespace lct {
 
 namespace {
-std::atomic<int> g_slow_ms{0};
-// The test hook of ring_attention_slow_down: `ms` more of "compute", which lets the rings'
+// The slowring test hook (common/fault.hpp): `ms` more of "compute", which lets the rings'
 // transfers progress as the kernel's progress hook does.
 void slow_down(RingTransport& a, RingTransport& b) {
-  const int ms = g_slow_ms.load(std::memory_order_relaxed);
+  const int ms = fault_slow_ring_ms();
   if (ms <= 0) return;  // every real run: no clock read on the ring's path
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   while (std::chrono::steady_clock::now() < until) {
@@ -289,7 +289,6 @@ LCT_RING_TYPES(float)
 LCT_RING_TYPES(bf16)
 #undef LCT_RING_TYPES
 
-void ring_attention_slow_down(int ms) { g_slow_ms.store(ms); }
 
 }  // namespace lct
 

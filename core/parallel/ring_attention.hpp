@@ -168,8 +168,5 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   Buffer<int32_t> idx_all_, doc_all_;
 };
 
-// Test hook (LCT_INJECT_FAULT=slowring:RANK:STEP): from now on every ring step's attention
-// on this process takes `ms` milliseconds longer, as on a rank slower than the others.
-void ring_attention_slow_down(int ms);
 
 }  // namespace lct

@@ -100,7 +100,7 @@ void abort_job(const World& w, const std::string& what) {
 Peak measure_peak_together(const World& w, const Topology& topo) {
   WaitScope wait("the other ranks' measurement of the peak rate");
   MPI_Barrier(w.comm);
-  Peak p = measure_peak(topo.cpu, topo.threads, [&] { MPI_Barrier(w.comm); });
+  Peak p = measure_peak(topo.cpu, topo.isa, topo.threads, [&] { MPI_Barrier(w.comm); });
   // The slowest rank, as inside a rank the slowest thread sets a window's time: synchronous
   // training runs at that pace, and 1 rank x N threads and N ranks x 1 thread then measure
   // the same machine alike (the fastest rank reads a core's lone-turbo rate: 150 GFLOP/s

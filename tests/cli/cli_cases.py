@@ -1290,6 +1290,62 @@ def environment_variables_are_per_subcommand():
     assert "(Env:LCT_EVAL_SEQ_LEN)" in ok("eval", "--help").stdout
 
 
+@case
+def a_loss_that_moves_only_by_noise_is_inconclusive_not_failed():
+    """Steps that barely train (lr 1e-9: each step's loss is its batch's) show no trend: the
+    verification says INCONCLUSIVE with the noise margin, not FAILED, and records it; a
+    learning run still PASSES (train_loss_falls_and_outputs_are_readable)."""
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "24", "--doc-length", "300", "-o", "d24.h5")
+    p = ok("train", "--model", "m.h5", "--data", "d24.h5", "--run-dir", "flat", "--seq-len", "600", "--steps", "12",
+           "--lr", "1e-9", "--min-lr", "1e-9", "--warmup-steps", "1")
+    line = next(l for l in p.stdout.splitlines() if l.startswith("verification:"))
+    assert "within the steps' noise (+-" in line and line.endswith(
+        "INCONCLUSIVE (more steps, or more sequences per step, tell)"), line
+    assert timing("flat")[1]["verification"] == "INCONCLUSIVE"
+
+
+@case
+def dry_run_runs_every_check_of_the_real_run_and_writes_nothing():
+    """--dry-run refuses what train refuses after its start-up checks too: a fresh start in a
+    run directory that holds a run, and --resume auto with another --seq-len (found and read as
+    the resume would, its tensors left unread); it names the checkpoint a resume would take,
+    prints the max_position_embeddings warning, and estimates memory on data shorter than one
+    sequence with a warning where the real run refuses it. Nothing is written."""
+    good_model()
+    good_dataset()
+    tiny_run("run", steps=2)
+    keep = ["run/timing.h5", "run/checkpoints/step_00000002.h5"]
+    base = ["train", "--model", "m.h5", "--data", "d.h5", "--dry-run"]
+    expect_error([*base, "--run-dir", "run", "--seq-len", "600"], "holds a previous run", "--resume auto",
+                 keep=keep)
+    expect_error([*base, "--run-dir", "run", "--seq-len", "300", "--resume", "auto"],
+                 "was written with seq_len = 600 but this run has 300", keep=keep)
+    p = ok(*base, "--run-dir", "run", "--seq-len", "600", "--resume", "auto", "--steps", "4")
+    assert "dry run: would resume from 'run/checkpoints/step_00000002.h5' at step 2" in p.stdout, p.stdout
+    p = ok(*base, "--run-dir", "fresh", "--seq-len", "8192")  # tiny: 4,096 positions; d.h5: 1,800 tokens
+    assert "warning: --seq-len 8192 exceeds the model's max_position_embeddings 4096" in p.stdout, p.stdout
+    assert "fewer than one sequence of --seq-len 8192: the real run would refuse it" in p.stdout, p.stdout
+    assert "memory estimate per rank" in p.stdout and not os.path.exists("fresh"), p.stdout
+    expect_error(["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "fresh", "--seq-len", "8192"],
+                 "fewer than one sequence of --seq-len 8192", "use a shorter --seq-len or more data")
+
+
+@case
+def startup_table_lists_only_the_options_that_differ_from_their_defaults():
+    """The start-up table shows what differs from the defaults and counts the rest; the
+    provenance of the file written still holds every option, resolved."""
+    p = ok("init", "-o", "x.h5", "--preset", "small", "--seed", "7")
+    rows = dict(l.split()[:2] for l in p.stdout.splitlines() if l.startswith("  init.") or l.startswith("  threads"))
+    assert rows.get("init.seed") == "7" and rows.get("init.preset") == "small" and rows.get("init.out") == "x.h5", rows
+    assert "init.hidden_size" not in rows and "threads" not in rows, p.stdout
+    m = re.search(r"\((\d+) other options at the default; all are in the provenance", p.stdout)
+    assert m and int(m.group(1)) > 10, p.stdout
+    with h5py.File("x.h5") as f:
+        config = f["provenance/config"].attrs
+        assert config["init.seed"] == 7 and config["init.hidden_size"] == 0 and "threads" in config, dict(config)
+
+
 def main():
     global LCTRAIN, MPIEXEC, MPI_FAMILY
     ap = argparse.ArgumentParser()

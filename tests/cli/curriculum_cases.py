@@ -261,8 +261,9 @@ def bad_curriculum_inputs():
     expect_error(["train", "--init-from", ckpt("bad", 1), *COMMON, "--run-dir", "bad", "--seq-len", "600",
                   "--steps", "2", "--force", "--init-moments"],
                  "is a checkpoint of --run-dir 'bad', which --force sets aside", keep=[ckpt("bad", 1)])
-    # --dry-run sizes memory for the longest stage: --seq-len.
-    p = ok(*base, "--seq-len-schedule", "200:2", "--dry-run")
+    # --dry-run sizes memory for the longest stage: --seq-len. ('bad' holds the run above:
+    # a dry run refuses a fresh start there as the run does, so it is given --force.)
+    p = ok(*base, "--seq-len-schedule", "200:2", "--dry-run", "--force")
     assert "600 tokens per rank" in p.stdout, p.stdout
     # A resume with another schedule is refused, naming both.
     p = run(*base, "--seq-len-schedule", "200:2", "--stop-at", "1", "--force")

@@ -505,7 +505,7 @@ def parallel_tp_checkpoint_is_a_model_file_and_impossible_tp_is_refused():
     expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--cp", "2"], "dp=1 x cp=2 x tp=2 = 4 ranks",
                  "the job has 2", ranks=2)
     expect_error([*bad, "--model", "m.h5", "--tp", "2"], "--tp 2", "vocab_size 259 is not divisible by 2",
-                 ranks=2)
+                 "pad the vocabulary: a model made with `lctrain init --vocab-size 260`", ranks=2)
     expect_error([*bad, "--model", "mv.h5", "--tp", "4", "--batch-size", "2"],
                  "key/value heads (num_key_value_heads) 2", "not divisible by 4", ranks=4)
     expect_error([*bad, "--model", "mv.h5", "--tp", "2", "--zero", "3", "--tp-sequence-parallel"],
@@ -552,6 +552,41 @@ def eval_over_cp_ranks_equals_one_rank():
             assert np.max(np.abs(got["position_loss"] - one["position_loss"]) / one["position_loss"]) < 1e-5
     expect_error(["--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600"],
                  "eval splits every sequence over --cp 1 ranks but runs on 2", ranks=2)
+
+
+@case
+def eval_takes_the_training_layouts_and_equals_one_rank():
+    """eval runs every cp algorithm of train (the same factory and rules) and dp replicas
+    that share the sequences: on 2 ranks, --dp 2, --cp 2 with the all-gather, Ulysses and
+    hybrid attention each give one rank's loss, targets and retrieval counts; a layout train
+    refuses (Ulysses over heads cp does not divide) is refused with train's message, and
+    dp x cp must be the world."""
+    parallel_fixture()
+    ok("eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--batch-size", "2", "--out", "e1.h5")
+    with h5py.File("e1.h5", "r") as f:
+        one = dict(f.attrs)
+    layouts = [["--dp", "2"], ["--cp", "2", "--cp-algo", "allgather"], ["--cp", "2", "--cp-algo", "ulysses"],
+               ["--cp", "2", "--cp-algo", "hybrid", "--ulysses-degree", "2"], ["--dp", "0", "--cp-algo", "ring"]]
+    for i, flags in enumerate(layouts):
+        p = ok("--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600",
+               "--batch-size", "2", "--out", f"l{i}.h5", *flags, ranks=2)
+        with h5py.File(f"l{i}.h5", "r") as f:
+            got = dict(f.attrs)
+        rel = abs(got["mean_loss"] - one["mean_loss"]) / one["mean_loss"]
+        print(f"{' '.join(flags)}: loss {got['mean_loss']:.9f} vs {one['mean_loss']:.9f} (rel {rel:.1e}), "
+              f"dp {got['dp']} cp {got['cp']}")
+        assert rel < 1e-5 and got["valid_targets"] == one["valid_targets"], (flags, got, one)
+        assert got["sequences"] == one["sequences"] and got["passkey_asked"] == one["passkey_asked"], (flags, got)
+        assert abs(int(got["next_token_correct"]) - int(one["next_token_correct"])) <= 2, (flags, got, one)
+        assert got["dp"] * got["cp"] == 2, got
+        if "ulysses" in flags:
+            assert "eval over 2 ranks (zigzag split, ulysses)" in p.stdout, p.stdout
+    # tiny: 4 query heads, 2 KV heads; Ulysses over 3 ranks cannot split them
+    expect_error(["--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600",
+                  "--cp", "3", "--cp-algo", "ulysses"], "--cp-algo ulysses splits the heads over the 3 cp ranks",
+                 ranks=3)
+    expect_error(["--oversubscribe", "eval", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600",
+                  "--dp", "2", "--cp", "2"], "eval runs --dp 2 x --cp 2 = 4 ranks but was started on 2", ranks=2)
 
 
 def repeating_keys(path):

@@ -123,5 +123,16 @@ def plan_calibrates_a_large_vocabulary_on_a_slice_and_scales_its_head():
     assert 0.5 < layer < 2, rates
 
 
+@case
+def plan_rows_stay_parseable_when_figures_grow_wide():
+    """A step of tens of thousands of seconds and terabytes of cp traffic (the tiny preset at
+    1M tokens on 2 cores) still leaves a space between every column: each row parses."""
+    p, rows = plan_rows("--preset", "tiny", "--seq-len", "1048576", "--global-batch", "1", "--cores-per-node", "2",
+                        "--precision", "fp32", "--top", "3")
+    table = [l for l in p.stdout.splitlines() if re.match(r"^\s*\d+\s+[\d.]+\s", l)]
+    assert rows and len(rows) == len(table), p.stdout
+    assert max(float(r.group(2)) for r in rows) > 1000, [r.group(2) for r in rows]
+
+
 if __name__ == "__main__":
     sys.exit(cc.main())

@@ -264,14 +264,29 @@ TEST(KernelPath, ThisCpuRunsWhatItReportsAndThePeakProbeMeasuresIt) {
   const CpuInfo cpu = detect_cpu();
   EXPECT_GE(cpu.physical_cores, 1);
   EXPECT_LE(cpu.physical_cores, cpu.logical_cpus);
-  const Peak p = measure_peak(cpu, 1);
+  const Peak p = measure_peak(cpu, cpu.widest(), 1);
   EXPECT_GT(p.fp32, 0.5);  // GFLOP/s of one thread: any CPU of this century
   EXPECT_EQ(p.bf16 > 0, cpu.avx512_bf16 && cpu.avx512);
 }
 
+// MFU is against the peak of the path that runs: a narrower --isa is measured on its own
+// probe (the generic path's scalar multiply-add, AVX2's FMA), with no bf16 peak below avx512_bf16.
+TEST(KernelPath, ThePeakIsThatOfTheKernelPathInUse) {
+  const CpuInfo cpu = detect_cpu();
+  const Peak generic = measure_peak(cpu, Isa::Generic, 1);
+  EXPECT_NE(generic.fp32_how.find("scalar multiply-add"), std::string::npos) << generic.fp32_how;
+  EXPECT_EQ(generic.bf16, 0.0);
+  if (cpu.runs(Isa::Avx2)) {
+    const Peak avx2 = measure_peak(cpu, Isa::Avx2, 1);
+    EXPECT_NE(avx2.fp32_how.find("AVX2 FMA"), std::string::npos) << avx2.fp32_how;
+    EXPECT_EQ(avx2.bf16, 0.0);
+    EXPECT_GT(avx2.fp32, 2 * generic.fp32) << "8-wide FMA against scalar";
+  }
+}
+
 TEST(KernelPath, ThePeakProbeLinesUpEveryTimedWindowWithTheOtherRanks) {
   int calls = 0;
-  const Peak p = measure_peak(detect_cpu(), 1, [&] { ++calls; });
+  const Peak p = measure_peak(detect_cpu(), detect_cpu().widest(), 1, [&] { ++calls; });
   EXPECT_GT(p.fp32, 0.5);
   EXPECT_GE(calls, 6);  // at least every window of the fp32 probe
 }
