@@ -23,47 +23,27 @@ namespace lct {
 
 namespace {
 
-}  // namespace
+// One row, one value per column in order.
+void add_row(TimingTable& t, std::initializer_list<double> row) {
+  size_t i = 0;
+  for (double v : row) t.columns[i++].values.push_back(v);
+}
 
-int cmd_bench_ring(Context& ctx) {
-  const BenchOptions& o = ctx.inv.bench;
-  const World& w = ctx.world;
-  std::ostream& out = ctx.out();
-  ctx.print_startup("bench ring", true);
-  const std::vector<int64_t> sizes = parse_int_list(o.sizes, "--sizes");
-  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
-  if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");
-  if (w.size < 2) out << "note: one rank: the ring sends to itself (a memory copy)\n";
+// The two transports of the ring (MPI, shared memory) and a send buffer for both.
+struct Rings {
+  std::unique_ptr<RingTransport> transport[2];
+  Buffer<char> send;
+};
 
-  TimingTable permute, steps;
-  for (const char* c : {"ranks", "shm", "bytes", "seconds", "gib_per_s"})
-    permute.columns.push_back({c, "", "", {}, 1});
-  for (const char* c : {"ranks", "seq_len", "block_bytes", "attn_step_s", "transfer_s",
-                        "transfer_shm_s", "hidden", "hidden_shm"})
-    steps.columns.push_back({c, "", "", {}, 1});
-  auto add = [](TimingTable& t, std::initializer_list<double> row) {
-    size_t i = 0;
-    for (double v : row) t.columns[i++].values.push_back(v);
-  };
-
-  // Both transports, each with room for the largest message and the largest ring block.
-  const int64_t N = std::max(2, w.size), H = o.heads, KV = o.kv_heads, D = o.head_dim;
-  size_t capacity = 0;
-  for (const int64_t kib : sizes) capacity = std::max(capacity, size_t(kib) * 1024);
-  for (const int64_t S : lens) capacity = std::max(capacity, KvBlocks::bytes_for(S / N, KV * D, sizeof(float)));
-  const std::unique_ptr<RingTransport> rings[2] = {
-      make_ring_transport(CpTransport::Mpi, w.comm, 21, capacity),
-      make_ring_transport(CpTransport::Shm, w.comm, 22, capacity)};
-  out << "ring permute between " << w.size << " ranks (median of " << o.repeats * 5 << "), "
-      << "mpi: two-sided MPI; shm: " << rings[1]->describe() << ":\n"
-      << "     KiB  transport   latency us   GiB/s per rank\n";
-  Buffer<char> send(capacity);
+// Latency and bandwidth of one permute per message size (--sizes KiB), through each transport.
+void measure_permutes(const BenchOptions& o, const World& w, const std::vector<int64_t>& sizes, Rings& rings,
+                      TimingTable& permute, std::ostream& out) {
   for (const int64_t kib : sizes)
     for (int shm = 0; shm < 2; ++shm) {
       const size_t bytes = size_t(kib) * 1024;
       std::vector<double> t;
       for (int64_t r = 0; r <= o.repeats * 5; ++r) {
-        const double dt = timed_hop(*rings[shm], send.data(), bytes, w.comm, true);
+        const double dt = timed_hop(*rings.transport[shm], rings.send.data(), bytes, w.comm, true);
         if (r > 0) t.push_back(dt);  // the first is a warm-up
       }
       const double s = median(t), gibs = double(bytes) / s / double(1u << 30);
@@ -71,9 +51,17 @@ int cmd_bench_ring(Context& ctx) {
       std::snprintf(line, sizeof line, "%8lld %10s %12.1f %16.2f\n", (long long)kib,
                     shm ? "shm" : "mpi", s * 1e6, gibs);
       out << line;
-      add(permute, {double(w.size), double(shm), double(bytes), s, gibs});
+      add_row(permute, {double(w.size), double(shm), double(bytes), s, gibs});
     }
 
+}
+
+// Attention on a remote block per ring step against moving that block, per --seq-len: whether
+// the hop hides behind the step's attention.
+void measure_ring_steps(const Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens, Rings& rings,
+                        TimingTable& steps, std::ostream& out) {
+  const World& w = ctx.world;
+  const int64_t N = std::max(2, w.size), H = o.heads, KV = o.kv_heads, D = o.head_dim;
   out << "attention per ring step (remote block, " << o.heads << " heads x " << o.head_dim
       << ", KV heads " << o.kv_heads << ") vs moving that block:\n"
       << "  seq_len   block MiB   attn step s   transfer s (mpi / shm)   hidden (mpi / shm)\n";
@@ -100,7 +88,7 @@ int cmd_bench_ring(Context& ctx) {
     for (int shm = 0; shm < 2; ++shm) {
       std::vector<double> tt;
       for (int64_t r = 0; r <= o.repeats; ++r) {
-        const double dt = timed_hop(*rings[shm], send.data(), bytes, w.comm, false);
+        const double dt = timed_hop(*rings.transport[shm], rings.send.data(), bytes, w.comm, false);
         if (r > 0) tt.push_back(dt);
       }
       x[shm] = median(tt);
@@ -111,9 +99,44 @@ int cmd_bench_ring(Context& ctx) {
                   double(bytes) / double(1 << 20), a, x[0], x[1], a > x[0] ? "yes" : "no",
                   a > x[1] ? "yes" : "no");
     out << line;
-    add(steps, {double(w.size), double(S), double(bytes), a, x[0], x[1], a > x[0] ? 1.0 : 0.0,
+    add_row(steps, {double(w.size), double(S), double(bytes), a, x[0], x[1], a > x[0] ? 1.0 : 0.0,
                 a > x[1] ? 1.0 : 0.0});
   }
+}
+
+}  // namespace
+
+int cmd_bench_ring(Context& ctx) {
+  const BenchOptions& o = ctx.inv.bench;
+  const World& w = ctx.world;
+  std::ostream& out = ctx.out();
+  ctx.print_startup("bench ring", true);
+  const std::vector<int64_t> sizes = parse_int_list(o.sizes, "--sizes");
+  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
+  if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");
+  if (w.size < 2) out << "note: one rank: the ring sends to itself (a memory copy)\n";
+
+  TimingTable permute, steps;
+  for (const char* c : {"ranks", "shm", "bytes", "seconds", "gib_per_s"})
+    permute.columns.push_back({c, "", "", {}, 1});
+  for (const char* c : {"ranks", "seq_len", "block_bytes", "attn_step_s", "transfer_s",
+                        "transfer_shm_s", "hidden", "hidden_shm"})
+    steps.columns.push_back({c, "", "", {}, 1});
+
+  // Both transports, each with room for the largest message and the largest ring block.
+  const int64_t N = std::max(2, w.size), KV = o.kv_heads, D = o.head_dim;
+  size_t capacity = 0;
+  for (const int64_t kib : sizes) capacity = std::max(capacity, size_t(kib) * 1024);
+  for (const int64_t S : lens) capacity = std::max(capacity, KvBlocks::bytes_for(S / N, KV * D, sizeof(float)));
+  std::unique_ptr<RingTransport> transports[2] = {
+      make_ring_transport(CpTransport::Mpi, w.comm, 21, capacity),
+      make_ring_transport(CpTransport::Shm, w.comm, 22, capacity)};
+  out << "ring permute between " << w.size << " ranks (median of " << o.repeats * 5 << "), "
+      << "mpi: two-sided MPI; shm: " << transports[1]->describe() << ":\n"
+      << "     KiB  transport   latency us   GiB/s per rank\n";
+  Rings rings{{std::move(transports[0]), std::move(transports[1])}, Buffer<char>(capacity)};
+  measure_permutes(o, w, sizes, rings, permute, out);
+  measure_ring_steps(ctx, o, lens, rings, steps, out);
   out << std::flush;
   if (!o.out.empty() && w.root()) {
     // Two tables in one file would need a richer writer; the permute table goes to --out,

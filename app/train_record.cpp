@@ -187,6 +187,42 @@ std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   return timestamp() + line;
 }
 
+namespace {
+
+// The run's verification: the mean loss of its first k and last k steps (k = a quarter of
+// them, 1 to 5), and how far the two may differ by noise alone: two standard errors of their
+// difference, from the spread of the step-to-step changes around their mean (a trend moves the
+// changes' mean, not their spread; each change carries two steps' noise).
+struct LossVerdict {
+  double first = 0, last = 0, margin = 0;
+  size_t k = 1;
+  bool one_step = false, falling = false, within_noise = false;
+  const char* verdict = "SKIPPED";
+};
+
+LossVerdict verify_loss(const std::vector<double>& loss) {
+  LossVerdict v;
+  v.k = std::max<size_t>(1, std::min<size_t>(5, loss.size() / 4));
+  for (size_t i = 0; i < v.k; ++i) {
+    v.first += loss[i] / double(v.k);
+    v.last += loss[loss.size() - 1 - i] / double(v.k);
+  }
+  // One step cannot show a trend: say so rather than fail a smoke test.
+  v.one_step = loss.size() < 2;
+  std::vector<double> changes;
+  for (size_t i = 1; i < loss.size(); ++i) changes.push_back(loss[i] - loss[i - 1]);
+  double mean_change = 0, spread = 0;
+  for (double c : changes) mean_change += c / double(changes.size());
+  for (double c : changes) spread += (c - mean_change) * (c - mean_change) / double(std::max<size_t>(1, changes.size() - 1));
+  v.margin = 2 * std::sqrt(spread / 2) * std::sqrt(2.0 / double(v.k));
+  v.falling = std::isfinite(v.last) && v.last < v.first - v.margin;
+  v.within_noise = std::isfinite(v.last) && !v.falling && v.last <= v.first + v.margin;
+  v.verdict = v.one_step ? "SKIPPED" : v.falling ? "PASSED" : v.within_noise ? "INCONCLUSIVE" : "FAILED";
+  return v;
+}
+
+}  // namespace
+
 void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                          const std::string& peak_how) {
   // This run's rows only: after a restart the earlier rows belong to earlier runs.
@@ -196,27 +232,12 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
   };
   const std::vector<double> loss = mine("loss");
   if (loss.empty()) return;
-  const size_t k = std::max<size_t>(1, std::min<size_t>(5, loss.size() / 4));
-  double first = 0, last = 0;
-  for (size_t i = 0; i < k; ++i) {
-    first += loss[i] / double(k);
-    last += loss[loss.size() - 1 - i] / double(k);
-  }
-  // One step cannot show a trend: say so rather than fail a smoke test. Medians leave out the
-  // first step (start-up) unless it is the only one.
-  const bool one_step = loss.size() < 2;
-  // How far the two windows' means may differ by noise alone: two standard errors of their
-  // difference, from the spread of the step-to-step changes around their mean (a trend moves
-  // the changes' mean, not their spread; each change carries two steps' noise).
-  std::vector<double> changes;
-  for (size_t i = 1; i < loss.size(); ++i) changes.push_back(loss[i] - loss[i - 1]);
-  double mean_change = 0, spread = 0;
-  for (double c : changes) mean_change += c / double(changes.size());
-  for (double c : changes) spread += (c - mean_change) * (c - mean_change) / double(std::max<size_t>(1, changes.size() - 1));
-  const double margin = 2 * std::sqrt(spread / 2) * std::sqrt(2.0 / double(k));
-  const bool falling = std::isfinite(last) && last < first - margin;
-  const bool within_noise = std::isfinite(last) && !falling && last <= first + margin;
-  const char* verdict = one_step ? "SKIPPED" : falling ? "PASSED" : within_noise ? "INCONCLUSIVE" : "FAILED";
+  const LossVerdict v = verify_loss(loss);
+  const double first = v.first, last = v.last, margin = v.margin;
+  const size_t k = v.k;
+  const bool one_step = v.one_step, falling = v.falling, within_noise = v.within_noise;
+  const char* verdict = v.verdict;
+  // Medians leave out the first step (start-up) unless it is the only one.
   const size_t skip = one_step ? 0 : 1;
   const auto tail = [&](const char* name) {
     const std::vector<double> v = mine(name);
