@@ -155,9 +155,7 @@ void TrainLoop::checkpoint() {
   float* params = zero3 ? zero3->params() : parts.model->params();
   const std::vector<Shard> all{{0, local.total}}, none;
   const std::vector<Shard>& replica = parts.replica_rank == 0 ? all : none;
-  const std::vector<Shard>& moments = !parts.trainer->sharded()    ? replica
-                                      : parts.trainer->stage() == 3 ? zero3->pieces()
-                                                                    : std::vector<Shard>{opt.shard()};
+  const std::vector<Shard> moments = parts.moment_ranges(replica);
   const CheckpointParts written{&local,
                                 parts.split,
                                 {params, zero3 ? zero3->pieces() : replica},

@@ -36,16 +36,20 @@ void TrainParts::take_params(const ParamLayout& whole, const float* whole_params
   else std::copy(mine, mine + local.total, model->params());
 }
 
+std::vector<Shard> TrainParts::moment_ranges(const std::vector<Shard>& unsharded) const {
+  if (!trainer->sharded()) return unsharded;
+  if (trainer->stage() == 3) return zero3->pieces();
+  return {trainer->optimizer().shard()};
+}
+
 CheckpointTargets TrainParts::checkpoint_targets() {
   const std::vector<Shard> all{{0, local.total}};
-  const std::vector<Shard> moment_ranges = !trainer->sharded()    ? all
-                                           : trainer->stage() == 3 ? zero3->pieces()
-                                                                   : std::vector<Shard>{trainer->optimizer().shard()};
+  const std::vector<Shard> moments = moment_ranges(all);
   return {&local,
           split,
           {zero3 ? zero3->params() : model->params(), zero3 ? zero3->pieces() : all},
-          {trainer->optimizer().m(), moment_ranges},
-          {trainer->optimizer().v(), moment_ranges}};
+          {trainer->optimizer().m(), moments},
+          {trainer->optimizer().v(), moments}};
 }
 
 std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const ParallelPlan& plan, const Mesh& mesh,

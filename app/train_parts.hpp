@@ -34,6 +34,9 @@ struct TrainParts {
   // This rank's parameters out of whole ones of `whole` layout (the model file's, a
   // checkpoint's): its tp slices, then its ZeRO-3 shard of them, or into the model's.
   void take_params(const ParamLayout& whole, const float* whole_params);
+  // The ranges of the AdamW moments this rank holds: its ZeRO-3 pieces, its ZeRO-1/2 range,
+  // or `unsharded` (all of them, or none on a replica that does not write them).
+  std::vector<Shard> moment_ranges(const std::vector<Shard>& unsharded) const;
   // Where a checkpoint is read into on this rank: its parameters (or ZeRO-3 pieces) and its
   // range or pieces of the AdamW moments, never a whole copy first (io/checkpoint.hpp).
   CheckpointTargets checkpoint_targets();
