@@ -151,6 +151,11 @@ TrainState start_state(const World& world, std::ostream& out, const TrainOptions
   return state;
 }
 
+// How this run is laid out, as its checkpoints record it (and a resume compares).
+RunLayout run_layout(const World& world, const TrainOptions& o, const ParallelPlan& plan, const TrainInputs& in) {
+  return {world.size, plan, o.seq_len, o.batch_size, o.grad_accum, in.schedule->text()};
+}
+
 // --dry-run: the checks of steps 2 and 4 that write nothing: a previous run in --run-dir (as
 // train refuses it) and the checkpoint a resume would take, found and checked as the run
 // would (model, length, schedule, seed, tokenizer, data; past an unusable newest one to the
@@ -163,7 +168,7 @@ int dry_run(const World& world, const TrainOptions& o, const ParallelPlan& plan,
     if (world.root()) check_previous_run(RunDirectory(o.run_dir, false), o);
   });
   if (o.resume != "none") {
-    const RunLayout layout{world.size, plan, o.seq_len, o.batch_size, o.grad_accum, in.schedule->text()};
+    const RunLayout layout = run_layout(world, o, plan, in);
     ResumeRequest req{o.resume, o.run_dir, &mc, &in.init.layout, {}, layout, {}, true};
     std::string used;
     RunLayout saved;
@@ -259,7 +264,7 @@ int cmd_train(Context& ctx) {
 
   // 4. Where to start: weights, AdamW moments, step, data position and counters. A
   // checkpoint (--resume, --init-moments) is read straight into the buffers that keep it.
-  const RunLayout layout{world.size, plan, o.seq_len, o.batch_size, o.grad_accum, in.schedule->text()};
+  const RunLayout layout = run_layout(world, o, plan, in);
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size, parts->cp_attention && parts->cp_attention->tells_peer_wait());
   TrainState state = start_state(world, out, o, run.get(),

@@ -14,10 +14,12 @@ namespace {
 // The start-up line of a ring (a ring's own, or a hybrid's across its Ulysses groups):
 // rank 0's hops and where every rank's go. Collective over the cp group.
 void print_cp_attention(std::ostream& out, const AttentionOp* op, const ParallelPlan& plan) {
+  if (!op) return;
+  const AttentionOp::RingReport ring = op->ring_report();
+  if (ring.ranks == 0) return;
   const char* transport_option = cp_transport_name(plan.cp_transport);
-  if (!op || op->ring_report().ranks == 0) return;
   const std::string hops = op->ring_hops();
-  const std::string rank0 = op->ring_report().transport;
+  const std::string& rank0 = ring.transport;
   if (plan.cp_algo == CpAlgo::Hybrid)
     out << "hybrid cp: Ulysses all-to-all over " << plan.ulysses_degree << " consecutive cp ranks x ring over "
         << plan.cp / plan.ulysses_degree << " (--cp-transport " << transport_option << "), rank 0: " << rank0
