@@ -4,8 +4,8 @@
 #include <iostream>
 #include <optional>
 
-#include "app/cli.hpp"
-#include "app/context.hpp"
+#include "app/cli/cli.hpp"
+#include "app/cli/context.hpp"
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "parallel/world.hpp"

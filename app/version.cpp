@@ -1,7 +1,7 @@
 #include <CLI/Version.hpp>
 #include <numa.h>
 
-#include "app/cli.hpp"
+#include "app/cli/cli.hpp"
 #include "common/error.hpp"
 #include "data/sentencepiece.hpp"
 #include "io/file_kind.hpp"

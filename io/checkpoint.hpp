@@ -29,7 +29,7 @@ struct RunLayout {
   int64_t world_size = 1;
   ParallelPlan plan;             // the checkpoint records its dp and cp
   int64_t seq_len = 0, batch_size = 1, grad_accum = 1;
-  std::string seq_len_schedule;  // the stages before seq_len ("" = none; app/curriculum.hpp)
+  std::string seq_len_schedule;  // the stages before seq_len ("" = none; app/training/curriculum.hpp)
   int64_t sequences_per_step() const { return plan.dp * batch_size * grad_accum; }
   bool operator==(const RunLayout& o) const {
     return world_size == o.world_size && plan.dp == o.plan.dp && plan.cp == o.plan.cp && seq_len == o.seq_len &&

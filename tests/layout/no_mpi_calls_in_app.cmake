@@ -1,7 +1,7 @@
 # docs/layout.md: core/parallel/ holds the MPI code; app/ calls it and never MPI itself (a raw
 # call in app/ came back twice after being moved out). Fails naming each MPI_* call found.
 #   cmake -DSRC=<source dir> -P tests/layout/no_mpi_calls_in_app.cmake
-file(GLOB files "${SRC}/app/*.cpp" "${SRC}/app/*.hpp")
+file(GLOB_RECURSE files "${SRC}/app/*.cpp" "${SRC}/app/*.hpp")
 set(found "")
 foreach(f IN LISTS files)
   file(STRINGS "${f}" lines)

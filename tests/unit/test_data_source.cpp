@@ -71,7 +71,7 @@ void expect_same(const Batch& a, const Batch& b, const std::string& what) {
 }
 
 // Each (dp, cp) rank's micro-batches of a few steps, as the training loop builds them
-// (app/train_loop.cpp), from the file read range by range and from the dataset held whole.
+// (app/training/train_loop.cpp), from the file read range by range and from the dataset held whole.
 void check_layouts(const TokenDataset& ds, TokenSource& file) {
   MemorySource whole(ds);
   for (int64_t S : {64, 1024, 40000})

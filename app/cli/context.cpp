@@ -1,0 +1,128 @@
+#include "app/cli/context.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+
+#include "common/error.hpp"
+#include "kernels/gemm.hpp"
+#include "lct_build_info.hpp"
+
+namespace lct {
+
+namespace {
+struct NullBuffer : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+}  // namespace
+
+std::ostream& Context::out() const {
+  static NullBuffer null_buffer;
+  static std::ostream null_stream(&null_buffer);
+  return world.root() ? std::cout : null_stream;
+}
+
+Provenance Context::provenance() const {
+  Provenance p;
+  p.version = LCT_VERSION;
+  p.git_revision = LCT_GIT_REVISION;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p.date = date;
+  p.host = topo.host;
+  p.command_line = inv.command_line;
+  p.config = inv.settings;
+  return p;
+}
+
+void Context::print_startup(const std::string& title, bool with_topology) const {
+  std::ostream& o = out();
+  o << "lctrain " << LCT_VERSION << " (git " << LCT_GIT_REVISION << ") " << title << "\n";
+  // What differs from the defaults; every option, resolved, is in the provenance of each
+  // file the run writes (and `lctrain inspect` shows it).
+  int64_t defaults = 0;
+  for (const Setting& s : inv.settings) {
+    if (s.is_default) {
+      ++defaults;
+      continue;
+    }
+    o << "  " << std::left << std::setw(26) << (s.section.empty() ? s.key : s.section + "." + s.key)
+      << " " << std::setw(18) << to_string(s.value) << "\n";
+  }
+  o << "  (" << defaults << " other option" << (defaults == 1 ? "" : "s")
+    << " at the default; all are in the provenance of every file written)\n";
+  if (with_topology) {
+    o << "topology (rank 0; " << world.size << " rank" << (world.size == 1 ? "" : "s") << " in all)\n";
+    std::string text = topo.describe();
+    for (size_t start = 0; start < text.size();) {
+      const size_t end = text.find('\n', start);
+      o << "  " << text.substr(start, end - start) << "\n";
+      start = end == std::string::npos ? text.size() : end + 1;
+    }
+    o << "  gemm: " << gemm_description() << "; OpenBLAS " << openblas_kernels()
+      << " kernels (" << (gemm_lib() == GemmLib::OpenBlas ? "in use" : "fallback") << ")\n";
+    const std::string warning = openblas_kernel_warning(topo.cpu);
+    if (!warning.empty()) o << warning << "\n";
+  }
+  o << std::flush;
+}
+
+void Context::measure_peak() {
+  topo.peak = measure_peak_together(world, topo);
+  const Peak& p = topo.peak;
+  std::ostream& o = out();
+  o << std::fixed << std::setprecision(1) << "peak: fp32 " << p.fp32 << " GFLOP/s per rank ("
+    << p.fp32_how << ")";
+  if (p.bf16 > 0) o << ", bf16 " << p.bf16 << " (" << p.bf16_how << ")";
+  if (p.bf16_amx_nominal > 0) o << ", AMX bf16 nominal " << p.bf16_amx_nominal;
+  o << std::defaultfloat << std::setprecision(6) << "\n" << std::flush;
+}
+
+std::pair<double, std::string> Context::mfu_peak(Precision precision, double override) const {
+  const Peak& p = topo.peak;
+  if (override > 0) return {override, "--peak-gflops"};
+  if (precision == Precision::Bf16 && gemm_bf16_native()) {
+    if (p.bf16_amx_nominal > p.bf16)
+      return {p.bf16_amx_nominal, "bf16, AMX nominal (1024 FLOP per cycle per core at the measured clock)"};
+    return {p.bf16, "bf16, " + p.bf16_how};
+  }
+  return {p.fp32, (precision == Precision::Bf16 ? "fp32 units (no bf16 products here), " : "fp32, ") + p.fp32_how};
+}
+
+Isa Context::attention_isa(Precision precision) const {
+  const Isa isa = lct::attention_isa(topo.isa, precision, topo.cpu);
+  if (isa != topo.isa)
+    out() << "attention: bf16 operands widened to fp32 products (this CPU's AVX512_BF16 cores "
+          << "run vdpbf16ps at half the fp32 FMA rate); matrix products stay bf16\n";
+  return isa;
+}
+
+std::string Context::bf16_warning(Precision precision) const {
+  if (precision != Precision::Bf16 || gemm_bf16_native()) return "";
+  return cat("warning: --precision bf16 without bf16 products here (",
+             topo.cpu.avx512_bf16 ? "--isa " + std::string(isa_name(topo.isa)) + " or --gemm openblas"
+                                  : "this CPU has no AVX512_BF16 or AMX",
+             "): bf16 halves activation memory and communication but products are computed in ",
+             "fp32, so it is not faster");
+}
+
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    const std::string item = s.substr(start, end - start);
+    char* stop = nullptr;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || v < 1)
+      fail(flag, " '", s, "': '", item, "' is not a positive integer; give a comma-separated list");
+    out.push_back(v);
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace lct

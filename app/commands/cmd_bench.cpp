@@ -1,0 +1,209 @@
+// lctrain bench attention|gemm: kernel GFLOP/s against the machine's measured peak (FMA peak
+// of the widest fp32 ISA, on the run's own threads) and against a large product of the GEMM
+// library in use, measured in the same run on the same threads. Medians of --repeats runs.
+//   attention  FLOPs the FlashAttention-2 way: forward 4 S^2 D H (halved when causal),
+//              backward 2.5x forward
+//   gemm       the products of a training step of a model preset at T tokens: every linear
+//              layer forward (y = x W^T), backward to the input (dx = dy W) and to the weight
+//              (dW += dy^T x), with oneDNN and with OpenBLAS
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <type_traits>
+
+#include "app/cli/context.hpp"
+#include "common/error.hpp"
+#include "common/rng.hpp"
+#include "common/stats.hpp"
+#include "io/atomic.hpp"
+#include "io/timing_file.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/gemm.hpp"
+#include "model/config.hpp"
+
+namespace lct {
+
+namespace {
+
+void fill_random(Buffer<float>& x, uint64_t stream) {
+  float* p = x.data();
+  const int64_t n = int64_t(x.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = float(normal_at(7, stream, uint64_t(i)));
+}
+
+struct Table {
+  TimingTable data;
+  explicit Table(std::initializer_list<const char*> columns) {
+    for (const char* c : columns) data.columns.push_back({c, "", "", {}});
+  }
+  void add(const std::vector<double>& row) {
+    for (size_t c = 0; c < data.columns.size(); ++c) data.columns[c].values.push_back(row[c]);
+  }
+};
+
+void write_table(Context& ctx, const BenchOptions& o, Table& t, double peak, const std::string& how) {
+  if (o.out.empty() || !ctx.world.root()) return;
+  t.data.summary = {{"peak_gflops", peak}, {"peak_how", how}, {"precision", o.precision},
+                    {"gemm", gemm_description()}, {"isa", std::string(isa_name(ctx.topo.isa))}};
+  write_timing_file(o.out, t.data, ctx.provenance(), "bench");
+  ctx.out() << "wrote " << o.out << "\n";
+}
+
+// Inputs of the bench in the activation type X (float, or bf16 rounded from the same values).
+template <class X>
+Buffer<X> as_type(Buffer<float>& x) {
+  if constexpr (std::is_same_v<X, float>) return std::move(x);
+  else {
+    Buffer<X> out(x.size());
+    convert(x.data(), out.data(), int64_t(x.size()));
+    return out;
+  }
+}
+
+template <class X>
+int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
+  if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1)
+    fail("bench: --heads must be a positive multiple of --kv-heads, and --head-dim positive");
+  const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;
+  const Precision precision = std::is_same_v<X, bf16> ? Precision::Bf16 : Precision::Fp32;
+  const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
+  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
+  std::ostream& out = ctx.out();
+  char line[256];
+  std::snprintf(line, sizeof line, "%8s %9s %9s %6s %9s %9s %6s %9s %7s %7s %9s\n", "S", "fwd s",
+                "fwd GF/s", "%peak", "f+b s", "f+b GF/s", "%peak", "gemm GF/s", "fwd/gm",
+                "f+b/gm", "work MiB");
+  out << line << std::flush;
+  Table table({"seq_len", "heads", "kv_heads", "head_dim", "threads", "fwd_s", "fwd_gflops",
+               "fwd_peak_frac", "fwdbwd_s", "fwdbwd_gflops", "fwdbwd_peak_frac", "gemm_gflops",
+               "fwd_gemm_ratio", "fwdbwd_gemm_ratio", "workspace_mib"});
+  const Isa attn_isa = ctx.attention_isa(precision);
+  Isa used = attn_isa;
+  Precision products = precision;
+  for (const int64_t S : lens) {
+    Buffer<float> qf(size_t(S * H * D)), kf(size_t(S * KV * D)), vf(kf.size()), o_(qf.size()),
+        doutf(qf.size()), dq(qf.size()), dk(kf.size()), dv(kf.size()), lse(size_t(H * S)), delta(lse.size());
+    fill_random(qf, 1);
+    fill_random(kf, 2);
+    fill_random(vf, 3);
+    fill_random(doutf, 4);
+    const Buffer<X> q = as_type<X>(qf), k = as_type<X>(kf), v = as_type<X>(vf), dout = as_type<X>(doutf);
+    Buffer<X> ox(o_.size());
+    std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
+    for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
+    const TokenTags tags{idx.data(), doc.data()};
+    const AttnDims d{S, S, H, KV, D};
+    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
+    const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
+    auto forward = [&] { flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
+    auto both = [&] {
+      forward();
+      convert(o_.data(), ox.data(), int64_t(o_.size()));  // o as the model keeps it
+      attention_delta(ox.data(), dout.data(), S, H, D, delta.data());
+      flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
+                     tags, dq.data(), dk.data(), dv.data());
+    };
+    const double g = measure_gemm_gflops(2048, int(o.repeats), precision);
+    used = flash.isa();
+    products = flash.products();
+    const double f = median_seconds(o.repeats, forward);
+    const double fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
+    const double gf = fwd_flops / f / 1e9, gfb = o.backward ? 3.5 * fwd_flops / fb / 1e9 : 0.0;
+    const double ws = double(flash.workspace_bytes()) / double(1 << 20);
+    std::snprintf(line, sizeof line, "%8lld %9.3f %9.1f %5.1f%% %9.3f %9.1f %5.1f%% %9.1f %7.2f %7.2f %9.1f\n",
+                  (long long)S, f, gf, 100 * gf / peak, fb, gfb, 100 * gfb / peak, g, gf / g,
+                  gfb / g, ws);
+    out << line << std::flush;
+    table.add({double(S), double(H), double(KV), double(D), double(ctx.topo.threads), f, gf,
+               gf / peak, fb, gfb, gfb / peak, g, gf / g, gfb / g, ws});
+  }
+  out << "FLOPs: forward 4 S^2 D H" << (o.causal ? " / 2 (causal)" : "")
+      << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << peak_how
+      << "); gemm: " << gemm_description() << ", 2048^3 " << o.precision
+      << " on the same threads; attention kernels " << isa_name(used) << ", " << o.precision
+      << " inputs, " << precision_name(products) << " products; medians of " << o.repeats << " runs\n";
+  write_table(ctx, o, table, peak, peak_how);
+  return kExitOk;
+}
+
+int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
+  const ModelConfig c = model_preset(o.preset);
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t HD = c.num_attention_heads * c.head_dim(), KVD = c.num_key_value_heads * c.head_dim();
+  const double peak = ctx.topo.peak.fp32;
+  const GemmLib in_use = gemm_lib();
+  struct Layer {
+    const char* name;
+    int64_t in, out;
+  };
+  const Layer layers[] = {{"q_proj", C, HD}, {"k_proj", C, KVD}, {"o_proj", HD, C},
+                          {"gate_proj", C, I}, {"down_proj", I, C}, {"lm_head", C, V}};
+  std::ostream& out = ctx.out();
+  char line[256];
+  std::snprintf(line, sizeof line, "%7s %-10s %-8s %6s %6s %6s %11s %6s %11s %6s\n", "T", "layer",
+                "product", "M", "N", "K", "oneDNN GF/s", "%peak", "OpenBLAS", "%peak");
+  out << line << std::flush;
+  Table table({"tokens", "layer", "product", "M", "N", "K", "onednn_gflops", "onednn_peak_frac",
+               "openblas_gflops", "openblas_peak_frac"});
+  for (const int64_t T : lens) {
+    for (size_t li = 0; li < std::size(layers); ++li) {
+      const Layer& L = layers[li];
+      Buffer<float> x(size_t(T * L.in)), w(size_t(L.out * L.in)), y(size_t(T * L.out));
+      fill_random(x, 1);
+      fill_random(w, 2);
+      fill_random(y, 3);
+      struct Product {
+        const char* name;
+        std::function<void()> run;
+        int64_t M, N, K;
+      };
+      const Product products[] = {
+          {"forward", [&] { linear_forward(y.data(), x.data(), w.data(), T, L.in, L.out); }, T, L.out, L.in},
+          {"dinput", [&] { linear_backward_input(x.data(), y.data(), w.data(), T, L.in, L.out, false); }, T, L.in, L.out},
+          {"dweight", [&] { linear_backward_weight(w.data(), y.data(), x.data(), T, L.in, L.out); }, L.out, L.in, T}};
+      for (size_t pi = 0; pi < std::size(products); ++pi) {
+        const Product& p = products[pi];
+        const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K);
+        double g[2];
+        for (GemmLib lib : {GemmLib::OneDnn, GemmLib::OpenBlas}) {
+          gemm_setup(lib, ctx.topo.isa);
+          g[int(lib)] = flops / median_seconds(o.repeats, p.run) / 1e9;
+        }
+        std::snprintf(line, sizeof line, "%7lld %-10s %-8s %6lld %6lld %6lld %11.1f %5.1f%% %11.1f %5.1f%%\n",
+                      (long long)T, L.name, p.name, (long long)p.M, (long long)p.N, (long long)p.K,
+                      g[0], 100 * g[0] / peak, g[1], 100 * g[1] / peak);
+        out << line << std::flush;
+        table.add({double(T), double(li), double(pi), double(p.M), double(p.N), double(p.K), g[0],
+                   g[0] / peak, g[1], g[1] / peak});
+      }
+    }
+  }
+  gemm_setup(in_use, ctx.topo.isa);
+  out << "model " << o.preset << " (C " << C << ", I " << I << ", V " << V << ", q " << HD << ", kv "
+      << KVD << "); %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how << "); OpenBLAS "
+      << openblas_kernels() << " kernels; medians of " << o.repeats << " runs\n";
+  write_table(ctx, o, table, peak, "fp32, " + ctx.topo.peak.fp32_how);
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_bench_ring(Context& ctx);
+
+int cmd_bench(Context& ctx) {
+  const BenchOptions& o = ctx.inv.bench;
+  if (o.what == "ring") return cmd_bench_ring(ctx);
+  ctx.print_startup("bench " + o.what, true);
+  if (o.repeats < 1) fail("bench: --repeats must be at least 1");
+  const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
+  if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
+  ctx.measure_peak();
+  if (o.what == "gemm") return bench_gemm(ctx, o, lens);
+  return o.precision == "bf16" ? bench_attention<bf16>(ctx, o, lens) : bench_attention<float>(ctx, o, lens);
+}
+
+}  // namespace lct

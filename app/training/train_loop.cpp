@@ -1,0 +1,326 @@
+#include "app/training/train_loop.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
+#include <ostream>
+
+#include "app/training/eval_setup.hpp"
+#include "app/training/train_checkpoint.hpp"
+#include "app/training/train_setup.hpp"
+#include "common/error.hpp"
+#include "common/fault.hpp"
+#include "io/timing_file.hpp"
+#include "model/flops.hpp"
+#include "model/shard.hpp"
+#include "parallel/watchdog.hpp"
+#include "sys/stop.hpp"
+
+namespace lct {
+
+namespace {
+// Why a rank asks to stop, as it travels in RankFigures::kStopFlag: a signal's number, or:
+constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
+
+// Open MPI's mpirun passes SIGTERM and SIGINT on to the ranks and SIGKILLs them
+// odls_base_sigkill_timeout seconds later (1 by default). A rank stops at the end of its step
+// and then writes a checkpoint: when the two take longer than that, a SIGTERM to mpirun ends
+// the run at its previous checkpoint. Said once, early, so that the user can choose.
+std::string sigterm_grace_note(double step_s, double checkpoint_s) {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return "";  // not launched by Open MPI
+  const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  const double grace = v && *v ? std::atof(v) : 1.0;
+  if (step_s + checkpoint_s <= grace) return "";
+  return cat(std::fixed, std::setprecision(1), "note: a step takes ", step_s, " s and a checkpoint about ",
+             checkpoint_s, " s, longer than the ", grace, " s Open MPI's mpirun waits between passing ",
+             "SIGTERM or SIGINT on and killing the ranks (odls_base_sigkill_timeout): a SIGTERM to mpirun ",
+             "would end this run at its previous checkpoint. Stop it with SIGUSR1 instead (checkpoint, exit 85), ",
+             "or start it with mpirun --mca odls_base_sigkill_timeout N (seconds)");
+}
+}  // namespace
+
+// This rank's share of step `step`'s --grad-accum micro-batches (its dp slice, its cp
+// shard), at the step's sequence length.
+std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_total) {
+  const ParallelPlan& plan = layout.plan;
+  const int64_t dp = plan.dp, cp = plan.cp, S = schedule.seq_len_at(step);
+  const CpSplit split = plan.split_for(mc.sliding_window, S);
+  DataLoader& loader = data.at(step);
+  std::vector<Batch> micro;
+  for (int64_t a = 0; a < o.grad_accum; ++a) {
+    std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
+    seqs = {seqs.begin() + where.dp_rank * o.batch_size,
+            seqs.begin() + (where.dp_rank + 1) * o.batch_size};
+    Batch full = make_batch(dataset, seqs, S);
+    *visible_pairs_total += visible_pairs(full, mc.sliding_window);
+    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, plan.shard_group())
+                           : std::move(full));
+  }
+  return micro;
+}
+
+// Every rank's figures of the step, and whether and why any rank must stop (a signal, too
+// close to --time-limit for another step and a checkpoint, --stop-at), in one collective.
+RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
+  const auto& ph = clock.seconds;
+  const double bytes = bytes_sent(), peer_wait = peer_wait_s();
+  slowest_step_ = std::max(slowest_step_, clock.total());
+  const bool near_limit =
+      o.time_limit > 0 &&
+      process_seconds() + 1.5 * (slowest_step_ + last_io_ + last_eval_) + 2 > o.time_limit;
+  const double why = stop_signal() ? double(stop_signal())
+                     : near_limit   ? kStopTimeLimit
+                     : step == o.stop_at ? kStopAt
+                                         : 0;
+  const std::vector<double> mine = {
+      clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
+      ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before_,
+      peer_wait - peer_wait_before_, why, omp_get_wtime() - last_timing_write_};
+  bytes_before_ = bytes;
+  peer_wait_before_ = peer_wait;
+  return {allgather(mine, ctx.world.comm, "the allgather of the step's per-rank figures"),
+          ctx.world.size};
+}
+
+double TrainLoop::peer_wait_s() const { return parts.cp_attention ? parts.cp_attention->peer_wait_s() : 0; }
+
+double TrainLoop::bytes_sent() const {
+  return (parts.cp_attention ? double(parts.cp_attention->bytes_sent()) : 0) + double(parts.reducer->bytes_sent) +
+         (parts.model->tp() ? double(parts.model->tp()->bytes_sent()) : 0) +
+         (parts.model->param_shards() ? double(parts.model->param_shards()->bytes_sent()) : 0);
+}
+
+// lctrain eval's evaluation of the model as it is after this step, forward only in the
+// training model itself (no copy of the weights), over this rank's cp group as eval --cp runs
+// it. The dp replicas share the batches (EvalShare) and every rank merges every replica's
+// part into the whole result. It reads only --eval-data: the training loader, the gradients
+// and the optimizer are untouched, so the training goes on bit for bit as without.
+EvalResult TrainLoop::evaluate_held_out() {
+  const MPI_Comm cp_comm = mesh.comm("cp");
+  MpiStepReducer sums(cp_comm);
+  const ParallelPlan& plan = layout.plan;
+  const EvalCp cp = plan.cp > 1 ? mpi_eval_cp(cp_comm, plan.split_for(mc.sliding_window, o.seq_len),
+                                              plan.shard_group(), sums)
+                                : EvalCp{};
+  PhaseClock clock;  // the step's phases are recorded already; evaluation is not one of them
+  const double t0 = omp_get_wtime();
+  const EvalShare share{plan.dp, mesh.index("dp")};
+  const EvalResult part =
+      evaluate(*parts.model, *eval_data, o.seq_len, o.batch_size, o.eval_sequences, clock, {}, cp, share);
+  const EvalResult r = merge_replicas(part, mesh.comm("dp"));
+  bytes_before_ = bytes_sent();  // its traffic and waits are no step's
+  peer_wait_before_ = peer_wait_s();
+  // The next step may be followed by an evaluation too: --time-limit keeps room for one.
+  last_eval_ = omp_get_wtime() - t0;
+  return r;
+}
+
+// "SIGTERM on every rank", "SIGUSR1 on rank 3", "--time-limit near on rank 0", "--stop-at".
+std::string TrainLoop::stop_reason(const RankFigures& ranks, int64_t step) const {
+  if (step == o.stop_at) return "--stop-at";
+  int first = -1, asking = 0;
+  for (int r = 0; r < ranks.ranks; ++r)
+    if (ranks.rank(r)[RankFigures::kStopFlag] != 0) {
+      asking += 1;
+      if (first < 0) first = r;
+    }
+  const double why = ranks.rank(first)[RankFigures::kStopFlag];
+  const std::string what = why == kStopTimeLimit ? "--time-limit near"
+                           : why == kStopAt       ? "--stop-at"
+                                                  : cat(signal_name(int(why)), " (signal ", int(why), ")");
+  if (ranks.ranks == 1) return what;
+  return asking == ranks.ranks ? what + " on every rank"
+                               : cat(what, " on rank ", first,
+                                     asking > 1 ? cat(" and ", asking - 1, " other(s)") : "");
+}
+
+void TrainLoop::checkpoint() {
+  // The position of the next step's loader: at a stage boundary, the next stage's start.
+  const DataLoader& next = data.at(state.step + 1);
+  state.data_epoch = next.epoch();
+  state.data_cursor = next.cursor();
+  const double t0 = omp_get_wtime();
+  // A checkpoint holds every tensor whole (the model file's shapes), but no rank gathers
+  // them: each writes what it owns straight into the file (io/checkpoint.hpp,
+  // CheckpointParts). Owned: its ZeRO-3 pieces (parameters and moments), its ZeRO-1/2 range
+  // (moments), its tp slices; what is replicated over the dp x cp ranks (the parameters
+  // below stage 3, the moments at stage 0) by the first of them only, the norms (replicated
+  // over tp) by tp rank 0 only.
+  ParamShards* zero3 = parts.model->param_shards();
+  AdamW& opt = parts.trainer->optimizer();
+  const ParamLayout& local = parts.model->layout();
+  float* params = zero3 ? zero3->params() : parts.model->params();
+  const std::vector<Shard> all{{0, local.total}}, none;
+  const std::vector<Shard>& replica = parts.replica_rank == 0 ? all : none;
+  const std::vector<Shard> moments = parts.moment_ranges(replica);
+  const CheckpointParts written{&local,
+                                parts.split,
+                                {params, zero3 ? zero3->pieces() : replica},
+                                {opt.m(), moments},
+                                {opt.v(), moments},
+                                params,
+                                zero3 ? zero3->size() : local.total};
+  save_checkpoint(ctx.world, run_dir, o.run_dir,
+                  {&mc, &whole_layout, nullptr, nullptr, nullptr, state, layout,
+                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}, &written},
+                  prov, {o.keep_checkpoints, o.keep_every});
+  ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)
+            << std::endl;
+}
+
+void TrainLoop::write_timing() {
+  agreed(ctx.world, [&] {
+    if (run_dir) write_timing_file(run_dir->timing_path(), record.table(), prov);
+  });
+  last_timing_write_ = omp_get_wtime();
+}
+
+// "stage 2 of 3 from step N: ..." when a --seq-len-schedule moves to its next length.
+void TrainLoop::announce_stage(int64_t step, int64_t first_step) {
+  const int64_t S = schedule.seq_len_at(step);
+  if (schedule.staged() && step > first_step && S != schedule.seq_len_at(step - 1))
+    ctx.out() << "stage " << schedule.stage_of(step) + 1 << " of " << schedule.stages().size() << " from step "
+              << step << ": sequences of " << S << " tokens, " << o.batch_size * o.grad_accum * layout.plan.dp * S
+              << " tokens per step" << std::endl;
+}
+
+void TrainLoop::checkpoint_into(PhaseClock& clock) {
+  checkpoint();
+  clock.lap(Phase::IO);
+  last_io_ = clock.seconds[size_t(Phase::IO)];
+}
+
+// After the step and its checkpoint, outside the step's time, decided alike on every rank:
+// the held-out evaluation when due (not when the run must stop now: it may be near
+// --time-limit), into `fig`. Returns its line, or "".
+std::string TrainLoop::evaluate_if_due(int64_t step, bool stop, StepFigures& fig) {
+  if (!eval_data || !(step % o.eval_every == 0 || step == o.steps) || stop) return "";
+  const EvalResult r = evaluate_held_out();
+  fig.eval_loss = r.mean_loss();
+  fig.eval_accuracy = eval_accuracy(r);
+  fig.eval_retrieval = eval_retrieval(r);
+  return eval_line(step, r);
+}
+
+// --max-skips: every rank sees the same reduced loss, so all stop here alike.
+void TrainLoop::check_skips(int64_t step) {
+  if (state.consecutive_skips < o.max_skips) return;
+  write_timing();
+  throw AgreedError(cat(state.consecutive_skips, " consecutive steps (to step ", step, ") had a non-finite loss or ",
+                        "gradient and were skipped (--max-skips ", o.max_skips, "); the run stops with its last ",
+                        "good checkpoint intact (", latest_or_none(run_dir), "); lower --lr, raise ",
+                        "--warmup-steps or check the data, then resume"));
+}
+
+// One step: its micro-batches, the training step, every rank's figures, then what the
+// figures decide alike on every rank: checkpoint, evaluation, record and print, stop.
+TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& clock) {
+  std::ostream& out = ctx.out();
+  clock.reset();
+  announce_stage(step, pace.first_step);
+  const int64_t S = schedule.seq_len_at(step);
+  double pairs = 0;
+  const std::vector<Batch> micro = micro_batches(step, &pairs);
+  clock.lap(Phase::Other);
+  const StepStats st = parts.trainer->train_step(micro, step, clock);
+  state.step = step;
+  state.tokens_seen += st.real_tokens;
+  state.skipped_steps += st.skipped;
+  state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
+  const RankFigures ranks = gather_figures(clock, step);
+  clock.lap(Phase::Allreduce);
+
+  // Decisions every rank must take alike come from the gathered figures only.
+  const bool stop = ranks.any_stop() && step < o.steps;  // the last step ends normally
+  const bool timing_due = ranks.rank(0)[RankFigures::kSinceTimingWrite] > 10;  // rank 0's clock
+  const bool due = step == o.steps || stop || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
+  // A skip streak does not push good checkpoints out, unless the run ends or must stop
+  // now (a skipped step leaves the weights as they were: still the last good ones).
+  if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
+
+  const double secs = clock.total();
+  const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
+  // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
+  const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
+  StepFigures fig{st, state.restarts, o.steps, secs, rank_flops / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
+  const std::string eval_said = evaluate_if_due(step, stop, fig);
+  // --until-retrieval: every rank has the same evaluation, so all end here alike.
+  const bool learnt = o.until_retrieval > 0 && fig.eval_retrieval >= o.until_retrieval && step < o.steps;
+  if (learnt && !due) checkpoint_into(clock);
+  record.add(fig);
+  if (step % o.log_every == 0 || step == pace.first_step || step == o.steps || stop)
+    out << record.step_line(fig, (omp_get_wtime() - pace.start) / double(step - pace.first_step + 1) *
+                                     double(o.steps - step))
+        << std::endl;
+  if (!eval_said.empty()) out << eval_said << std::endl;
+  if (step == pace.first_step + 1)
+    if (const std::string note = sigterm_grace_note(secs, last_io_); !note.empty()) out << note << std::endl;
+  check_skips(step);
+  if (due || timing_due || learnt) write_timing();
+  if (learnt) {
+    out << "passkey retrieval " << std::fixed << std::setprecision(1) << 100 * fig.eval_retrieval
+        << "% reached --until-retrieval " << 100 * o.until_retrieval << "% at step " << step << " of " << o.steps
+        << ": the run ends here, checkpoint '" << RunDirectory::path_of(o.run_dir, step) << "'" << std::endl;
+    return Outcome::Learnt;
+  }
+  if (stop) {
+    out << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step) << "); checkpoint '"
+        << RunDirectory::path_of(o.run_dir, step) << "' written; continue with --resume auto (exit code "
+        << int(kExitRequeue) << ")" << std::endl;
+    return Outcome::Stopped;
+  }
+  return Outcome::Continue;
+}
+
+// The end of a run that reached its last step (or --until-retrieval): the summary, the ring's
+// traffic, the final table; refused when its last steps were all skipped.
+int TrainLoop::finish() {
+  std::ostream& out = ctx.out();
+  record.finish(out, layout.plan.dp, layout.plan.cp, peak, peak_how);
+  if (const AttentionOp::RingReport r = parts.cp_attention ? parts.cp_attention->ring_report() : AttentionOp::RingReport{};
+      r.ranks > 0)
+    out << "ring traffic of rank 0 in this run: " << std::fixed << std::setprecision(2)
+        << double(r.bytes_sent_shm) / 1048576 << " MiB through shared memory, "
+        << double(r.bytes_sent - r.bytes_sent_shm) / 1048576 << " MiB through MPI; the last "
+        << "micro-batch took " << r.steps << " of " << r.ranks << " ring steps per layer\n";
+  write_timing();
+  if (const int64_t k = state.consecutive_skips; k > 0)
+    throw AgreedError(cat("the run reached step ", o.steps, " but its last ", k, " step(s) had a ",
+                          "non-finite loss or gradient and were skipped: the final checkpoint ",
+                          latest_or_none(run_dir), " holds the weights of step ", o.steps - k,
+                          "; lower --lr, raise --warmup-steps or check the data"));
+  if (ctx.world.root())
+    out << "wrote " << run_dir->timing_path() << " and " << latest_or_none(run_dir) << std::endl;
+  return kExitOk;
+}
+
+int TrainLoop::train() {
+  const World& world = ctx.world;
+  const FaultPlan fault = fault_from_environment();
+  PhaseClock clock;
+  last_timing_write_ = omp_get_wtime();
+  last_io_ = checkpoint_bytes(parts.model->layout()) / 100e6;  // until one is measured: 100 MB/s
+  const Pace pace{state.step + 1, omp_get_wtime()};
+  try {
+    for (int64_t s = pace.first_step; s <= o.steps; ++s) {
+      watchdog_set_context(cat("step ", s));
+      fault.fire(world.rank, s);
+      if (fault.poisons(world.rank, s) && !parts.model->param_shards()) parts.model->params()[0] = std::nanf("");
+      const Outcome done = step(s, pace, clock);
+      if (done == Outcome::Learnt) break;
+      if (done == Outcome::Stopped) return kExitRequeue;
+    }
+  } catch (const AgreedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // One rank failed alone while the others may be waiting for it in a collective call.
+    if (world.size == 1) throw;
+    abort_job(world, e.what());
+  }
+  return finish();
+}
+
+}  // namespace lct

@@ -1,0 +1,71 @@
+// The step loop of lctrain train: each step builds its micro-batches, trains, gathers every
+// rank's figures, and then, decided alike on every rank from those figures, checkpoints,
+// records, prints and stops.
+#pragma once
+#include <string>
+
+#include "app/cli/context.hpp"
+#include "app/training/curriculum.hpp"
+#include "app/training/train_parts.hpp"
+#include "app/training/train_record.hpp"
+#include "io/checkpoint.hpp"
+#include "io/run_dir.hpp"
+#include "model/attention_op.hpp"
+#include "parallel/mesh.hpp"
+#include "parallel/reducer.hpp"
+#include "train/evaluate.hpp"
+#include "train/trainer.hpp"
+
+namespace lct {
+
+struct TrainLoop {
+  Context& ctx;
+  const TrainOptions& o;
+  const ModelConfig& mc;
+  const Mesh& mesh;
+  TrainParts& parts;  // the model, its trainer and reducer, the cp attention (train_parts.hpp)
+  // The data.
+  TokenSource& dataset;            // its tokens read a batch at a time
+  const SeqLenSchedule& schedule;  // the length of every step
+  StagedData& data;                // the loader of the current stage
+  TokenSource* eval_data;          // --eval-data (read a batch at a time); null without --eval-every
+  // The books: where the run stands, what it records, and where it writes.
+  TrainState& state;
+  TrainRecord& record;
+  RunDirectory* run_dir;  // rank 0's, null elsewhere
+  RunLayout layout;
+  RankState where;
+  Provenance prov;
+  double peak;
+  std::string peak_how;
+  const ParamLayout& whole_layout;  // the model file's (the model's is a tp rank's slices)
+
+  // Trains from state.step + 1 to --steps: kExitOk, or kExitRequeue after a stop request
+  // (signal, --time-limit, --stop-at) with its checkpoint written. Throws AgreedError.
+  int train();
+
+  // The loop's own; the rest above is what it works with.
+  enum class Outcome { Continue, Learnt, Stopped };  // Learnt: --until-retrieval reached
+  struct Pace {
+    int64_t first_step;  // of this run (after a resume: the checkpoint's step + 1)
+    double start;        // omp_get_wtime() at its start, for the time left
+  };
+  Outcome step(int64_t step, const Pace& pace, PhaseClock& clock);
+  int finish();
+  void announce_stage(int64_t step, int64_t first_step);
+  void checkpoint_into(PhaseClock& clock);  // checkpoint(), timed as the step's IO
+  std::string evaluate_if_due(int64_t step, bool stop, StepFigures& fig);
+  void check_skips(int64_t step);
+  std::vector<Batch> micro_batches(int64_t step, double* visible_pairs);
+  RankFigures gather_figures(const PhaseClock& clock, int64_t step);
+  double bytes_sent() const;  // by this rank so far: cp attention, gradient reduction, ZeRO-3
+  EvalResult evaluate_held_out();
+  void checkpoint();
+  void write_timing();
+  std::string stop_reason(const RankFigures& ranks, int64_t step) const;
+
+  double peer_wait_s() const;  // of this rank's cp exchanges so far (RingTransport::peer_wait_s)
+  double bytes_before_ = 0, peer_wait_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
+};
+
+}  // namespace lct

@@ -1,0 +1,95 @@
+#include "app/training/train_parts.hpp"
+
+#include <algorithm>
+#include <ostream>
+
+#include "parallel/cp_attention.hpp"
+#include "parallel/ulysses_attention.hpp"
+#include "parallel/world.hpp"
+
+namespace lct {
+
+namespace {
+
+// The start-up line of a ring (a ring's own, or a hybrid's across its Ulysses groups):
+// rank 0's hops and where every rank's go. Collective over the cp group.
+void print_cp_attention(std::ostream& out, const AttentionOp* op, const ParallelPlan& plan) {
+  if (!op) return;
+  const AttentionOp::RingReport ring = op->ring_report();
+  if (ring.ranks == 0) return;
+  const char* transport_option = cp_transport_name(plan.cp_transport);
+  const std::string hops = op->ring_hops();
+  const std::string& rank0 = ring.transport;
+  if (plan.cp_algo == CpAlgo::Hybrid)
+    out << "hybrid cp: Ulysses all-to-all over " << plan.ulysses_degree << " consecutive cp ranks x ring over "
+        << plan.cp / plan.ulysses_degree << " (--cp-transport " << transport_option << "), rank 0: " << rank0
+        << "; " << hops << "\n";
+  else
+    out << "ring transport (--cp-transport " << transport_option << "), rank 0: " << rank0 << "; " << hops << "\n";
+}
+
+}  // namespace
+
+void TrainParts::take_params(const ParamLayout& whole, const float* whole_params) {
+  Buffer<float> sliced(split.size > 1 ? local.total : 0);
+  if (split.size > 1) tp_take_local(whole, local, split, whole_params, sliced.data());
+  const float* mine = split.size > 1 ? sliced.data() : whole_params;
+  if (zero3) zero3->take_mine(mine, zero3->params());
+  else std::copy(mine, mine + local.total, model->params());
+}
+
+std::vector<Shard> TrainParts::moment_ranges(const std::vector<Shard>& unsharded) const {
+  if (!trainer->sharded()) return unsharded;
+  if (trainer->stage() == 3) return zero3->pieces();
+  return {trainer->optimizer().shard()};
+}
+
+CheckpointTargets TrainParts::checkpoint_targets() {
+  const std::vector<Shard> all{{0, local.total}};
+  const std::vector<Shard> moments = moment_ranges(all);
+  return {&local,
+          split,
+          {zero3 ? zero3->params() : model->params(), zero3 ? zero3->pieces() : all},
+          {trainer->optimizer().m(), moments},
+          {trainer->optimizer().v(), moments}};
+}
+
+std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const ParallelPlan& plan, const Mesh& mesh,
+                                              TrainInputs& in, std::ostream& out) {
+  const ModelConfig& mc = in.config();
+  auto p = std::make_unique<TrainParts>();
+  p->cp_attention = make_cp_attention(plan, mesh.comm("cp"), mc, in.shape);
+  print_cp_attention(out, p->cp_attention.get(), plan);
+  if (const std::string note = UlyssesAttention::replication_note(
+          plan.ulysses_ranks(), mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
+      !note.empty())
+    out << note << "\n";
+  // --tp: each rank holds its slices of every tensor (model/tp.hpp), in the local layout;
+  // --zero 3: the parameters and gradients live in shards of that layout, each rank keeping
+  // its own piece and letting go of the model file's whole weights before anything else is
+  // allocated.
+  p->local = ParamLayout::llama(mc, int(plan.tp));  // tp 1: the whole layout
+  p->split = TpSplit{int(plan.tp), mesh.index("tp")};
+  p->replicas = mesh.comm_except("tp");
+  p->replica_rank = comm_rank(p->replicas);
+  p->replica_count = comm_size(p->replicas);
+  const int shards = plan.zero >= 1 ? p->replica_count : 1;  // ranks the ZeRO state is split over
+  p->tp_comm = std::make_unique<MpiTpComm>(mesh.comm("tp"));
+  if (plan.zero == 3 && shards > 1) {
+    p->zero3 = std::make_unique<MpiParamShards>(p->replicas, p->local, mc);
+    p->take_params(in.init.layout, in.init.params.data());
+    in.init.params = Buffer<float>();
+  }
+  p->model = std::make_unique<LlamaModel>(mc, in.shape, p->cp_attention.get(), p->zero3.get(),
+                                          plan.tp > 1 ? p->tp_comm.get() : nullptr);
+  if (!p->zero3) p->take_params(in.init.layout, in.init.params.data());
+  in.init.params = Buffer<float>();
+  p->reducer = std::make_unique<MpiStepReducer>(p->replicas, in.precision);
+  const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
+                       o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
+  p->trainer = std::make_unique<Trainer>(*p->model, ac, p->replica_count > 1 ? p->reducer.get() : nullptr, shards,
+                                         p->replica_rank, int(plan.zero));
+  return p;
+}
+
+}  // namespace lct
