@@ -149,20 +149,20 @@ void TrainLoop::checkpoint() {
   // (moments), its tp slices; what is replicated over the dp x cp ranks (the parameters
   // below stage 3, the moments at stage 0) by the first of them only, the norms (replicated
   // over tp) by tp rank 0 only.
-  ParamShards* zero3 = parts.model->param_shards();
+  ParamShards* shards = parts.shards.get();
   AdamW& opt = parts.trainer->optimizer();
   const ParamLayout& local = parts.model->layout();
-  float* params = zero3 ? zero3->params() : parts.model->params();
+  float* params = shards ? shards->params() : parts.model->params();
   const std::vector<Shard> all{{0, local.total}}, none;
   const std::vector<Shard>& replica = parts.replica_rank == 0 ? all : none;
   const std::vector<Shard> moments = parts.moment_ranges(replica);
   const CheckpointParts written{&local,
                                 parts.split,
-                                {params, zero3 ? zero3->pieces() : replica},
+                                {params, shards ? shards->pieces() : replica},
                                 {opt.m(), moments},
                                 {opt.v(), moments},
                                 params,
-                                zero3 ? zero3->size() : local.total};
+                                shards ? shards->size() : local.total};
   save_checkpoint(ctx.world, run_dir, o.run_dir,
                   {&mc, &whole_layout, nullptr, nullptr, nullptr, state, layout,
                    {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}, &written},

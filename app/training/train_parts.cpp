@@ -34,14 +34,12 @@ void TrainParts::take_params(const ParamLayout& whole, const float* whole_params
   Buffer<float> sliced(split.size > 1 ? local.total : 0);
   if (split.size > 1) tp_take_local(whole, local, split, whole_params, sliced.data());
   const float* mine = split.size > 1 ? sliced.data() : whole_params;
-  if (zero3) zero3->take_mine(mine, zero3->params());
+  if (shards) shards->take_mine(mine, shards->params());
   else std::copy(mine, mine + local.total, model->params());
 }
 
 std::vector<Shard> TrainParts::moment_ranges(const std::vector<Shard>& unsharded) const {
-  if (!trainer->sharded()) return unsharded;
-  if (trainer->stage() == 3) return zero3->pieces();
-  return {trainer->optimizer().shard()};
+  return zero->splits_moments ? trainer->sync().moment_ranges() : unsharded;
 }
 
 CheckpointTargets TrainParts::checkpoint_targets() {
@@ -49,7 +47,7 @@ CheckpointTargets TrainParts::checkpoint_targets() {
   const std::vector<Shard> moments = moment_ranges(all);
   return {&local,
           split,
-          {zero3 ? zero3->params() : model->params(), zero3 ? zero3->pieces() : all},
+          {shards ? shards->params() : model->params(), shards ? shards->pieces() : all},
           {trainer->optimizer().m(), moments},
           {trainer->optimizer().v(), moments}};
 }
@@ -73,22 +71,23 @@ std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const Paral
   p->replicas = mesh.comm_except("tp");
   p->replica_rank = comm_rank(p->replicas);
   p->replica_count = comm_size(p->replicas);
-  const int shards = plan.zero >= 1 ? p->replica_count : 1;  // ranks the ZeRO state is split over
   p->tp_comm = std::make_unique<MpiTpComm>(mesh.comm("tp"));
-  if (plan.zero == 3 && shards > 1) {
-    p->zero3 = std::make_unique<MpiParamShards>(p->replicas, p->local, mc);
+  p->zero = &zero_variant(plan.zero, p->replica_count);
+  if (p->zero->weights) {
+    p->shards = p->zero->weights(p->replicas, p->local, mc);
     p->take_params(in.init.layout, in.init.params.data());
     in.init.params = Buffer<float>();
   }
-  p->model = std::make_unique<LlamaModel>(mc, in.shape, p->cp_attention.get(), p->zero3.get(),
+  p->model = std::make_unique<LlamaModel>(mc, in.shape, p->cp_attention.get(), p->shards.get(),
                                           plan.tp > 1 ? p->tp_comm.get() : nullptr);
-  if (!p->zero3) p->take_params(in.init.layout, in.init.params.data());
+  if (!p->shards) p->take_params(in.init.layout, in.init.params.data());
   in.init.params = Buffer<float>();
   p->reducer = std::make_unique<MpiStepReducer>(p->replicas, in.precision);
+  StepReducer* reducer = p->replica_count > 1 ? p->reducer.get() : nullptr;
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
-  p->trainer = std::make_unique<Trainer>(*p->model, ac, p->replica_count > 1 ? p->reducer.get() : nullptr, shards,
-                                         p->replica_rank, int(plan.zero));
+  p->trainer = std::make_unique<Trainer>(*p->model, ac, reducer,
+                                         p->zero->sync(*p->model, reducer, p->replica_count, p->replica_rank));
   return p;
 }
 

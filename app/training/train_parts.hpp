@@ -1,7 +1,7 @@
 // Step 3 of lctrain train: the objects a run is made of, each built by the piece of the plan
-// it applies: the cp attention (cp_attention.hpp), the tp group, ZeRO-3's shards, the model
-// holding this rank's parameters, the gradient reducer over the dp x cp replicas, and the
-// trainer. Built in this order, each referring to those before it; destroyed in reverse.
+// it applies: the cp attention (cp_attention.hpp), the tp group, the ZeRO variant's weight
+// store (ZeRO-3's shards), the model holding this rank's parameters, the reducer over the
+// dp x cp replicas, and the trainer with the variant's gradient synchronisation. Built in this order, each referring to those before it; destroyed in reverse.
 #pragma once
 #include <iosfwd>
 #include <memory>
@@ -14,7 +14,7 @@
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
 #include "parallel/tp_comm_mpi.hpp"
-#include "parallel/zero3.hpp"
+#include "parallel/zero/zero_variant.hpp"
 #include "train/trainer.hpp"
 
 namespace lct {
@@ -26,7 +26,8 @@ struct TrainParts {
   int replica_rank = 0, replica_count = 1;
   std::unique_ptr<AttentionOp> cp_attention;  // null when cp = 1
   std::unique_ptr<MpiTpComm> tp_comm;
-  std::unique_ptr<MpiParamShards> zero3;      // null unless --zero 3 over several replicas
+  const ZeroVariant* zero = nullptr;          // the ZeRO stage over the replicas (parallel/zero/)
+  std::unique_ptr<ParamShards> shards;        // its weight store; null: the model's whole arrays
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<MpiStepReducer> reducer;
   std::unique_ptr<Trainer> trainer;

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 #include "parallel/layout_model.hpp"
+#include "parallel/zero/zero_variant.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -84,7 +85,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
   const double avail = budget.bytes / double(node_size);
   out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
-      << (plan.zero == 3 && world_size / plan.tp > 1 ? cat(" (1/", world_size / plan.tp, " of them + gathered units: --zero 3)") : "")
+      << (zero_variant(plan.zero, l.replicas()).weights ? cat(" (1/", l.replicas(), " of them + gathered units: --zero ", plan.zero, ")") : "")
       << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "

@@ -4,22 +4,34 @@
 #include <cmath>
 
 #include "parallel/cp_attention.hpp"
-#include "parallel/reducer.hpp"
-#include "parallel/zero3.hpp"
+#include "parallel/zero/zero_variant.hpp"
 
 namespace lct {
+
+int64_t Layout::ranks_sharing_state() const {
+  return zero_variant(plan.zero, replicas()).splits_moments ? replicas() : 1;
+}
+
+namespace {
+// What the ZeRO variant holds and sends on one rank of the layout.
+ZeroCost zero_cost(const ModelConfig& mc, const Layout& l, Precision wire, double whole_params_grads,
+                   double micro_batches) {
+  const ParamLayout layout = ParamLayout::llama(mc, int(l.plan.tp));
+  const int ranks = int(l.replicas());
+  if (ranks < 2) return {whole_params_grads};
+  return zero_variant(l.plan.zero, ranks).cost({mc, layout, ranks, wire, micro_batches, whole_params_grads});
+}
+}  // namespace
 
 RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, const Layout& l) {
   // --tp: a rank's slices of the weights, and the activations and cp buffers of its heads.
   const ModelMemory m = LlamaModel::memory(mc, shape, int(l.threads), int(l.plan.tp));
   const int64_t Tl = shape.max_tokens;
   RankMemory r;
-  // --zero 2 keeps the whole gradient buffer (backward writes it); --zero 3 holds a shard of
-  // the parameters and gradients and the units gathered for the pass.
-  const ParamLayout layout = ParamLayout::llama(mc, int(l.plan.tp));
-  const int world = int(l.world() / l.plan.tp);  // the ranks gradients are summed over
-  r.params_grads = l.plan.zero == 3 && world > 1 ? double(MpiParamShards::bytes_for(layout, mc, world))
-                                            : double(m.params_grads);
+  // The ZeRO variant decides what of the parameters and gradients a rank holds (ZeRO-3: a
+  // shard and the units gathered for the pass) and its reduction's buffers.
+  const ZeroCost zero = zero_cost(mc, l, shape.precision, double(m.params_grads), double(l.grad_accum));
+  r.params_grads = zero.params_grads;
   r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
   r.activations = double(m.activations);
   // A step's micro-batches are all built before its first forward pass (the loss is
@@ -27,9 +39,7 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // sequences of the one being split over cp.
   r.batches = 20.0 * (double(l.grad_accum) * double(Tl) + double(l.micro_batch) * double(l.seq_len));
   const double cp_buffers = cp_attention_bytes(l.plan, mc, Tl, shape.precision);
-  // The gradient reduction's buffers (MPI's scratch included) by stage.
-  r.scratch = double(m.scratch) + cp_buffers +
-              double(MpiStepReducer::scratch_bytes(layout.total, world, int(l.plan.zero), shape.precision));
+  r.scratch = double(m.scratch) + cp_buffers + zero.scratch;
   // What start-up holds beyond what a step holds. Checkpoints are written and read by parts
   // (each rank its own blocks, straight from and into its own buffers), so neither a write
   // nor a resume holds a whole copy: only start-up holds anything extra. It reads the model
@@ -38,10 +48,10 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // ZeRO-3 before the model's activations and scratch too. The peak is the larger of
   // start-up and a step: a step's total plus what start-up holds beyond what it has not
   // allocated yet (nothing on one rank, under ZeRO over dp, or ZeRO-3; about P under tp).
-  const double P = double(layout.total) * 4, whole = double(ParamLayout::llama(mc).total) * 4;
-  const bool zero3 = l.plan.zero == 3 && world > 1;
+  const double P = double(ParamLayout::llama(mc, int(l.plan.tp)).total) * 4;
+  const double whole = double(ParamLayout::llama(mc).total) * 4;
   const double startup = whole + (l.plan.tp > 1 ? P : 0.0);
-  const double not_yet = r.optimizer + (zero3 ? r.activations + double(m.scratch) : 0.0);
+  const double not_yet = r.optimizer + (zero.allocates_after_startup ? r.activations + double(m.scratch) : 0.0);
   r.transient = std::max(0.0, startup - not_yet);
   r.process = l.process_bytes;
   return r;
@@ -150,24 +160,13 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
     }
   }
 
-  // Model state over every rank, W - 1 of W parts of each collective leaving a rank, in the
-  // wire precision e (fp32 parameters):
-  //   zero 0  gradients all-reduced                       2 P e
-  //   zero 1  all-reduced, then the parameters gathered    2 P e + P 4
-  //   zero 2  reduce-scattered, parameters gathered        P e + P 4
-  //   zero 3  per micro-batch: every unit gathered for the forward and again for the
-  //           backward, its gradients reduce-scattered     3 P 4 x micro-batches
-  // None of it overlaps compute on a CPU (measured: a gather posted early is copied inside
-  // the next MPI call), so all of it counts.
-  // (--tp: over the dp x cp ranks, each tp rank's slices.)
-  const double W = double(l.world() / l.plan.tp), params = double(ParamLayout::llama(mc, int(l.plan.tp)).total);
+  // Model state over the dp x cp ranks, as the ZeRO variant moves it (parallel/zero/): none
+  // of it overlaps compute on a CPU, so all of it counts. (--tp: each tp rank's slices.)
+  const double W = double(l.replicas()), params = double(ParamLayout::llama(mc, int(l.plan.tp)).total);
   if (W > 1) {
-    const double part = (W - 1) / W * params;
-    p.grad_bytes = l.plan.zero == 0   ? 2 * part * e
-                   : l.plan.zero == 1 ? 2 * part * e + part * 4
-                   : l.plan.zero == 2 ? part * e + part * 4
-                                 : 3 * part * 4 * micro;
-    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, 2 * (W - 1) * (l.plan.zero == 3 ? micro : 1));
+    const ZeroCost zero = zero_cost(mc, l, l.precision, 0, micro);
+    p.grad_bytes = zero.wire_bytes;
+    p.grad_s = link_s(r, l, l.world(), p.grad_bytes, zero.messages);
   }
   p.optimizer_s = params / double(l.ranks_sharing_state()) * r.adam_param_s * scale;
   return p;

@@ -26,7 +26,8 @@ struct Layout {
   Precision precision = Precision::Fp32;
   int64_t world() const { return nodes * ranks_per_node; }
   int64_t local_tokens() const { return micro_batch * seq_len / plan.cp; }  // T of one rank's micro-batch
-  int64_t ranks_sharing_state() const { return plan.zero >= 1 ? world() / plan.tp : 1; }  // over which moments split
+  int64_t replicas() const { return world() / plan.tp; }  // the dp x cp ranks gradients are summed over
+  int64_t ranks_sharing_state() const;                      // over which the AdamW moments split
 };
 
 // Bytes of one rank, by what holds them.

@@ -33,12 +33,17 @@ MpiStepReducer::~MpiStepReducer() {
   if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
 }
 
-size_t MpiStepReducer::scratch_bytes(size_t n, int ranks, int zero, Precision wire) {
-  if (ranks < 2 || zero >= 3) return 0;
-  const size_t elem = wire == Precision::Bf16 ? sizeof(bf16) : sizeof(float);
-  const size_t copy = wire == Precision::Bf16 ? n * elem : 0;
-  if (zero <= 1) return copy + n * elem;                               // every bucket in flight
-  return copy + 2 * std::min(n, kBucketFloats) * elem;                 // receive + MPI's, a bucket
+namespace {
+size_t wire_copy_bytes(size_t n, Precision wire) { return wire == Precision::Bf16 ? n * sizeof(bf16) : 0; }
+size_t wire_elem_bytes(Precision wire) { return wire == Precision::Bf16 ? sizeof(bf16) : sizeof(float); }
+}  // namespace
+
+size_t MpiStepReducer::allreduce_scratch_bytes(size_t n, Precision wire) {
+  return wire_copy_bytes(n, wire) + n * wire_elem_bytes(wire);  // every bucket in flight
+}
+
+size_t MpiStepReducer::reduce_scatter_scratch_bytes(size_t n, Precision wire) {
+  return wire_copy_bytes(n, wire) + 2 * std::min(n, kBucketFloats) * wire_elem_bytes(wire);  // receive + MPI's, a bucket
 }
 
 int64_t MpiStepReducer::sum(int64_t local) {

@@ -7,7 +7,7 @@
 
 #include "common/bf16.hpp"
 
-#include "train/trainer.hpp"
+#include "train/grad_sync.hpp"
 
 namespace lct {
 
@@ -18,11 +18,12 @@ class MpiStepReducer : public StepReducer {
   static constexpr size_t kBucketFloats = size_t(1) << 22;
   explicit MpiStepReducer(MPI_Comm comm, Precision wire = Precision::Fp32,
                           size_t bucket_floats = kBucketFloats);
-  // Bytes the reduction of n gradients over `ranks` holds besides them at ZeRO stage
-  // `zero` (0..2; 3 reduces in its store): the bf16 copy on the wire, the receive buffer,
-  // and the scratch MPI allocates for a reduction (with Open MPI, measured: the size of
-  // what is in flight - every bucket of the all-reduce, one of the reduce-scatter).
-  static size_t scratch_bytes(size_t n, int ranks, int zero, Precision wire);
+  // Bytes an all-reduce (sum_gradients) and a reduce-scatter (scatter_gradients) of n
+  // gradients hold besides them: the bf16 copy on the wire, the receive buffer, and the
+  // scratch MPI allocates for a reduction (with Open MPI, measured: the size of what is in
+  // flight - every bucket of the all-reduce, one of the reduce-scatter).
+  static size_t allreduce_scratch_bytes(size_t n, Precision wire);
+  static size_t reduce_scatter_scratch_bytes(size_t n, Precision wire);
   ~MpiStepReducer() override;
   int64_t sum(int64_t local) override;
   double sum(double local) override;
