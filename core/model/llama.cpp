@@ -189,13 +189,12 @@ class LlamaPassesOf final : public LlamaPasses {
         dims_(m.config_, m.dims_, sp_ranks_),
         tpx_(m.tp_, sp_ranks_ > 1, m.config_.hidden_size),
         xent_(m.shape_.max_tokens, m.dims_.V, m.shape_.precision, {}, m.tp_, m.dims_.v0,
-              sp_ranks_ == 1) {
+              sp_ranks_ == 1),
+        units_(m.shards_, m.layout_, m.config_, m.params_.data(), m.grads_.data()) {
     if constexpr (std::is_same_v<X, bf16>) {
       if (m.shards_) fail("--zero 3 trains in fp32 only: use --precision fp32, or --zero 2 with bf16");
       wcopy_ = Buffer<bf16>(m.layout_.total);
       wx_ = carve(m.layout_, m.config_, wcopy_.data());
-    } else if (!m.shards_) {
-      wx_ = carve(m.layout_, m.config_, m.params_.data());
     }
     acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_));
     carve_activations(Carver{acts_buf_.data()}, dims_, m.shape_, acts_);
@@ -240,14 +239,12 @@ class LlamaPassesOf final : public LlamaPasses {
       layer_done(l, true, clock);
     }
     // (tp: this rank's vocabulary rows, from every token's gradient)
-    embedding_backward(shards() ? shards()->grads(0) : m_.g_.embed, b.tokens.data(),
-                       tpx_.whole_rows(sp_.dx, sp_.tmp, n, clock), n, C, m_.dims_.v0, m_.dims_.V);
+    embedding_backward(units_.grads(0), b.tokens.data(), tpx_.whole_rows(sp_.dx, sp_.tmp, n, clock), n, C,
+                       m_.dims_.v0, m_.dims_.V);
     clock.lap(Phase::Other);
     tpx_.norm_grads_end(norm_grads(), clock);
-    if (shards()) {
-      shards()->grads_done(0);
-      clock.lap(Phase::Allreduce);
-    }
+    units_.grads_done(0);
+    units_.lap(clock);
     return loss;
   }
 
@@ -261,7 +258,6 @@ class LlamaPassesOf final : public LlamaPasses {
     for (const LayerTensors& l : m_.g_.layers) g.insert(g.end(), {l.input_norm, l.post_norm});
     return g;
   }
-  ParamShards* shards() const { return m_.shards_; }
   int head_unit() const { return int(m_.config_.num_hidden_layers) + 1; }
 
   // A layer's weights: fp32 (norms; every product in fp32), what products read, and where
@@ -272,33 +268,38 @@ class LlamaPassesOf final : public LlamaPasses {
     LayerTensors g;
   };
 
-  // Layer l's weights. ZeRO-3: its unit gathered (the gather of unit `next` starts behind
-  // it) and, `grads`, a zeroed buffer for its gradients; layer_done() gives both back.
+  // What the products read of a layer and of the LM head: bf16, the rounded copy of the
+  // (whole) master; fp32, the master as the unit delivered it.
+  LayerTensorsOf<X> products_read(int64_t l, const LayerTensors& w) const {
+    if constexpr (std::is_same_v<X, bf16>) return wx_.layers[size_t(l)];
+    else return w;
+  }
+  const X* products_read_head(const float* lm_head) const {
+    if constexpr (std::is_same_v<X, bf16>) return wx_.lm_head;
+    else return lm_head;
+  }
+
+  // Layer l's weights (unit l + 1; ZeRO-3: gathered, with the gather of unit `next` started
+  // behind it) and, `grads`, where its gradients go; layer_done() gives both back.
   LayerWeights layer_weights(int64_t l, int next, bool grads, PhaseClock& clock) {
-    if (!shards()) return {m_.w_.layers[size_t(l)], wx_.layers[size_t(l)], m_.g_.layers[size_t(l)]};
-    if constexpr (std::is_same_v<X, float>) {
-      const int u = int(l) + 1;
-      LayerWeights lw;
-      lw.w = carve_layer(m_.layout_, l, shards()->acquire(u, next));
-      lw.wx = lw.w;
-      lw.g = grads ? carve_layer(m_.layout_, l, shards()->grads(u)) : LayerTensors{};
-      clock.lap(Phase::Allreduce);
-      return lw;
-    } else {
-      fail("--zero 3 trains in fp32 only");
-    }
+    const int u = int(l) + 1;
+    LayerWeights lw;
+    lw.w = carve_layer(m_.layout_, l, units_.acquire(u, next));
+    lw.wx = products_read(l, lw.w);
+    lw.g = grads ? carve_layer(m_.layout_, l, units_.grads(u)) : LayerTensors{};
+    units_.lap(clock);
+    return lw;
   }
 
   void layer_done(int64_t l, bool grads, PhaseClock& clock) {
-    if (!shards()) return;
-    shards()->release(int(l) + 1);
-    if (grads) shards()->grads_done(int(l) + 1);  // reduce-scattered as soon as the layer is done
-    clock.lap(Phase::Allreduce);
+    units_.release(int(l) + 1);
+    if (grads) units_.grads_done(int(l) + 1);  // ZeRO-3: reduce-scattered as soon as the layer is done
+    units_.lap(clock);
   }
 
   // The final norm and the LM head (and their gradients, `grads`), as layer_weights().
-  // Tied embeddings: the LM head is unit 0, gathered again (and its gradient buffer is kept
-  // until the embedding's backward has added to it).
+  // Tied embeddings: the LM head is unit 0, acquired again (and its gradients are kept until
+  // the embedding's backward has added to them).
   struct HeadWeights {
     float* final_norm;
     const X* lm_head;
@@ -306,32 +307,26 @@ class LlamaPassesOf final : public LlamaPasses {
   };
 
   HeadWeights head_weights(int next, bool grads, PhaseClock& clock) {
-    if (!shards()) return {m_.w_.final_norm, wx_.lm_head, m_.g_.final_norm, m_.g_.lm_head};
-    if constexpr (std::is_same_v<X, float>) {
-      const ParamLayout& lay = m_.layout_;
-      const bool tied = m_.config_.tie_word_embeddings;
-      const size_t norm_at = lay.tensors.at(1 + 9 * size_t(m_.config_.num_hidden_layers)).offset;
-      const size_t head_off = tied ? 0 : lay.tensors.back().offset - norm_at;  // within its unit
-      float* p = shards()->acquire(head_unit(), next);
-      HeadWeights h{p, tied ? shards()->acquire(0, -1) : p + head_off, nullptr, nullptr};
-      if (grads) {
-        float* g = shards()->grads(head_unit());
-        h.g_final_norm = g;
-        h.g_lm_head = tied ? shards()->grads(0) : g + head_off;
-      }
-      clock.lap(Phase::Allreduce);
-      return h;
-    } else {
-      fail("--zero 3 trains in fp32 only");
+    const ParamLayout& lay = m_.layout_;
+    const bool tied = m_.config_.tie_word_embeddings;
+    const size_t norm_at = lay.tensors.at(1 + 9 * size_t(m_.config_.num_hidden_layers)).offset;
+    const size_t head_off = tied ? 0 : lay.tensors.back().offset - norm_at;  // within its unit
+    float* p = units_.acquire(head_unit(), next);
+    HeadWeights h{p, products_read_head(tied ? units_.acquire(0, -1) : p + head_off), nullptr, nullptr};
+    if (grads) {
+      float* g = units_.grads(head_unit());
+      h.g_final_norm = g;
+      h.g_lm_head = tied ? units_.grads(0) : g + head_off;
     }
+    units_.lap(clock);
+    return h;
   }
 
   void head_done(bool grads, PhaseClock& clock) {
-    if (!shards()) return;
-    shards()->release(head_unit());
-    if (m_.config_.tie_word_embeddings) shards()->release(0);
-    if (grads) shards()->grads_done(head_unit());  // tied: unit 0's after the embedding's backward
-    clock.lap(Phase::Allreduce);
+    units_.release(head_unit());
+    if (m_.config_.tie_word_embeddings) units_.release(0);
+    if (grads) units_.grads_done(head_unit());  // tied: unit 0's after the embedding's backward
+    units_.lap(clock);
   }
 
   void final_norm_forward(const HeadWeights& h, const Batch& b, PhaseClock& clock) {
@@ -362,12 +357,12 @@ class LlamaPassesOf final : public LlamaPasses {
     refresh_weights();
     const int64_t L = m_.config_.num_hidden_layers;
     // ZeRO-3: the embedding's unit, then each layer's, then the head's
-    const float* embed = shards() ? shards()->acquire(0, 1) : m_.w_.embed;
-    clock.lap(Phase::Allreduce);
+    const float* embed = units_.acquire(0, 1);
+    units_.lap(clock);
     // tp: zero rows for the tokens of the other ranks' vocabulary rows, then summed
     float* e = tpx_.sequence_parallel() ? sp_.tmp : acts_.x_in[0];
     embedding_forward(e, b.tokens.data(), embed, n, C, m_.dims_.v0, m_.dims_.V);
-    if (shards()) shards()->release(0);
+    units_.release(0);
     clock.lap(Phase::Other);
     tpx_.sum(e, n, clock);
     if (e != acts_.x_in[0]) std::copy(e, e + tpx_.rows(n) * C, acts_.x_in[0]);  // this rank's rows
@@ -503,12 +498,13 @@ class LlamaPassesOf final : public LlamaPasses {
   Dims dims_;                 // this rank's sizes
   TpExchange tpx_;            // the tp group's sums and gathers
   Buffer<bf16> wcopy_;        // bf16: the master parameters rounded, what products read
-  ModelTensorsOf<X> wx_;      // the weights products read (fp32: the master itself)
+  ModelTensorsOf<X> wx_;      // bf16: the weights products read, carved from wcopy_
   uint64_t wx_version_ = 0;
   Buffer<char> acts_buf_, scratch_buf_;
   Activations<X> acts_;
   Scratch<X> sp_;
   LmHeadXent xent_;
+  UnitWeights units_;  // the weights and gradients unit by unit (ZeRO-3: gathered)
 };
 
 namespace {
@@ -543,10 +539,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
     fail("sequence parallelism splits the ", shape.max_tokens, " tokens of a micro-batch over ",
          split_.size, " tp ranks: they must be divisible");
   if (const std::string e = tp_split_error(config, split_.size); !e.empty()) fail(e);
-  if (!shards_) {  // ZeRO-3: no whole arrays to view
-    w_ = carve(layout_, config_, params_.data());
-    g_ = carve(layout_, config_, grads_.data());
-  }
+  if (!shards_) g_ = carve(layout_, config_, grads_.data());  // the norms' (sequence parallelism sums them)
   if (shape.precision == Precision::Bf16) passes_ = std::make_unique<LlamaPassesOf<bf16>>(*this);
   else passes_ = std::make_unique<LlamaPassesOf<float>>(*this);
 }

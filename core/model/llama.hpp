@@ -111,7 +111,7 @@ class LlamaModel {
   TpDims dims_;  // this rank's heads, KV heads, SwiGLU width and vocabulary rows
   ParamLayout layout_;
   Buffer<float> params_, grads_;
-  ModelTensors w_, g_;
+  ModelTensors g_;  // views of grads_ (not under ZeRO-3)
   uint64_t params_version_ = 1;
   RopeTable rope_;
   std::unique_ptr<AttentionOp> own_attention_;

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "common/clock.hpp"
+#include "model/config.hpp"
 #include "model/params.hpp"
 
 namespace lct {
@@ -37,6 +39,34 @@ class ParamShards {
   virtual void take_mine(const float* whole, float* shard) const = 0;
   // Bytes this rank has sent gathering and reduce-scattering (its pieces to the others).
   virtual size_t bytes_sent() const = 0;
+};
+
+// The model's weights and gradients unit by unit, as its passes ask for them: views into the
+// model's whole arrays, where nothing moves, or (ZeRO-3) the units gathered from the shards
+// and handed back. The passes read the same either way, as they do with TpExchange without
+// tensor parallelism. Resident gradients accumulate in the whole array; a shard's unit
+// gradients start from zero and are added to the shard by grads_done().
+class UnitWeights {
+ public:
+  UnitWeights(ParamShards* shards, const ParamLayout& layout, const ModelConfig& config, float* params, float* grads)
+      : shards_(shards), units_(unit_bounds(layout, config)), params_(params), grads_(grads) {}
+  float* acquire(int u, int next) const { return shards_ ? shards_->acquire(u, next) : params_ + units_[size_t(u)]; }
+  void release(int u) const {
+    if (shards_) shards_->release(u);
+  }
+  float* grads(int u) const { return shards_ ? shards_->grads(u) : grads_ + units_[size_t(u)]; }
+  void grads_done(int u) const {
+    if (shards_) shards_->grads_done(u);
+  }
+  // The time since the clock's last lap, as communication (ZeRO-3's gathers and reductions).
+  void lap(PhaseClock& clock) const {
+    if (shards_) clock.lap(Phase::Allreduce);
+  }
+
+ private:
+  ParamShards* shards_;
+  std::vector<size_t> units_;  // unit_bounds()
+  float *params_, *grads_;     // the whole arrays (null under ZeRO-3)
 };
 
 }  // namespace lct
