@@ -4,11 +4,28 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/bf16.hpp"
 #include "common/provenance.hpp"
+#include "model/checkpointing.hpp"
 
 namespace lct {
+
+// The names an enum option takes, each with its value: options hold the enum, parsed at the
+// door (app/cli/cli_registry.hpp, Registry::add_choice); `plan`'s candidate lists read theirs
+// with choice_of().
+template <class E>
+using Choices = std::vector<std::pair<std::string, E>>;
+const Choices<Precision>& precision_choices();
+const Choices<Checkpointing>& checkpointing_choices();
+template <class E>
+E choice_of(const Choices<E>& choices, const std::string& name) {
+  for (const auto& [n, v] : choices)
+    if (n == name) return v;
+  return choices.front().second;  // unreachable behind the option's check
+}
 
 struct GlobalOptions {
   std::string config;       // TOML file
@@ -87,7 +104,7 @@ struct TrainOptions {
   double beta1, beta2, eps, weight_decay;
   bool decay_norms_embeddings;
   double grad_clip;
-  std::string checkpointing;
+  Checkpointing checkpointing;
   int64_t block_q, block_k;
   int64_t seed, checkpoint_every, keep_checkpoints, keep_every, log_every;
   std::string resume;         // none | auto | checkpoint path
@@ -101,7 +118,7 @@ struct TrainOptions {
   bool tp_sequence_parallel;  // the residual stream split by tokens over the tp group
   CpOptions cp_attention;
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
-  std::string precision;      // fp32 | bf16
+  Precision precision;        // of matrix products
   int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
   std::string eval_data;      // held-out dataset file for --eval-every
   int64_t eval_sequences;     // its first K packed sequences
@@ -109,7 +126,8 @@ struct TrainOptions {
 };
 
 struct EvalOptions {
-  std::string model, data, out, precision;
+  std::string model, data, out;
+  Precision precision;
   int64_t seq_len, batch_size, max_sequences, block_q, block_k;
   int64_t dp;             // replicas sharing the sequences; 0 = world size / cp
   int64_t cp;             // ranks each sequence is split over
@@ -132,7 +150,7 @@ struct BenchOptions {
   std::string seq_lens;  // comma-separated
   int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;
   bool causal, backward;
-  std::string precision;  // attention: of the products; gemm: measured in both
+  Precision precision;  // attention: of the products; gemm: measured in both
   std::string sizes;  // ring: message sizes in KiB
   std::string out;
   bool force;

@@ -7,6 +7,23 @@
 #include "data/sentencepiece.hpp"
 #include "model/config.hpp"
 
+namespace lct {
+
+const Choices<Precision>& precision_choices() {
+  static const Choices<Precision> c{{precision_name(Precision::Fp32), Precision::Fp32},
+                                    {precision_name(Precision::Bf16), Precision::Bf16}};
+  return c;
+}
+
+const Choices<Checkpointing>& checkpointing_choices() {
+  static const Choices<Checkpointing> c{{to_string(Checkpointing::None), Checkpointing::None},
+                                        {to_string(Checkpointing::Attention), Checkpointing::Attention},
+                                        {to_string(Checkpointing::Full), Checkpointing::Full}};
+  return c;
+}
+
+}  // namespace lct
+
 namespace lct::cli_detail {
 
 void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
@@ -28,6 +45,18 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
 }
 
 namespace {
+
+// Options that several subcommands take with one meaning: declared here once, with their rule.
+void declare_packed_length(Registry& r, CLI::App* c, int64_t& seq_len) {  // train, eval
+  r.add(c, "--seq-len", seq_len, int64_t(2048), "tokens per packed sequence")
+      ->check(count(2));
+}
+void declare_flash_blocks(Registry& r, CLI::App* c, int64_t& block_q, int64_t& block_k) {  // train, eval, bench
+  r.add(c, "--block-q", block_q, int64_t(128), "flash attention query block")
+      ->check(count(1));
+  r.add(c, "--block-k", block_k, int64_t(128), "flash attention key block")
+      ->check(count(1));
+}
 
 // The RoPE options of init and train (context extension): one declaration for both. In
 // train every default leaves the model's RoPE as it is (0 and "keep").
@@ -228,8 +257,7 @@ void declare_train_inputs(Registry& r, CLI::App* c, TrainOptions& o) {
   r.add(c, "--run-dir", o.run_dir, std::string(), "where timing.h5 and checkpoints/ go")
       ->required()
       ->check(output_path("directory"));
-  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
-      ->check(count(2));
+  declare_packed_length(r, c, o.seq_len);
   r.add(c, "--seq-len-schedule", o.seq_len_schedule, std::string(),
         "shorter lengths to train at before --seq-len, as LEN:STEPS stages: \"512:200,1024:100\" "
         "with --seq-len 2048 trains steps 1-200 at 512, 201-300 at 1024, the rest at 2048; "
@@ -335,22 +363,17 @@ void declare_parallel(Registry& r, CLI::App* c, TrainOptions& o) {
 void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   declare_train_inputs(r, c, o);
   declare_optimizer(r, c, o);
-  r.add(c, "--checkpointing", o.checkpointing, std::string("none"),
-        "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)")
-      ->check(CLI::IsMember({"none", "attention", "full"}));
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
-      ->check(count(1));
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
-      ->check(count(1));
+  r.add_choice(c, "--checkpointing", o.checkpointing, Checkpointing::None, checkpointing_choices(),
+               "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)");
+  declare_flash_blocks(r, c, o.block_q, o.block_k);
   r.add(c, "--seed", o.seed, int64_t(1), "data order seed")
       ->check(count(0));
   declare_operations(r, c, o);
   declare_parallel(r, c, o);
-  r.add(c, "--precision", o.precision, std::string("fp32"),
-        "matrix products: fp32, or bf16 (bf16 weights copy, activations and ring K/V, gradient "
-        "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "
-        "accumulation)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
+               "matrix products: fp32, or bf16 (bf16 weights copy, activations and ring K/V, gradient "
+               "communication; fp32 master weights, optimizer, norms, softmax statistics, loss and "
+               "accumulation)");
   r.add(c, "--eval-every", o.eval_every, int64_t(0),
         "every N steps and at the last, evaluate the model as lctrain eval does (loss, next "
         "token, passkey retrieval) on --eval-data into the timing table (0 = never)")
@@ -372,8 +395,7 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
 void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
   r.add(c, "--model", o.model, std::string(), "model file or checkpoint")->required();
   r.add(c, "--data", o.data, std::string(), "dataset file")->required();
-  r.add(c, "--seq-len", o.seq_len, int64_t(2048), "tokens per packed sequence")
-      ->check(count(2));
+  declare_packed_length(r, c, o.seq_len);
   r.add(c, "--batch-size", o.batch_size, int64_t(1), "sequences per forward pass")
       ->check(count(1));
   r.add(c, "--max-sequences", o.max_sequences, int64_t(0), "evaluate only the first N sequences (0 = all)")
@@ -389,12 +411,9 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
   declare_cp_attention(r, c, o.cp_attention);
   r.add(c, "--out", o.out, std::string(), "also write the results to this HDF5 file")
       ->check(output_path("file"));
-  r.add(c, "--precision", o.precision, std::string("fp32"), "matrix products: fp32 or bf16 (as in train)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
-      ->check(count(1));
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
-      ->check(count(1));
+  r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
+               "matrix products: fp32 or bf16 (as in train)");
+  declare_flash_blocks(r, c, o.block_q, o.block_k);
   r.add(c, "--progress-every", o.progress_every, 10.0,
         "seconds between progress lines (sequences done, rate, time left); 0 = none")
       ->check(nonnegative());
@@ -420,15 +439,11 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
       ->check(count(1));
   r.add(c, "--repeats", o.repeats, int64_t(3), "timed repetitions (the median is reported)")
       ->check(count(1));
-  r.add(c, "--block-q", o.block_q, int64_t(128), "flash attention query block")
-      ->check(count(1));
-  r.add(c, "--block-k", o.block_k, int64_t(128), "flash attention key block")
-      ->check(count(1));
+  declare_flash_blocks(r, c, o.block_q, o.block_k);
   r.add(c, "--causal", o.causal, true, "causal mask (FLOPs halved)");
   r.add(c, "--backward", o.backward, true, "also time forward+backward");
-  r.add(c, "--precision", o.precision, std::string("fp32"),
-        "attention: fp32 or bf16 inputs and products (%peak against that precision's peak)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
+               "attention: fp32 or bf16 inputs and products (%peak against that precision's peak)");
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
         "ring: message sizes in KiB, comma-separated");
   r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file")

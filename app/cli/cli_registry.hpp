@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -100,6 +101,25 @@ class Registry {
                       }});
     return opt;
   }
+  // An option taking one of `choices`' names, read into the enum `var` as it is parsed (the
+  // command line, the environment, a config file alike); its text is what the start-up
+  // table and the provenance show.
+  template <class E>
+  CLI::Option* add_choice(CLI::App* app, const std::string& name, E& var, E def, const Choices<E>& choices,
+                          const std::string& help) {
+    std::vector<std::string> names;
+    std::string text;
+    for (const auto& [n, v] : choices) {
+      names.push_back(n);
+      if (v == def) text = n;
+    }
+    texts_.push_back(text);
+    std::string& typed = texts_.back();
+    var = def;
+    CLI::Option* opt = add(app, name, typed, text, help)->check(CLI::IsMember(names));
+    opt->each([&var, choices](const std::string& s) { var = choice_of(choices, s); });
+    return opt;
+  }
   std::vector<Setting> resolved(const std::vector<const CLI::App*>& apps) const {
     std::vector<Setting> out;
     for (const CLI::App* a : apps)
@@ -124,6 +144,7 @@ class Registry {
     return e;
   }
   std::vector<std::pair<const CLI::App*, std::function<Setting()>>> items_;
+  std::deque<std::string> texts_;  // the enum options' text as typed (stable addresses)
 };
 
 // One function per subcommand (and one for the global options) declares its options:

@@ -47,7 +47,7 @@ struct Table {
 
 void write_table(Context& ctx, const BenchOptions& o, Table& t, double peak, const std::string& how) {
   if (o.out.empty() || !ctx.world.root()) return;
-  t.data.summary = {{"peak_gflops", peak}, {"peak_how", how}, {"precision", o.precision},
+  t.data.summary = {{"peak_gflops", peak}, {"peak_how", how}, {"precision", std::string(precision_name(o.precision))},
                     {"gemm", gemm_description()}, {"isa", std::string(isa_name(ctx.topo.isa))}};
   write_timing_file(o.out, t.data, ctx.provenance(), "bench");
   ctx.out() << "wrote " << o.out << "\n";
@@ -123,8 +123,8 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
   }
   out << "FLOPs: forward 4 S^2 D H" << (o.causal ? " / 2 (causal)" : "")
       << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << peak_how
-      << "); gemm: " << gemm_description() << ", 2048^3 " << o.precision
-      << " on the same threads; attention kernels " << isa_name(used) << ", " << o.precision
+      << "); gemm: " << gemm_description() << ", 2048^3 " << precision_name(o.precision)
+      << " on the same threads; attention kernels " << isa_name(used) << ", " << precision_name(o.precision)
       << " inputs, " << precision_name(products) << " products; medians of " << o.repeats << " runs\n";
   write_table(ctx, o, table, peak, peak_how);
   return kExitOk;
@@ -203,7 +203,7 @@ int cmd_bench(Context& ctx) {
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
   ctx.measure_peak();
   if (o.what == "gemm") return bench_gemm(ctx, o, lens);
-  return o.precision == "bf16" ? bench_attention<bf16>(ctx, o, lens) : bench_attention<float>(ctx, o, lens);
+  return o.precision == Precision::Bf16 ? bench_attention<bf16>(ctx, o, lens) : bench_attention<float>(ctx, o, lens);
 }
 
 }  // namespace lct

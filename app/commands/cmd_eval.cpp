@@ -263,7 +263,7 @@ int cmd_eval(Context& ctx) {
   check_fits_model(ds, o.data, m.config.vocab_size, o.model);
   check_same_tokenizer(m.tokenizer, o.model, tokenizer_info(ds), o.data);
   if (const std::string w = seq_len_warning(m.config, o.seq_len); !w.empty()) ctx.out() << w << "\n";
-  const Precision precision = parse_precision(o.precision);
+  const Precision precision = o.precision;
   plan.check(m.config, precision);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
   Mesh mesh(world, {{"dp", int(plan.dp)}, {"cp", int(plan.cp)}});

@@ -92,19 +92,26 @@ struct Enumeration {
   std::array<int64_t, kRules> ruled_out{};
 };
 
-struct Choices {  // the candidates the comma-separated flags list
+template <class E>
+std::vector<std::string> names_of(const Choices<E>& choices) {
+  std::vector<std::string> names;
+  for (const auto& [n, v] : choices) names.push_back(n);
+  return names;
+}
+
+struct Candidates {  // the candidates the comma-separated flags list
   std::vector<Precision> precisions;
   std::vector<Checkpointing> policies;
   std::vector<int64_t> zeros;
   std::vector<CpAlgo> algos;
 };
 
-Choices parse_choices(const PlanOptions& o) {
-  Choices c;
-  for (const std::string& p : split_list(o.precision, "--precision", {"fp32", "bf16"}))
-    c.precisions.push_back(parse_precision(p));
-  for (const std::string& k : split_list(o.checkpointing, "--checkpointing", {"none", "attention", "full"}))
-    c.policies.push_back(parse_checkpointing(k));
+Candidates parse_candidates(const PlanOptions& o) {
+  Candidates c;
+  for (const std::string& p : split_list(o.precision, "--precision", names_of(precision_choices())))
+    c.precisions.push_back(choice_of(precision_choices(), p));
+  for (const std::string& k : split_list(o.checkpointing, "--checkpointing", names_of(checkpointing_choices())))
+    c.policies.push_back(choice_of(checkpointing_choices(), k));
   for (const std::string& z : split_list(o.zero, "--zero", {"0", "1", "2", "3"})) c.zeros.push_back(std::stoll(z));
   // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
   for (const std::string& a : split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"}))
@@ -114,7 +121,7 @@ Choices parse_choices(const PlanOptions& o) {
 
 // Every layout of one split of the ranks (`base`: nodes, ranks per node, threads, tp, cp, dp)
 // that the flags allow and train would accept, into e.fits when it fits in memory.
-void add_layouts(const Layout& base, const PlanOptions& o, const Choices& ch, const ModelConfig& mc,
+void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch, const ModelConfig& mc,
                  const Context& ctx, double mem_node, Enumeration& e) {
   for (Precision precision : ch.precisions)
     for (CpAlgo algo : ch.algos) {
@@ -160,7 +167,7 @@ void add_layouts(const Layout& base, const PlanOptions& o, const Choices& ch, co
 }
 
 // Every split of the job's ranks into ranks per node x tp x cp x dp, then every layout of each.
-Enumeration enumerate_layouts(const PlanOptions& o, const Choices& ch, const ModelConfig& mc, const Context& ctx,
+Enumeration enumerate_layouts(const PlanOptions& o, const Candidates& ch, const ModelConfig& mc, const Context& ctx,
                               int64_t cores, double mem_node, double process_bytes) {
   Enumeration e;
   for (int64_t rpn : divisors(cores))
@@ -219,7 +226,7 @@ std::string no_layout_message(const PlanOptions& o, const Enumeration& e, double
 
 // Rates on this machine, per precision: on one thread and on all of this rank's (a rank of
 // t threads gets rates in between), with the links given or measured.
-std::map<Precision, std::pair<Rates, Rates>> measure_rates(const PlanOptions& o, const Choices& ch,
+std::map<Precision, std::pair<Rates, Rates>> measure_rates(const PlanOptions& o, const Candidates& ch,
                                                            const ModelConfig& mc, const Context& ctx,
                                                            std::ostream& out) {
   const int all = ctx.topo.threads;
@@ -269,7 +276,7 @@ int cmd_plan(Context& ctx) {
   // The machine: given, or this one.
   const int64_t cores = o.cores_per_node > 0 ? o.cores_per_node : ctx.topo.threads;
   const double mem_node = o.mem_per_node_gib > 0 ? o.mem_per_node_gib * double(1u << 30) : available_memory().bytes;
-  const Choices ch = parse_choices(o);
+  const Candidates ch = parse_candidates(o);
   Enumeration e = enumerate_layouts(o, ch, mc, ctx, cores, mem_node, process_bytes);
   std::vector<Candidate>& fits = e.fits;
   const int64_t too_big = e.ruled_out[Rule::Memory];

@@ -72,8 +72,8 @@ TrainInputs read_train_inputs(const Context& ctx, const ParallelPlan& plan, std:
          "drop --init-moments");
   in.origin = in.source ? InitOrigin{o.model, in.source->step, in.source->run_id, in.source->data}
                         : InitOrigin{o.model, 0, "", {}};
-  in.precision = parse_precision(o.precision);
-  in.shape = ModelShape{o.batch_size * o.seq_len / plan.cp, o.seq_len, parse_checkpointing(o.checkpointing),
+  in.precision = o.precision;
+  in.shape = ModelShape{o.batch_size * o.seq_len / plan.cp, o.seq_len, o.checkpointing,
                         {o.block_q, o.block_k}, ctx.attention_isa(in.precision), in.precision,
                         plan.sequence_parallel};
   return in;

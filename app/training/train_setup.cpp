@@ -36,7 +36,7 @@ void check_inputs(const TrainOptions& o, const ParallelPlan& plan, const ModelCo
          "newest checkpoint always leaves a complete one to resume from");
   if (o.keep_every < 0 || o.max_skips < 1 || o.comm_timeout < 0 || o.time_limit < 0)
     fail("--keep-every, --comm-timeout and --time-limit must be >= 0 and --max-skips >= 1");
-  plan.check(mc, parse_precision(o.precision));
+  plan.check(mc, o.precision);
   // Token indices and positions are 32-bit: a micro-batch holds at most 2^31 - 1 tokens.
   if (o.batch_size > INT32_MAX / o.seq_len)
     fail("--batch-size ", o.batch_size, " x --seq-len ", o.seq_len, " is more tokens than one ",
@@ -83,12 +83,12 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
   const double need = mem.total();
   const MemoryBudget budget = available_memory();
   const double avail = budget.bytes / double(node_size);
-  out << "memory estimate per rank (" << o.precision << "): " << gib(need) << " = parameters+gradients"
+  out << "memory estimate per rank (" << precision_name(o.precision) << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
       << (zero_variant(plan.zero, l.replicas()).weights ? cat(" (1/", l.replicas(), " of them + gathered units: --zero ", plan.zero, ")") : "")
       << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
-      << ", activations " << gib(mem.activations) << " (checkpointing " << o.checkpointing << ", "
+      << ", activations " << gib(mem.activations) << " (checkpointing " << to_string(o.checkpointing) << ", "
       << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
       << gib(mem.scratch) << ", at start-up " << gib(mem.transient) << ", the process "
       << gib(mem.process) << "; " << gib(avail) << " available per rank (" << budget.source

@@ -10,23 +10,6 @@
 
 namespace lct {
 
-Checkpointing parse_checkpointing(const std::string& s) {
-  if (s == "none") return Checkpointing::None;
-  if (s == "attention") return Checkpointing::Attention;
-  if (s == "full") return Checkpointing::Full;
-  fail("unknown checkpointing policy '", s, "': use none, attention or full");
-}
-
-const char* to_string(Checkpointing c) {
-  return c == Checkpointing::None ? "none" : c == Checkpointing::Attention ? "attention" : "full";
-}
-
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::Fp32;
-  if (s == "bf16") return Precision::Bf16;
-  fail("unknown precision '", s, "': use fp32 or bf16");
-}
-
 namespace {
 
 // Consecutive 64-byte aligned pieces of one allocation; counts bytes when base is null.

@@ -20,6 +20,7 @@
 #include "kernels/layers.hpp"
 #include "kernels/xent.hpp"
 #include "model/attention_op.hpp"
+#include "model/checkpointing.hpp"
 #include "model/batch.hpp"
 #include "model/param_shards.hpp"
 #include "model/params.hpp"
@@ -28,15 +29,6 @@
 
 namespace lct {
 
-// What is kept from the forward pass for the backward pass.
-enum class Checkpointing {
-  None,       // every activation of every layer
-  Attention,  // everything but the attention output, recomputed (flash forward) in backward
-  Full,       // only each layer's input; the whole layer is recomputed in backward
-};
-Checkpointing parse_checkpointing(const std::string& s);  // "none" | "attention" | "full"
-const char* to_string(Checkpointing c);
-Precision parse_precision(const std::string& s);          // "fp32" | "bf16"
 
 struct ModelShape {
   int64_t max_tokens;  // T = micro-batch x sequence length
