@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -57,10 +58,10 @@ void check_can_write(const std::string& final_, bool force, const std::string& w
     // --force replaces a file lctrain could have written, never a device, pipe or socket.
     if (!S_ISREG(st.st_mode))
       fail(what, " '", final_, "' exists and is not a regular file (a device, pipe or socket); ",
-           "lctrain replaces only regular files, even with --force: choose another name");
+           "lctrain replaces only regular files, even with ", knob_name(Knob::Force), ": choose another name");
     if (!force)
       fail(what, " '", final_, "' already exists; lctrain never overwrites a file unless asked: ",
-           "pass --force to replace it, or choose another name");
+           "pass ", knob_name(Knob::Force), " to replace it, or choose another name");
   }
   const std::string dir = parent_dir(final_);
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -132,7 +133,7 @@ void AtomicTarget::commit() {
       fail("could not rename '", temp_, "' to '", final_, "': ", std::strerror(errno));
   } else if (!rename_no_replace(temp_, final_)) {
     fail(what_, " '", final_, "' appeared while lctrain was writing it (another writer made it); ",
-         "lctrain never overwrites a file unless asked: pass --force to replace it, or choose another name");
+         "lctrain never overwrites a file unless asked: pass ", knob_name(Knob::Force), " to replace it, or choose another name");
   }
   committed_ = true;
   fsync_path(parent_dir(final_), "directory");

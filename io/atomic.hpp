@@ -6,6 +6,9 @@
 #pragma once
 #include <string>
 
+#include "common/error.hpp"
+#include "common/knobs.hpp"
+
 namespace lct {
 
 // ".tmp-HOST-PID-RANDOM": the suffix of a temporary file, unique across hosts and calls.
@@ -33,8 +36,9 @@ class AtomicTarget {
 void check_can_write(const std::string& path, bool force, const std::string& what);
 
 // What a message about a full disk tells a user of training, and of any other writer.
-inline constexpr const char* kRunDirSpaceAdvice =
-    "free some space (or lower --keep-checkpoints), or choose another --run-dir";
+inline std::string run_dir_space_advice() {
+  return cat("free some space (or lower ", knob_name(Knob::KeepCheckpoints), "), or choose another ", knob_name(Knob::RunDir));
+}
 inline constexpr const char* kFileSpaceAdvice = "free some space, or write the file elsewhere";
 
 // Throws unless the file system holding `path` has `bytes` free (plus a 1% margin).

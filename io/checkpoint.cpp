@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "common/finite.hpp"
 #include "io/atomic.hpp"
@@ -203,7 +204,7 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   // The disk space first, on rank 0: HDF5 itself cannot fail a collective write on one
   // rank without stranding the others inside it.
   h5::agree_on(f, [&] {
-    if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path, kRunDirSpaceAdvice);
+    if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path, run_dir_space_advice());
   });
   // Whole arrays: rank 0 writes them (the same parts as one rank owning everything).
   const std::vector<Shard> all{{0, c.layout->total}}, none;
@@ -239,12 +240,13 @@ TrainState check_resumable(const h5::File& f, const std::string& path, const Mod
   if (saved->seq_len != run.seq_len)
     fail("checkpoint '", path, "' was written with seq_len = ", saved->seq_len, " but this run has ",
          run.seq_len, "; a resume keeps the sequence length (its data position counts sequences of ",
-         "that length): resume with --seq-len ", saved->seq_len, ", or start a new run from it with --init-from");
+         "that length): resume with ", knob_name(Knob::SeqLen), " ", saved->seq_len, ", or start a new run from it with ",
+         knob_name(Knob::InitFrom));
   // Checkpoints from before schedules have none: "" (one length).
   saved->seq_len_schedule =
       h5::has_attr(g, "seq_len_schedule") ? h5::read_string(g, "seq_len_schedule", w) : "";
   if (saved->seq_len_schedule != run.seq_len_schedule)
-    fail("checkpoint '", path, "' was written with --seq-len-schedule '", saved->seq_len_schedule,
+    fail("checkpoint '", path, "' was written with ", knob_name(Knob::SeqLenSchedule), " '", saved->seq_len_schedule,
          "' but this run has '", run.seq_len_schedule, "'; resume with the same schedule");
   TrainState s = read_state(g, w);
   s.tokenizer = read_tokenizer_group(f);

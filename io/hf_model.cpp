@@ -14,6 +14,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "common/finite.hpp"
 #include "io/atomic.hpp"
@@ -241,8 +242,8 @@ void check_same_pair(const json& cfg, const std::string& cfg_path, const StFile&
   const std::string theirs = cfg.contains(kPairKey) && cfg[kPairKey].is_string() ? cfg[kPairKey].get<std::string>() : "";
   if (theirs == it->second) return;
   fail("'", cfg_path, "' and '", weights.path, "' are not one pair (", kPairKey, " ",
-       theirs.empty() ? "absent" : theirs, " vs ", it->second, "): a convert --to-hf into this directory ",
-       "was stopped between writing its two files; run that convert again (--force replaces both)");
+       theirs.empty() ? "absent" : theirs, " vs ", it->second, "): a convert ", knob_name(Knob::ToHf), " into this directory ",
+       "was stopped between writing its two files; run that convert again (", knob_name(Knob::Force), " replaces both)");
 }
 
 struct Located {
@@ -255,11 +256,11 @@ struct Located {
 ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    fail("'", dir, "' is not a directory; --from-hf takes a Hugging Face checkpoint directory ",
+    fail("'", dir, "' is not a directory; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   const std::string cfg_path = join(dir, "config.json");
   if (!is_file_or_broken_link(cfg_path))
-    fail("'", dir, "' has no config.json; --from-hf takes a Hugging Face checkpoint directory ",
+    fail("'", dir, "' has no config.json; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
          "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
   ModelData m;
   const json cfg = read_json(cfg_path, "a Hugging Face LlamaConfig");
@@ -372,20 +373,20 @@ std::string json_library_version() {
 
 void write_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
                     const float* params, bool bf16, const Provenance& prov, bool force) {
-  if (dir.empty()) fail("--to-hf: the directory name is empty; give a directory");
+  if (dir.empty()) fail(knob_name(Knob::ToHf), ": the directory name is empty; give a directory");
   struct stat st;
   bool created = false;
   if (::stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) fail("--to-hf '", dir, "' exists and is not a directory; give a directory");
+    if (!S_ISDIR(st.st_mode)) fail(knob_name(Knob::ToHf), " '", dir, "' exists and is not a directory; give a directory");
     if (is_file(join(dir, "model.safetensors.index.json")))
-      fail("--to-hf '", dir, "' holds a sharded checkpoint (model.safetensors.index.json) that a ",
+      fail(knob_name(Knob::ToHf), " '", dir, "' holds a sharded checkpoint (model.safetensors.index.json) that a ",
            "single model.safetensors beside it would contradict; choose another directory");
   } else {
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
-    check_can_write(d, false, "--to-hf directory");
+    check_can_write(d, false, knob_name(Knob::ToHf) + " directory");
     if (::mkdir(dir.c_str(), 0777) != 0)
-      fail("--to-hf '", dir, "' cannot be created: ", std::strerror(errno));
+      fail(knob_name(Knob::ToHf), " '", dir, "' cannot be created: ", std::strerror(errno));
     created = true;
   }
   try {

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <memory>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "common/stats.hpp"
 #include "data/packing.hpp"
@@ -258,8 +259,9 @@ void inspect_other(const InspectRequest& req, std::ostream& out) {
   h5::last_error();
 }
 
-constexpr const char* kInspectTakes =
-    "inspect shows an HDF5 file (lctrain's or any other) or a run directory (train's --run-dir)";
+std::string inspect_takes() {
+  return cat("inspect shows an HDF5 file (lctrain's or any other) or a run directory (train's ", knob_name(Knob::RunDir), ")");
+}
 
 // A directory is a run directory once train has made checkpoints/ in it (before step 1) or
 // written timing.h5; any other would be summarised as an empty run.
@@ -268,7 +270,7 @@ void check_run_dir(const RunDirectory& run) {
   if (fs::exists(run.timing_path()) || fs::is_directory(fs::path(run.checkpoint_path(0)).parent_path()))
     return;
   fail("'", run.path(), "' is a directory but not a run directory (it holds neither timing.h5 nor ",
-       "checkpoints/); ", kInspectTakes);
+       "checkpoints/); ", inspect_takes());
 }
 
 // Anything but a regular file or a directory is refused before it is opened: opening a
@@ -282,7 +284,7 @@ void check_openable(const std::string& path) {
                      : fs::is_socket(st) ? "a socket"
                      : fs::is_block_file(st) || fs::is_character_file(st) ? "a device"
                                                                           : "not a regular file";
-  fail("'", path, "' is ", what, ", not a file: ", kInspectTakes);
+  fail("'", path, "' is ", what, ", not a file: ", inspect_takes());
 }
 
 // A run directory: its timing table and every checkpoint, each opened and checked.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "io/atomic.hpp"
 
@@ -43,7 +44,7 @@ void RunDirectory::lock(const std::string& holder) {
     const int err = errno;
     if (err != EACCES && err != EAGAIN)  // ENOLCK: a file system without locks
       fail("run directory '", dir_, "' cannot be locked (", std::strerror(err), "); lctrain locks ",
-           "it so that two runs never write into one: choose a --run-dir on a file system with ",
+           "it so that two runs never write into one: choose a ", knob_name(Knob::RunDir), " on a file system with ",
            "POSIX locks (for Lustre: mount with flock)");
     char who[512] = {};
     [[maybe_unused]] const ssize_t n = ::pread(lock_fd_, who, sizeof who - 1, 0);
@@ -52,7 +53,7 @@ void RunDirectory::lock(const std::string& holder) {
     ::close(lock_fd_);
     lock_fd_ = -1;
     fail("run directory '", dir_, "' is in use by another lctrain (", s.empty() ? "unknown" : s,
-         "); wait for it to end, stop it, or choose another --run-dir");
+         "); wait for it to end, stop it, or choose another ", knob_name(Knob::RunDir));
   }
   const std::string line = holder + "\n";
   if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, line.data(), line.size(), 0) < 0)

@@ -4,6 +4,7 @@
 #include "app/cli/cli.hpp"
 
 #include "app/cli/cli_registry.hpp"
+#include "app/cli/knob_flags.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -237,6 +238,7 @@ Invocation parse_command_line(int argc, char** argv) {
   Registry reg;
   declare_global(reg, app, inv.global);
   declare_subcommands(reg, app, inv);
+  spell_knobs_as_flags(reg.keys());  // core's messages name lctrain's flags
   app.add_flag_callback(
       "--cli-reference", [&app] { throw CLI::CallForVersion(cli_reference(app), 0); },
       "print every option of every subcommand as markdown (docs/cli-reference.md) and exit");

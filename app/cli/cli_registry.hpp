@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -94,6 +95,8 @@ class Registry {
       opt = app->add_option(names, var, help)->capture_default_str();
     }
     if (name.rfind("--", 0) == 0) opt->envname(env_of(app, key));
+    keys_.insert(key);
+    if (short_name.rfind("--", 0) == 0) keys_.insert(key_of(short_name));
     items_.push_back({app, [app, key, help, &var, default_value] {
                         const Value v = to_value(var);
                         return Setting{app->get_parent() ? app->get_name() : "", key, v, help,
@@ -120,6 +123,7 @@ class Registry {
     opt->each([&var, choices](const std::string& s) { var = choice_of(choices, s); });
     return opt;
   }
+  const std::set<std::string>& keys() const { return keys_; }  // every declared option's, aliases too
   std::vector<Setting> resolved(const std::vector<const CLI::App*>& apps) const {
     std::vector<Setting> out;
     for (const CLI::App* a : apps)
@@ -144,7 +148,8 @@ class Registry {
     return e;
   }
   std::vector<std::pair<const CLI::App*, std::function<Setting()>>> items_;
-  std::deque<std::string> texts_;  // the enum options' text as typed (stable addresses)
+  std::deque<std::string> texts_;
+  std::set<std::string> keys_;  // the enum options' text as typed (stable addresses)
 };
 
 // One function per subcommand (and one for the global options) declares its options:

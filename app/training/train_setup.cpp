@@ -124,7 +124,7 @@ std::unique_ptr<RunDirectory> open_run_directory(const World& w, const TrainOpti
     if (!continues_run(*run, o) && run->has_previous_run())  // --force
       out << "--force: the previous run's files were moved to '" << run->set_aside_previous_run()
           << "'\n";
-    check_free_space(run->checkpoint_path(0), checkpoint_bytes, "a checkpoint in", kRunDirSpaceAdvice);
+    check_free_space(run->checkpoint_path(0), checkpoint_bytes, "a checkpoint in", run_dir_space_advice());
   });
   return run;
 }

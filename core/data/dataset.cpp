@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -117,7 +118,7 @@ void check_same_tokenizer(const TokenizerInfo& model_tok, const std::string& mod
   if (model_tok.name.empty() || model_tok.same(data_tok)) return;
   fail("'", model, "' was trained with the tokenizer ", model_tok.describe(), " but dataset '", data,
        "' was made with ", data_tok.describe(), ": its ids mean other text; prepare the data with ",
-       "the model's tokenizer (prepare --tokenizer-model with its /tokenizer/model bytes)");
+       "the model's tokenizer (prepare ", knob_name(Knob::TokenizerModel), " with its /tokenizer/model bytes)");
 }
 
 std::string DataIdentity::describe() const {
@@ -171,8 +172,8 @@ void check_fits_model(const DatasetInfo& ds, const std::string& data, int64_t mo
                       const std::string& model) {
   if (ds.vocab_size > model_vocab)
     fail("dataset '", data, "' uses a vocabulary of ", ds.vocab_size, " ids but model '", model,
-         "' has vocab_size ", model_vocab, "; prepare the data with the model's tokenizer or "
-         "init a model with --vocab-size ", ds.vocab_size);
+         "' has vocab_size ", model_vocab, "; prepare the data with the model's tokenizer or ",
+         "init a model with ", knob_name(Knob::VocabSize), " ", ds.vocab_size);
 }
 
 }  // namespace lct

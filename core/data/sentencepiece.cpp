@@ -5,6 +5,7 @@
 
 #include <unordered_map>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -223,12 +224,12 @@ std::string train_sentencepiece(const std::vector<std::string_view>& docs, const
   const std::string why = st.ok() ? "" : status_text(st);
   if (const size_t at = why.find("required_chars. "); at != std::string::npos) {
     const std::string need = why.substr(why.find(" vs ", at) + 4, why.find('.', at + 16) - why.find(" vs ", at) - 4);
-    fail("prepare: --vocab-size ", vocab_size, " cannot hold this text's ", type, " model: the 256 byte ",
+    fail("prepare: ", knob_name(Knob::VocabSize), " ", vocab_size, " cannot hold this text's ", type, " model: the 256 byte ",
          "pieces, unk, BOS, EOS, PAD and one piece per character of the text need ", need,
-         "; raise --vocab-size above ", need);
+         "; raise ", knob_name(Knob::VocabSize), " above ", need);
   }
   if (!st.ok())
-    fail("prepare: SentencePiece could not train a ", type, " tokenizer of --vocab-size ", vocab_size,
+    fail("prepare: SentencePiece could not train a ", type, " tokenizer of ", knob_name(Knob::VocabSize), " ", vocab_size,
          " on this text: ", status_text(st));
   return model;
 }

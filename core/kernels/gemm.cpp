@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "sys/cpu.hpp"
 
@@ -128,7 +129,7 @@ struct OneDnn {
         return nullptr;
       }
       fail("oneDNN cannot build the product [", k.M, " x ", k.K, "] x [", k.K, " x ", k.N,
-           "] (", e.what(), "); run with --gemm openblas");
+           "] (", e.what(), "); run with ", knob_name(Knob::Gemm), " openblas");
     }
   }
 };
@@ -257,8 +258,8 @@ std::string openblas_kernel_warning(const CpuInfo& cpu) {
   const std::string fix = cpu.avx512 ? "SkylakeX" : "Haswell";
   return cat("warning: OpenBLAS runs its ", openblas_get_corename(), " kernels on this ", wide,
              " CPU (", env ? cat("OPENBLAS_CORETYPE=", env, " is set") : std::string("not recognised"),
-             "): ", g_lib == GemmLib::OpenBlas ? "--gemm openblas products run far below the peak"
-                                                : "only --gemm openblas is affected",
+             "): ", g_lib == GemmLib::OpenBlas ? "" : "only ", knob_name(Knob::Gemm), " openblas ",
+             g_lib == GemmLib::OpenBlas ? "products run far below the peak" : "is affected",
              "; ", env ? "unset OPENBLAS_CORETYPE or set" : "set", " OPENBLAS_CORETYPE=", fix,
              " in the job's environment");
 }

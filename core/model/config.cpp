@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -54,10 +55,10 @@ std::vector<std::string> model_preset_names() {
 std::string seq_len_warning(const ModelConfig& c, int64_t seq_len) {
   if (seq_len <= c.max_position_embeddings) return "";
   if (c.rope_scaling.rope_type == "dynamic")  // what dynamic is for: say so, not warn
-    return cat("note: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
+    return cat("note: ", knob_name(Knob::SeqLen), " ", seq_len, " exceeds the model's max_position_embeddings ",
                c.max_position_embeddings, ": rope_scaling dynamic (factor ", c.rope_scaling.factor,
                ") raises the RoPE base for it");
-  return cat("warning: --seq-len ", seq_len, " exceeds the model's max_position_embeddings ",
+  return cat("warning: ", knob_name(Knob::SeqLen), " ", seq_len, " exceeds the model's max_position_embeddings ",
              c.max_position_embeddings);
 }
 
@@ -121,8 +122,8 @@ void ModelConfig::validate_rope_scaling(const std::string& where) const {
   const std::string of = cat(" (rope_scaling.rope_type ", t, ")");
   if (!(r.factor >= 1.0))
     fail(where, ": rope_scaling.factor is ", r.factor, " but must be >= 1", of,
-         "; it is the context's extension (new length / original length): set it, e.g. "
-         "lctrain init --rope-factor 4");
+         "; it is the context's extension (new length / original length): set it, e.g. ",
+         "lctrain init ", knob_name(Knob::RopeFactor), " 4");
   if (r.original_max_position_embeddings < 0)
     fail(where, ": rope_scaling.original_max_position_embeddings is ",
          r.original_max_position_embeddings, " but must be positive (0 = not given)", of);
@@ -130,12 +131,12 @@ void ModelConfig::validate_rope_scaling(const std::string& where) const {
     if (r.original_max_position_embeddings == 0)
       fail(where, ": rope_scaling.original_max_position_embeddings is not given but llama3 needs it ",
            "(the context the model was pre-trained with; 8192 for Llama 3.1): set it, e.g. "
-           "lctrain init --rope-original-max-position-embeddings 8192");
+           "lctrain init ", knob_name(Knob::RopeOriginalMaxPositionEmbeddings), " 8192");
     if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > 0))
       fail(where, ": rope_scaling.low_freq_factor is ", r.low_freq_factor,
            " and rope_scaling.high_freq_factor is ", r.high_freq_factor,
-           " but llama3 needs both positive (Llama 3.1: 1 and 4): set them, e.g. lctrain init "
-           "--rope-low-freq-factor 1 --rope-high-freq-factor 4");
+           " but llama3 needs both positive (Llama 3.1: 1 and 4): set them, e.g. lctrain init ",
+           knob_name(Knob::RopeLowFreqFactor), " 1 ", knob_name(Knob::RopeHighFreqFactor), " 4");
     if (!(r.low_freq_factor < r.high_freq_factor))
       fail(where, ": rope_scaling.low_freq_factor ", r.low_freq_factor,
            " must be smaller than rope_scaling.high_freq_factor ", r.high_freq_factor,

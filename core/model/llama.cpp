@@ -3,6 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "model/rope.hpp"
@@ -175,7 +176,7 @@ class LlamaPassesOf final : public LlamaPasses {
               sp_ranks_ == 1),
         units_(m.shards_, m.layout_, m.config_, m.params_.data(), m.grads_.data()) {
     if constexpr (std::is_same_v<X, bf16>) {
-      if (m.shards_) fail("--zero 3 trains in fp32 only: use --precision fp32, or --zero 2 with bf16");
+      if (m.shards_) fail(knob_name(Knob::Zero), " 3 trains in fp32 only: use ", knob_name(Knob::Precision), " fp32, or ", knob_name(Knob::Zero), " 2 with bf16");
       wcopy_ = Buffer<bf16>(m.layout_.total);
       wx_ = carve(m.layout_, m.config_, wcopy_.data());
     }
@@ -516,8 +517,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
       attention_(attention ? attention : own_attention_.get()),
       shards_(shards) {
   if (tp_ && shards_ && shape.sequence_parallel)
-    fail("--zero 3 does not combine with --tp-sequence-parallel (the norm weights' gradients are ",
-         "summed over the tp group from whole arrays): use --zero 0, 1 or 2 with it");
+    fail(knob_name(Knob::Zero), " 3 does not combine with ", knob_name(Knob::TpSequenceParallel), " (the norm weights' gradients are ",
+         "summed over the tp group from whole arrays): use ", knob_name(Knob::Zero), " 0, 1 or 2 with it");
   if (tp_ && shape.sequence_parallel && shape.max_tokens % split_.size != 0)
     fail("sequence parallelism splits the ", shape.max_tokens, " tokens of a micro-batch over ",
          split_.size, " tp ranks: they must be divisible");

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -15,7 +16,7 @@ TpDims tp_dims(const ModelConfig& c, TpSplit tp) {
 }
 
 std::string tp_split_error(const ModelConfig& c, int64_t tp) {
-  if (tp < 1) return cat("--tp ", tp, " must be at least 1");
+  if (tp < 1) return cat(knob_name(Knob::Tp), " ", tp, " must be at least 1");
   std::vector<std::string> bad;
   auto need = [&](const char* what, int64_t n) {
     if (n % tp != 0) bad.push_back(cat(what, " ", n));
@@ -32,13 +33,13 @@ std::string tp_split_error(const ModelConfig& c, int64_t tp) {
   const int64_t padded = (c.vocab_size + tp - 1) / tp * tp;
   const std::string pad =
       bad.size() == 1 && c.vocab_size % tp != 0
-          ? cat("; or pad the vocabulary: a model made with `lctrain init --vocab-size ", padded,
+          ? cat("; or pad the vocabulary: a model made with `lctrain init ", knob_name(Knob::VocabSize), " ", padded,
                 "` (the next multiple of ", tp, ") trains on the same data, its ", padded - c.vocab_size,
                 " extra row(s) never a target")
           : "";
-  return cat("--tp ", tp, " splits the heads, key/value heads, intermediate size and vocabulary ",
+  return cat(knob_name(Knob::Tp), " ", tp, " splits the heads, key/value heads, intermediate size and vocabulary ",
              "over ", tp, " ranks, but the model's ", list, (bad.size() == 1 ? " is" : " are"),
-             " not divisible by ", tp, "; choose a --tp that divides ", c.num_attention_heads, ", ",
+             " not divisible by ", tp, "; choose a ", knob_name(Knob::Tp), " that divides ", c.num_attention_heads, ", ",
              c.num_key_value_heads, ", ", c.intermediate_size, " and ", c.vocab_size, pad);
 }
 

@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "common/knobs.hpp"
 #include "model/tp.hpp"
 
 namespace lct {
@@ -23,23 +24,25 @@ std::string workable_degrees(int64_t cp, int64_t H, int64_t KV) {
 void check_ulysses_heads(int64_t cp, int64_t H, int64_t KV) {
   if (!splits_heads(cp, H, KV))
     throw PlanError(PlanRule::UlyssesHeads,
-                    cat("--cp-algo ulysses splits the heads over the ", cp, " cp ranks, but the model has ", H,
+                    cat(knob_name(Knob::CpAlgo), " ulysses splits the heads over the ", cp, " cp ranks, but the model has ", H,
                         " query heads and ", KV, " key/value heads: the query heads must be divisible by cp, ",
-                        "and the key/value heads by cp or cp by them (then replicated); use --cp-algo ring, or "
-                        "a cp that divides ", H, " and divides or is a multiple of ", KV));
+                        "and the key/value heads by cp or cp by them (then replicated); use ", knob_name(Knob::CpAlgo),
+                        " ring, or a cp that divides ", H, " and divides or is a multiple of ", KV));
 }
 
 void check_hybrid_degree(int64_t cp, int64_t U, int64_t H, int64_t KV) {
   if (U < 1 || cp % U != 0)
     throw PlanError(PlanRule::HybridDegree,
-                    cat("--cp-algo hybrid lays the ", cp, " cp ranks out as --ulysses-degree x ring, but ",
-                        "--ulysses-degree ", U, " does not divide --cp ", cp, "; use one of: ",
+                    cat(knob_name(Knob::CpAlgo), " hybrid lays the ", cp, " cp ranks out as ", knob_name(Knob::UlyssesDegree),
+                        " x ring, but ", knob_name(Knob::UlyssesDegree), " ", U, " does not divide ", knob_name(Knob::Cp), " ", cp,
+                        "; use one of: ",
                         workable_degrees(cp, H, KV), " (usually the cp ranks on one node)"));
   if (!splits_heads(U, H, KV))
     throw PlanError(PlanRule::HybridDegree,
-                    cat("--cp-algo hybrid splits the heads over the --ulysses-degree ", U, " ranks, but the ",
-                        "model has ", H, " query heads and ", KV, " key/value heads: the query heads must be ",
-                        "divisible by --ulysses-degree, and the key/value heads by it or it by them; use one of: ",
+                    cat(knob_name(Knob::CpAlgo), " hybrid splits the heads over the ", knob_name(Knob::UlyssesDegree), " ", U,
+                        " ranks, but the model has ", H, " query heads and ", KV, " key/value heads: the query ",
+                        "heads must be divisible by ", knob_name(Knob::UlyssesDegree), ", and the key/value heads by it or ",
+                        "it by them; use one of: ",
                         workable_degrees(cp, H, KV)));
 }
 
@@ -100,23 +103,26 @@ void ParallelPlan::check(const ModelConfig& mc, Precision precision) const {
     case PlanRule::None: return;
     case PlanRule::TpSplit: throw PlanError(rule, tp_split_error(mc, tp));
     case PlanRule::SequenceParallelWithoutTp:
-      throw PlanError(rule, "--tp-sequence-parallel splits the residual stream over the tp ranks, but this "
-                            "run has --tp 1: add --tp N (N > 1), or drop --tp-sequence-parallel");
+      throw PlanError(rule, cat(knob_name(Knob::TpSequenceParallel), " splits the residual stream over the tp ranks, but ",
+                                "this run has ", knob_name(Knob::Tp), " 1: add ", knob_name(Knob::Tp), " N (N > 1), or drop ",
+                                knob_name(Knob::TpSequenceParallel)));
     case PlanRule::Zero3WithSequenceParallel:
-      throw PlanError(rule, "--zero 3 does not combine with --tp-sequence-parallel (the norm weights' "
-                            "gradients are summed over the tp group from whole arrays); use --zero 0, 1 "
-                            "or 2 with it");
+      throw PlanError(rule, cat(knob_name(Knob::Zero), " 3 does not combine with ", knob_name(Knob::TpSequenceParallel),
+                                " (the norm weights' gradients are summed over the tp group from whole ",
+                                "arrays); use ", knob_name(Knob::Zero), " 0, 1 or 2 with it"));
     case PlanRule::Zero3NotFp32:
-      throw PlanError(rule, cat("--zero 3 trains in fp32 only (each gathered unit is used as fp32 master ",
-                                "weights); use --precision fp32, or --zero 2 to keep --precision bf16"));
+      throw PlanError(rule, cat(knob_name(Knob::Zero), " 3 trains in fp32 only (each gathered unit is used as fp32 ",
+                                "master weights); use ", knob_name(Knob::Precision), " fp32, or ", knob_name(Knob::Zero),
+                                " 2 to keep ", knob_name(Knob::Precision), " bf16"));
     case PlanRule::UlyssesHeads: check_ulysses_heads(cp, H, KV); return;
     case PlanRule::UlyssesDegreeWithoutHybrid:
-      throw PlanError(rule, cat("--ulysses-degree ", U, " is only for --cp-algo hybrid (this run has ",
-                                "--cp-algo ", cp_algo_name(cp_algo), "); add --cp-algo hybrid, or drop ",
-                                "--ulysses-degree"));
+      throw PlanError(rule, cat(knob_name(Knob::UlyssesDegree), " ", U, " is only for ", knob_name(Knob::CpAlgo),
+                                " hybrid (this run has ", knob_name(Knob::CpAlgo), " ", cp_algo_name(cp_algo), "); add ",
+                                knob_name(Knob::CpAlgo), " hybrid, or drop ", knob_name(Knob::UlyssesDegree)));
     case PlanRule::HybridWithoutDegree:
-      throw PlanError(rule, "--cp-algo hybrid needs --ulysses-degree U, the cp ranks of one Ulysses "
-                            "all-to-all (usually the cp ranks on one node); the ring runs over cp / U of them");
+      throw PlanError(rule, cat(knob_name(Knob::CpAlgo), " hybrid needs ", knob_name(Knob::UlyssesDegree), " U, the cp ranks of ",
+                                "one Ulysses all-to-all (usually the cp ranks on one node); the ring runs over ",
+                                "cp / U of them"));
     case PlanRule::HybridDegree: check_hybrid_degree(cp, U, H, KV); return;
     default: return;
   }
@@ -135,9 +141,9 @@ void ParallelPlan::check(int64_t seq_len, int64_t micro_batch, const std::string
                               ": the zigzag split cuts every sequence into 2 x cp equal chunks; use a ",
                               "multiple, e.g. ", (seq_len / (2 * cp) + 1) * 2 * cp));
   if (rule == PlanRule::SequenceParallelTokens)
-    throw PlanError(rule, cat("--tp-sequence-parallel splits the ", micro_batch * seq_len / cp,
-                              " tokens of a rank's micro-batch (--batch-size x ", name, " ", seq_len,
-                              " / cp) over --tp ", tp, " ranks: they must be divisible"));
+    throw PlanError(rule, cat(knob_name(Knob::TpSequenceParallel), " splits the ", micro_batch * seq_len / cp,
+                              " tokens of a rank's micro-batch (", knob_name(Knob::BatchSize), " x ", name, " ", seq_len,
+                              " / cp) over ", knob_name(Knob::Tp), " ", tp, " ranks: they must be divisible"));
 }
 
 }  // namespace lct

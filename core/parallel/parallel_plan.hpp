@@ -78,7 +78,7 @@ struct ParallelPlan {
   PlanRule broken_rule(const ModelConfig& mc, Precision precision) const;
   void check(const ModelConfig& mc, Precision precision) const;
   // The same for a sequence length and the micro-batch it is trained in (`name`: how the
-  // message calls the length, e.g. "--seq-len").
+  // message calls the length: knob_name(Knob::SeqLen), or a curriculum stage's).
   PlanRule broken_rule(int64_t seq_len, int64_t micro_batch) const;
   void check(int64_t seq_len, int64_t micro_batch, const std::string& name) const;
 };

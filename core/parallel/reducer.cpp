@@ -4,6 +4,7 @@
 #include <climits>
 #include <vector>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
@@ -91,7 +92,7 @@ namespace {
 // MPI_Allgatherv's counts and displacements of the ranges (floats; checked to fit an int).
 void ranges(const std::vector<size_t>& bounds, std::vector<int>& counts, std::vector<int>& displs) {
   if (bounds.back() > size_t(INT_MAX))
-    fail("a sharded optimizer over ", bounds.back(), " parameters exceeds MPI's int counts; use --zero 0");
+    fail("a sharded optimizer over ", bounds.back(), " parameters exceeds MPI's int counts; use ", knob_name(Knob::Zero), " 0");
   for (size_t r = 0; r + 1 < bounds.size(); ++r) {
     counts.push_back(int(bounds[r + 1] - bounds[r]));
     displs.push_back(int(bounds[r]));

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "parallel/parallel_plan.hpp"
 #include "parallel/watchdog.hpp"
@@ -84,8 +85,8 @@ UlyssesAttention::UlyssesAttention(MPI_Comm group, int64_t Tl, int64_t H, int64_
 
 void UlyssesAttention::alltoall(const void* send, void* recv, size_t bytes) {
   if (bytes > size_t(INT_MAX))
-    fail("Ulysses all-to-all of ", bytes, " bytes per rank exceeds MPI's 2 GiB count limit; use "
-         "more cp ranks or a shorter --seq-len");
+    fail("Ulysses all-to-all of ", bytes, " bytes per rank exceeds MPI's 2 GiB count limit; use ",
+         "more cp ranks or a shorter ", knob_name(Knob::SeqLen));
   WaitScope w("the Ulysses all-to-all of the attention inputs or outputs");
   MPI_Alltoall(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, comm_);
   bytes_sent_ += bytes * size_t(n_ - 1);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "sys/stop.hpp"
 
@@ -38,9 +39,9 @@ void watch(double comm_timeout, double deadline, int rank) {
     const double now = process_seconds();
     if (deadline > 0 && now > deadline) {
       std::fprintf(stderr,
-                   "lctrain: rank %d: --time-limit of %.0f s reached inside %s; exiting now "
+                   "lctrain: rank %d: %s of %.0f s reached inside %s; exiting now "
                    "without a checkpoint (resume from the last one)\n",
-                   rank, deadline, s.context.c_str());
+                   rank, knob_name(Knob::TimeLimit).c_str(), deadline, s.context.c_str());
       std::fflush(stderr);
       ::_exit(kExitPrompt);
     }
@@ -48,9 +49,9 @@ void watch(double comm_timeout, double deadline, int rank) {
       char peer[48] = "";
       if (s.peer >= 0) std::snprintf(peer, sizeof peer, " from rank %d", s.peer);
       std::fprintf(stderr,
-                   "lctrain: rank %d: hung: waited %.0f s on %s%s during %s (--comm-timeout "
+                   "lctrain: rank %d: hung: waited %.0f s on %s%s during %s (%s "
                    "%.0f s); aborting the job\n",
-                   rank, now - s.since, s.what, peer, s.context.c_str(), comm_timeout);
+                   rank, now - s.since, s.what, peer, s.context.c_str(), knob_name(Knob::CommTimeout).c_str(), comm_timeout);
       std::fflush(stderr);
       // Let the other blocked ranks' watchdogs print their own wait before the abort.
       lock.unlock();

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 #include "parallel/watchdog.hpp"
 #include "parallel/world.hpp"
@@ -25,7 +26,7 @@ MpiParamShards::MpiParamShards(MPI_Comm comm, const ParamLayout& layout, const M
   rank_ = comm_rank(comm_);
   ranks_ = comm_size(comm_);
   if (max_unit_ > size_t(INT_MAX))
-    fail("--zero 3: a unit of ", max_unit_, " parameters exceeds MPI's int counts; use --zero 2");
+    fail(knob_name(Knob::Zero), " 3: a unit of ", max_unit_, " parameters exceeds MPI's int counts; use ", knob_name(Knob::Zero), " 2");
   size_t local = 0;
   for (size_t u = 0; u + 1 < units_.size(); ++u) {
     // Each unit split over the ranks in whole 64-float lines, so a gather is one

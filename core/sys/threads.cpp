@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -40,10 +41,9 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
   if (fair < 1)
     fail(ranks, " MPI ranks share ", node, " CPUs on host ", topo.host,
          ": that oversubscribes the cores. Start at most ", node,
-         " ranks per host, or pass --oversubscribe (functional tests only)");
-  const char* fix =
-      "bind ranks to more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass "
-      "--oversubscribe (functional tests only)";
+         " ranks per host, or pass ", knob_name(Knob::Oversubscribe), " (functional tests only)");
+  const std::string fix = cat("bind ranks to more cores (mpirun --map-by slot:PE=T, srun --cpus-per-task=T), or pass ",
+                              knob_name(Knob::Oversubscribe), " (functional tests only)");
   const char* by = req.threads > 0 ? "" : " (OMP_NUM_THREADS)";
   const std::string whose =
       topo.share.divided_among > 1
@@ -52,12 +52,12 @@ int plan_threads(const Topology& topo, const ThreadRequest& req) {
           : std::string("this rank's cpuset");
   if (threads > own)
     fail(threads, " OpenMP threads requested", by, " but ", whose, " has ", own, " CPU",
-         own == 1 ? "" : "s", ": that oversubscribes the cores; use --threads ", avail,
+         own == 1 ? "" : "s", ": that oversubscribes the cores; use ", knob_name(Knob::Threads), " ", avail,
          " or fewer (0 = automatic), ", fix);
   if (threads * ranks > node)
     fail(threads, " OpenMP threads per rank", by, " x ", ranks, " ranks on host ", topo.host, " = ",
          threads * ranks, " threads on ", node, " CPUs: that oversubscribes the cores; use ",
-         "--threads ", avail, " or fewer (0 = automatic), ", fix);
+         knob_name(Knob::Threads), " ", avail, " or fewer (0 = automatic), ", fix);
   return threads;
 }
 
@@ -68,7 +68,7 @@ int omp_num_threads_from_env() {
   const long n = std::strtol(v, &end, 10);
   if (n < 1 || n > 4096 || (*end != '\0' && *end != ','))
     fail("OMP_NUM_THREADS='", v, "' is not a positive thread count; unset it or give e.g. ",
-         "OMP_NUM_THREADS=4 (or use --threads)");
+         "OMP_NUM_THREADS=4 (or use ", knob_name(Knob::Threads), ")");
   return int(n);
 }
 

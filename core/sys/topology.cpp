@@ -10,6 +10,7 @@
 #include <iterator>
 #include <set>
 
+#include "common/knobs.hpp"
 #include "common/error.hpp"
 
 namespace lct {
@@ -147,9 +148,9 @@ void choose_isa(Topology& topo, const std::string& request) {
   const Isa widest = topo.cpu.widest();
   const Isa want = request == "auto" ? widest : parse_isa(request);
   if (!topo.cpu.runs(want))
-    fail("--isa ", request, ": this CPU (", topo.cpu.model_name, ": ", topo.cpu.features(),
+    fail(knob_name(Knob::Isa), " ", request, ": this CPU (", topo.cpu.model_name, ": ", topo.cpu.features(),
          ") cannot run it; its widest kernel path is ", isa_name(widest),
-         " (use --isa auto or a narrower path)");
+         " (use ", knob_name(Knob::Isa), " auto or a narrower path)");
   topo.isa = want;
   topo.isa_forced = want != widest;
 }
@@ -179,7 +180,7 @@ std::string Topology::describe() const {
              cpu.model_name, " (family ", cpu.family, " model ", cpu.model, "), ",
              cpu.physical_cores, " cores / ", cpu.logical_cpus, " CPUs; ", cpu.features(), "\n",
              "kernels: ", isa_name(isa),
-             isa_forced ? cat(" (forced by --isa; the CPU runs ", isa_name(cpu.widest()), ")") : "");
+             isa_forced ? cat(" (forced by ", knob_name(Knob::Isa), "; the CPU runs ", isa_name(cpu.widest()), ")") : "");
 }
 
 }  // namespace lct
