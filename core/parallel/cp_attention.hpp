@@ -24,4 +24,15 @@ std::unique_ptr<AttentionOp> make_cp_attention(const ParallelPlan& plan, MPI_Com
 double cp_attention_bytes(const ParallelPlan& plan, const ModelConfig& mc, int64_t local_tokens,
                           Precision activations);
 
+// What the op sends per layer of one micro-batch (forward and backward), for the step's time
+// model: bytes leaving a rank, the messages they take (the latency term), and whether the
+// network moves them while attention computes (a ring's hops across nodes). `recompute`:
+// a checkpointing policy runs the attention forward again. Zero where not modelled.
+struct CpTraffic {
+  double bytes = 0, messages = 0;
+  bool overlaps_attention = false;
+};
+CpTraffic cp_attention_traffic(const ParallelPlan& plan, const ModelConfig& mc, int64_t local_tokens,
+                               Precision activations, bool recompute);
+
 }  // namespace lct

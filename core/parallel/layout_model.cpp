@@ -105,8 +105,7 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
   // --tp: a rank computes 1/tp of every layer (its heads, SwiGLU rows and vocabulary rows;
   // the norms, repeated on every tp rank, are left out) and carries its heads on the cp links.
   const double tp = double(l.plan.tp);
-  const double L = double(mc.num_hidden_layers), KV = double(mc.num_key_value_heads) / tp,
-               D = double(mc.head_dim()), H = double(mc.num_attention_heads) / tp;
+  const double L = double(mc.num_hidden_layers);
   const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
   const double micro = double(l.grad_accum);
   const double Tl = double(l.local_tokens());
@@ -131,33 +130,16 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
     p.tp_s = link_s(r, l, l.plan.tp, p.tp_bytes, micro * count * 2 * (tp - 1));
   }
 
-  // Context parallelism, per layer and micro-batch.
-  const double e = l.precision == Precision::Bf16 ? 2.0 : 4.0;
-  if (l.plan.cp > 1) {
-    const double n = double(l.plan.cp);
-    if (l.plan.cp_algo == CpAlgo::Ring) {
-      // Forward: K|V (+ int32 idx and doc tags) make cp - 1 hops. Backward: the same, plus
-      // the fp32 dK|dV travelling with them and one hop home. A recomputed forward repeats
-      // the forward's hops.
-      const double kv = Tl * (2 * KV * D * e + 8), dkv = Tl * 2 * KV * D * 4;
-      const double fwd_hops = (n - 1) * (l.checkpointing == Checkpointing::None ? 1 : 2);
-      const double bytes = fwd_hops * kv + (n - 1) * (kv + dkv) + dkv;
-      p.cp_bytes = micro * L * bytes;
-      // Inside a node a hop is a copy the CPU makes: all of it shows. Across nodes the
-      // network moves it while the block in hand is computed: only the excess shows.
-      const double hops = fwd_hops + n;
-      const double comm = link_s(r, l, l.plan.cp, bytes, hops);
-      const double hidden = spans_nodes(l, l.plan.cp) ? attn_s * attn_mult : 0.0;  // this layer's attention
-      p.cp_exposed_s = micro * L * std::max(0.0, comm - hidden);
-    } else if (l.plan.cp_algo == CpAlgo::Ulysses) {
-      // Forward: q, k, v to the head split and o back, (n - 1) / n of each leaves the rank;
-      // backward: dout, q, k, v, o in and dq, dk, dv (fp32) out, about twice that.
-      const double fwd = Tl * (2 * H + 2 * KV) * D * e * (n - 1) / n;
-      const double bwd = Tl * ((3 * H + 2 * KV) * D * e + (H + 2 * KV) * D * 4) * (n - 1) / n;
-      const double bytes = fwd * (l.checkpointing == Checkpointing::None ? 1 : 2) + bwd;
-      p.cp_bytes = micro * L * bytes;
-      p.cp_exposed_s = micro * L * link_s(r, l, l.plan.cp, bytes, 8 * (n - 1));  // all-to-alls block
-    }
+  // Context parallelism, per layer and micro-batch, as the cp algorithm moves it
+  // (cp_attention.cpp). Inside a node a hop is a copy the CPU makes: all of it shows. What the
+  // network moves while attention computes shows only where it takes longer.
+  const CpTraffic cp = cp_attention_traffic(l.plan, mc, l.local_tokens(), l.precision,
+                                            l.checkpointing != Checkpointing::None);
+  if (cp.bytes > 0) {
+    p.cp_bytes = micro * L * cp.bytes;
+    const double comm = link_s(r, l, l.plan.cp, cp.bytes, cp.messages);
+    const double hidden = cp.overlaps_attention && spans_nodes(l, l.plan.cp) ? attn_s * attn_mult : 0.0;
+    p.cp_exposed_s = micro * L * std::max(0.0, comm - hidden);
   }
 
   // Model state over the dp x cp ranks, as the ZeRO variant moves it (parallel/zero/): none
