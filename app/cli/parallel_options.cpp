@@ -25,16 +25,15 @@ E parse(const std::string& text, const char* option, const E (&values)[N], const
   fail(option, " ", text, ": use one of ", list);
 }
 
-constexpr CpAlgo kAlgos[] = {CpAlgo::Ring, CpAlgo::AllGather, CpAlgo::Ulysses, CpAlgo::Hybrid};
 constexpr CpTransport kTransports[] = {CpTransport::Auto, CpTransport::Shm, CpTransport::Mpi};
 constexpr CpSplitChoice kSplits[] = {CpSplitChoice::Auto, CpSplitChoice::Zigzag, CpSplitChoice::Contiguous};
 
 }  // namespace
 
-std::vector<std::string> cp_algo_names() { return names_of(kAlgos, cp_algo_name); }
+std::vector<std::string> cp_algo_names() { return names_of(kCpAlgos, cp_algo_name); }
 std::vector<std::string> cp_transport_names() { return names_of(kTransports, cp_transport_name); }
 std::vector<std::string> cp_split_names() { return names_of(kSplits, cp_split_choice_name); }
-CpAlgo parse_cp_algo(const std::string& name) { return parse(name, "--cp-algo", kAlgos, cp_algo_name); }
+CpAlgo parse_cp_algo(const std::string& name) { return parse(name, "--cp-algo", kCpAlgos, cp_algo_name); }
 
 namespace {
 

@@ -19,6 +19,7 @@ namespace lct {
 // How a cp group computes attention (parallel/ring_attention.hpp, ulysses_attention.hpp,
 // hybrid_attention.hpp).
 enum class CpAlgo { Ring, AllGather, Ulysses, Hybrid };
+inline constexpr CpAlgo kCpAlgos[] = {CpAlgo::Ring, CpAlgo::AllGather, CpAlgo::Ulysses, CpAlgo::Hybrid};  // as --help lists them
 // How ring blocks travel: MPI two-sided, a node's shared-memory window, or shm where it can.
 enum class CpTransport { Mpi, Shm, Auto };
 // How sequences are cut over the cp ranks; Auto picks per model and length (split_for).
