@@ -1,8 +1,9 @@
 #include "io/tokenizer_group.hpp"
 
-#include "common/error.hpp"
+#include <fstream>
 #include <memory>
 
+#include "common/error.hpp"
 #include "data/tokenizer.hpp"
 
 namespace lct {
@@ -53,6 +54,15 @@ TokenizerInfo read_tokenizer_group(const h5::File& f) {
     fail(w, ": the stored model's fingerprint is ", t.fingerprint(), " but the file records ",
          h5::read_string(g, "fingerprint", w), "; the file is damaged: prepare it again");
   return t;
+}
+
+std::optional<TokenizerInfo> read_file_tokenizer(const std::string& path) {
+  // HDF5's signature at the file's start (lctrain writes no user block).
+  char head[8] = {};
+  std::ifstream in(path, std::ios::binary);
+  if (!in.read(head, sizeof head) || std::string(head, sizeof head) != "\x89HDF\r\n\x1a\n") return std::nullopt;
+  const h5::File f = h5::File::open_read(path, "file");
+  return read_tokenizer_group(f);
 }
 
 }  // namespace lct

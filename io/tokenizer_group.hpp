@@ -7,6 +7,7 @@
 //                        file's bytes); absent for the byte tokenizer
 #pragma once
 #include "data/dataset.hpp"
+#include "io/file_tokenizer.hpp"
 #include "io/h5.hpp"
 
 namespace lct {

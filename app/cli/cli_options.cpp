@@ -173,8 +173,8 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "PAD, and one learned)")
       ->check(count(0));
   r.add(c, "--tokenizer-model", o.tokenizer_model, std::string(),
-        "encode with this existing SentencePiece .model file (e.g. Llama 2's tokenizer.model) "
-        "instead of --tokenizer");
+        "encode with this existing SentencePiece .model file (e.g. Llama 2's tokenizer.model), or "
+        "the one an lctrain dataset, model file or checkpoint holds, instead of --tokenizer");
   r.add(c, "--num-docs", o.num_docs, int64_t(256), "synthetic: number of documents")
       ->check(count(1));
   r.add(c, "--doc-length", o.doc_length, int64_t(1024),

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include <omp.h>
 
@@ -23,6 +24,7 @@
 #include "data/tokenizer.hpp"
 #include "io/dataset_file.hpp"
 #include "io/text_files.hpp"
+#include "io/file_tokenizer.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -156,6 +158,23 @@ class BatchEncoder {
   size_t counted_ = 0, bytes_ = 0;
 };
 
+// --tokenizer-model: a SentencePiece .model file, or an lctrain file that holds one (the
+// dataset, model file or checkpoint whose tokenizer held-out data must share).
+struct TokenizerModelFile {
+  std::string bytes;
+  bool held = false;  // by an lctrain file
+};
+TokenizerModelFile read_tokenizer_model(const std::string& path) {
+  if (const std::optional<TokenizerInfo> t = read_file_tokenizer(path)) {
+    if (t->model.empty())
+      fail("--tokenizer-model '", path, "' is an lctrain file that holds no SentencePiece model (its ids ",
+           "are the byte tokenizer's): prepare with --tokenizer byte (the default), or give a file that ",
+           "holds one");
+    return {t->model, true};
+  }
+  return {read_text_file(path), false};
+}
+
 // An existing SentencePiece model (--tokenizer-model), or one trained here on `corpus`
 // (--tokenizer bpe|unigram), described; the byte tokenizer otherwise.
 std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
@@ -164,11 +183,13 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
   if (o.tokenizer == "byte" && o.tokenizer_model.empty()) return std::make_unique<ByteTokenizer>();
   std::unique_ptr<SentencePieceTokenizer> t;
   if (!o.tokenizer_model.empty()) {
-    t = std::make_unique<SentencePieceTokenizer>(read_text_file(o.tokenizer_model),
+    const TokenizerModelFile file = read_tokenizer_model(o.tokenizer_model);
+    t = std::make_unique<SentencePieceTokenizer>(file.bytes,
                                                  cat("--tokenizer-model '", o.tokenizer_model, "'"),
                                                  "give the .model file SentencePiece training wrote "
-                                                 "(spm_train, the Python package, a Llama 2 tokenizer.model)");
-    out << "tokenizer: SentencePiece model '" << o.tokenizer_model << "'";
+                                                 "(spm_train, the Python package, a Llama 2 tokenizer.model), "
+                                                 "or an lctrain dataset, model file or checkpoint that holds one");
+    out << "tokenizer: SentencePiece model " << (file.held ? "held by '" : "'") << o.tokenizer_model << "'";
   } else {
     out << timestamp() << "prepare: training a " << o.tokenizer << " tokenizer of " << o.vocab_size
         << " pieces on " << corpus.size() << " documents (one thread)" << std::endl;

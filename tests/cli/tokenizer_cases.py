@@ -164,6 +164,10 @@ def tokenizer_model_trained_by_python():
     ok("prepare", "held.txt", "--separator", "\\n\\n\\n", "--tokenizer-model", "py.model", "-o", "held.h5")
     assert_same_as_python("held.h5", held, sp)
     assert_inspect_decodes("held.h5", held[0])
+    # Held-out data with the tokenizer the training dataset holds: no .model file needed.
+    p = ok("prepare", "held.txt", "--separator", "\\n\\n\\n", "--tokenizer-model", "py.h5", "-o", "held2.h5")
+    assert "held by 'py.h5'" in p.stdout, p.stdout
+    assert_same_as_python("held2.h5", held, sp)
     # A model without byte fallback is accepted with a warning; its ids are still Python's.
     spm.SentencePieceTrainer.train(input="corpus.txt", model_prefix="nofb", model_type="unigram",
                                    vocab_size=600, num_threads=1, minloglevel=2)
@@ -248,6 +252,8 @@ def bad_tokenizer_options_and_files():
     expect_error(["prepare", "t.txt", "-o", "o.h5", "--tokenizer", "bpe", "--vocab-size", "261"],
                  "--vocab-size 261 cannot hold", "need 267", "raise --vocab-size above 267")
     ok("prepare", "t.txt", "-o", "tiny.h5")
+    expect_error(["prepare", "t.txt", "-o", "o.h5", "--tokenizer-model", "tiny.h5"], "tiny.h5",
+                 "holds no SentencePiece model", "--tokenizer byte")
     expect_error(["prepare", "t.txt", "-o", "tiny.h5", "--force", "--tokenizer-model", "t.txt"],
                  "not a SentencePiece model", keep=["tiny.h5"])
     # Damaged files: a model that is not one, a model swapped for another, attributes edited.
