@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <ostream>
 
+#include "app/cli/progress.hpp"
 #include "app/training/eval_setup.hpp"
 #include "app/training/train_checkpoint.hpp"
 #include "app/training/train_setup.hpp"
@@ -267,9 +268,11 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
     return Outcome::Learnt;
   }
   if (stop) {
-    out << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step) << "); checkpoint '"
-        << RunDirectory::path_of(o.run_dir, step) << "' written; continue with --resume auto (exit code "
-        << int(kExitRequeue) << ")" << std::endl;
+    // The run's last line, whatever the launcher prints after it (Open MPI's "job has been
+    // aborted" banner for a non-zero exit): what happened and what to run.
+    out << timestamp() << "stopping at step " << step << " of " << o.steps << " (" << stop_reason(ranks, step)
+        << "); checkpoint '" << RunDirectory::path_of(o.run_dir, step) << "' written; to continue, run the "
+        << "same command with --resume auto (exit code " << int(kExitRequeue) << ")" << std::endl;
     return Outcome::Stopped;
   }
   return Outcome::Continue;

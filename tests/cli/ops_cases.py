@@ -72,6 +72,9 @@ def assert_bit_exact_resume(ranks, *degrees, model_args=()):
                   ranks=ranks)
     assert first.returncode == 85, (first.returncode, first.stdout, first.stderr)
     assert "stopping at step 10 of 20 (--stop-at" in first.stdout, first.stdout
+    # lctrain's last line says what happened and what to run, whatever the launcher adds.
+    last = first.stdout.strip().splitlines()[-1]
+    assert "stopping at step 10" in last and "run the same command with --resume auto" in last, last
     second = train("split", "--steps", "20", "--checkpoint-every", "10", "--resume", "auto", *degrees,
                    ranks=ranks)
     assert second.returncode == 0, second.stderr
