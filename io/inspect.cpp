@@ -153,8 +153,17 @@ void print_attributes(const std::string& path, const std::string& group, std::os
   if (!group.empty() && !h5::exists(f.h, group)) return;
   h5::Handle g(H5Oopen(f.h, group.empty() ? "." : group.c_str(), H5P_DEFAULT), H5Oclose);
   out << (group.empty() ? "attributes" : group) << ":\n";
-  for (const std::string& a : h5::attr_names(g))
+  for (const std::string& a : h5::attr_names(g)) {
+    if (a == "report") continue;  // an eval file's printed results: print_eval_report
     out << "  " << std::left << std::setw(30) << a << " " << to_string(h5::read_attr(g, a, path)) << "\n";
+  }
+}
+
+// An eval file's results as eval printed them (its `report` attribute; older files have the
+// figures as attributes only).
+void print_eval_report(const std::string& path, std::ostream& out) {
+  h5::File f = h5::File::open_read(path, "eval file");
+  if (h5::has_attr(f.h, "report")) out << h5::read_string(f.h, "report", h5::where(f, ""));
 }
 
 int64_t stored_dataset_version(const std::string& path) {
@@ -331,6 +340,7 @@ void inspect_file(const InspectRequest& req, std::ostream& out) {
   if (kind == "timing" || kind == "bench") return inspect_timing(req, kind, out);
   if (kind == "eval") {
     out << "lctrain eval file '" << req.path << "'\n";
+    print_eval_report(req.path, out);
     print_attributes(req.path, "", out);
     print_provenance(provenance_of(req.path), out);
     return;

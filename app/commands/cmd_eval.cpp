@@ -4,6 +4,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "app/cli/context.hpp"
 #include "app/training/eval_setup.hpp"
@@ -171,6 +172,7 @@ struct EvalReport {
   int64_t asked = 0, got = 0;
   std::vector<double> rate;
   std::vector<int32_t> asked_v, got_v;
+  std::string text;  // all of it as printed, kept in --out for `inspect`
 };
 
 EvalReport report_eval(std::ostream& out, const EvalResult& r, const DatasetInfo& ds, int64_t seq_len, double secs) {
@@ -240,7 +242,7 @@ void write_eval_file(const Context& ctx, const ParallelPlan& plan, const EvalRes
                     {"passkey_retrieved", rep.got}, {"passkey_asked", rep.asked},
                     {"passkey_repeat_retrieved", r.repeat_retrieved}, {"passkey_repeat_asked", r.repeat_asked},
                     {"model", o.model},
-                    {"data", o.data}},
+                    {"data", o.data}, {"report", rep.text}},
                    o.force, &prov);
   ctx.out() << "wrote " << o.out << std::endl;
 }
@@ -272,7 +274,10 @@ int cmd_eval(Context& ctx) {
                          {o.block_q, o.block_k}, ctx.attention_isa(precision), precision};
   const Evaluated e = evaluate_on_mesh(ctx, plan, mesh, m, *data, shape);
   check_finite_loss(e.result, o.model);
-  const EvalReport rep = report_eval(ctx.out(), e.result, ds, o.seq_len, e.seconds);
+  std::ostringstream printed;
+  EvalReport rep = report_eval(printed, e.result, ds, o.seq_len, e.seconds);
+  rep.text = printed.str();
+  ctx.out() << rep.text << std::flush;
   if (!o.out.empty() && world.root()) write_eval_file(ctx, plan, e.result, rep);
   return kExitOk;
 }

@@ -419,6 +419,11 @@ def train_loss_falls_and_outputs_are_readable():
     with h5py.File("eval.h5", "r") as f:
         assert abs(f.attrs["mean_loss"] - steps["loss"][-1]) < 0.5
         assert f["passkey/asked"][:].sum() == 6
+    # inspect shows the results as eval printed them, then the figures and the provenance.
+    shown = ok("inspect", "eval.h5").stdout
+    printed = p.stdout[p.stdout.index("eval: "):p.stdout.index("wrote eval.h5")]
+    assert printed.strip() and printed in shown, (printed, shown)
+    assert shown.index("passkey retrieval") < shown.index("attributes:") < shown.index("provenance:"), shown
     p = ok("inspect", "run/timing.h5")
     assert "median tokens/s" in p.stdout and "time split" in p.stdout, p.stdout
     ok("train", "--model", "run/checkpoints/step_00000015.h5", "--data", "d.h5", "--run-dir", "run2",
