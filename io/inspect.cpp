@@ -123,8 +123,9 @@ void inspect_timing(const InspectRequest& req, const std::string& kind, std::ost
     for (double x : t.find("skipped")->values) skipped += x;
     out << std::setprecision(5) << "  steps " << step.front() << " to " << step.back() << ", restarts "
         << *std::max_element(restart.begin(), restart.end()) << ", skipped updates " << skipped << "\n"
-        << "  loss: first " << loss->values.front() << ", last " << loss->values.back() << ", best "
-        << *best << " (step " << step[size_t(best - loss->values.begin())] << ")\n"
+        << "  loss at step " << step.front() << " " << loss->values.front() << ", at step " << step.back() << " "
+        << loss->values.back() << ", best " << *best << " (step " << step[size_t(best - loss->values.begin())]
+        << ")\n"
         << "  median tokens/s " << median(t.find("tokens_per_s")->values) << ", median MFU "
         << 100 * median(t.find("mfu")->values) << "%\n  time split:";
     const auto is_phase = [](const std::string& n) {  // attn_fwd_s, ...: rank 0's seconds

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
+#include <map>
 #include <ostream>
 
 #include "app/training/eval_setup.hpp"
@@ -143,7 +144,6 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
     table_.columns[c].values = std::move(v);
     if (c >= first_rank_column) table_.columns[c].width = width_;
   }
-  first_row_ = table_.rows();
   return true;
 }
 
@@ -221,33 +221,60 @@ LossVerdict verify_loss(const std::vector<double>& loss) {
   return v;
 }
 
+// The rows that make up the whole run in step order (after a resume that repeated steps, the
+// last row of each step), and which of them were the first step of a start or restart.
+struct RunRows {
+  std::vector<size_t> rows;
+  std::vector<bool> startup;
+};
+RunRows whole_run_rows(TimingTable& t) {
+  const std::vector<double>& step = t.column("step").values;
+  const std::vector<double>& restart = t.column("restart").values;
+  std::map<double, size_t> last;  // step -> its last row
+  for (size_t r = 0; r < step.size(); ++r) last[step[r]] = r;
+  RunRows out;
+  for (const auto& [s, r] : last) {
+    out.rows.push_back(r);
+    out.startup.push_back(r == 0 || restart[r] != restart[r - 1]);
+  }
+  return out;
+}
+
 }  // namespace
 
 void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                          const std::string& peak_how) {
-  // This run's rows only: after a restart the earlier rows belong to earlier runs.
-  const auto mine = [&](const char* name) {
-    const auto& v = table_.column(name).values;
-    return std::vector<double>(v.begin() + long(first_row_), v.end());
+  // The whole run, across its restarts: the table holds the earlier runs' rows too.
+  const RunRows run = whole_run_rows(table_);
+  const auto all = [&](const char* name) {
+    const std::vector<double>& v = table_.column(name).values;
+    std::vector<double> x;
+    for (size_t r : run.rows) x.push_back(v[r]);
+    return x;
   };
-  const std::vector<double> loss = mine("loss");
+  const std::vector<double> loss = all("loss");
   if (loss.empty()) return;
   const LossVerdict v = verify_loss(loss);
   const double first = v.first, last = v.last, margin = v.margin;
   const size_t k = v.k;
   const bool one_step = v.one_step, falling = v.falling, within_noise = v.within_noise;
   const char* verdict = v.verdict;
-  // Medians leave out the first step (start-up) unless it is the only one.
-  const size_t skip = one_step ? 0 : 1;
-  const auto tail = [&](const char* name) {
-    const std::vector<double> v = mine(name);
-    return median(std::vector<double>(v.begin() + long(skip), v.end()));
+  // Medians leave out each start's first step (start-up) unless there is nothing else.
+  const bool only_startup = std::all_of(run.startup.begin(), run.startup.end(), [](bool b) { return b; });
+  const auto kept = [&](const std::vector<double>& x) {
+    std::vector<double> k;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (only_startup || !run.startup[i]) k.push_back(x[i]);
+    return k;
   };
+  const auto tail = [&](const char* name) { return median(kept(all(name))); };
+  const bool skip = !only_startup;
+  const bool restarted = std::count(run.startup.begin(), run.startup.end(), true) > 1;
   const double fom = tail("tokens_per_s");
-  std::vector<double> transfer = mine("exposed_comm_frac");  // per step: comm that was not a peer's lateness
-  const std::vector<double> peer = mine("peer_wait_frac");
+  std::vector<double> transfer = all("exposed_comm_frac");  // per step: comm that was not a peer's lateness
+  const std::vector<double> peer = all("peer_wait_frac");
   for (size_t i = 0; i < transfer.size(); ++i) transfer[i] -= peer[i];
-  const double transfer_frac = median(std::vector<double>(transfer.begin() + long(skip), transfer.end()));
+  const double transfer_frac = median(kept(transfer));
   table_.summary = {{"figure_of_merit_tokens_per_s", fom},
                     {"median_mfu", tail("mfu")},
                     {"median_exposed_comm_frac", tail("exposed_comm_frac")},
@@ -262,17 +289,18 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                     {"loss_last", last}};
   out << std::setprecision(4);
   if (one_step)
-    out << "verification: loss " << first << " after this run's one step: SKIPPED (a falling loss "
+    out << "verification: loss " << first << " after the run's one step: SKIPPED (a falling loss "
         << "needs two steps or more)\n";
   else
-    out << "verification: loss " << first << " (first " << k << " steps of this run) -> " << last
-        << " (last " << k << "): "
+    out << "verification: loss " << first << " (first " << k << " steps of the run" << (restarted ? ", across its restarts" : "")
+        << ") -> " << last << " (last " << k << "): "
         << (falling          ? "falling, "
             : within_noise   ? cat("within the steps' noise (+-", margin, "), ")
                              : "not falling, ")
         << verdict << (within_noise ? " (more steps, or more sequences per step, tell)" : "") << "\n";
   out << std::fixed << std::setprecision(1) << "figure of merit: " << fom
-      << " tokens/s (median over steps" << (skip ? " after the first" : "") << "), MFU "
+      << " tokens/s (median over steps" << (skip ? (restarted ? " after each start's first" : " after the first") : "")
+      << "), MFU "
       << 100 * tail("mfu") << "%";
   if (ranks_ > 1) {
     out << ", exposed communication " << 100 * tail("exposed_comm_frac") << "%";

@@ -68,7 +68,6 @@ class TrainRecord {
 
  private:
   TimingTable table_;
-  size_t first_row_ = 0;  // this run's first row
   int ranks_;
   bool peer_wait_known_;
   int64_t width_;  // of the per-rank columns: ranks_, or more after a resume from more ranks

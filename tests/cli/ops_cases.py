@@ -81,6 +81,11 @@ def assert_bit_exact_resume(ranks, *degrees, model_args=()):
     assert "resumed from 'split/checkpoints/step_00000010.h5' at step 10 (restart 1" in second.stdout
     a, b = last_per_step("straight"), last_per_step("split")
     assert list(a) == list(range(1, 21)) and a == b, (a, b)  # identical floats, every step
+    # The resumed run's summary covers the whole run, as the straight run's does.
+    sa, sb = timing("straight")[1], timing("split")[1]
+    for key in ("loss_first", "loss_last", "verification"):
+        assert sa[key] == sb[key], (key, sa[key], sb[key])
+    assert "steps of the run, across its restarts)" in second.stdout, second.stdout
     steps = timing("split")[0]
     assert list(steps["restart"]) == [0] * 10 + [1] * 10, steps["restart"]
     ta, tb = tensors("straight/checkpoints/step_00000020.h5"), tensors("split/checkpoints/step_00000020.h5")
