@@ -112,6 +112,7 @@ struct TrainOptions {
   double comm_timeout;        // seconds a rank may wait in one communication call; 0 = none
   int64_t max_skips;          // consecutive non-finite steps before the run stops
   int64_t stop_at;            // stop as on a signal after this step; 0 = none
+  double progress_every;      // seconds between progress lines inside long steps and start-up; 0 = none
   double peak_gflops;
   bool force, dry_run, allow_data_change;
   int64_t dp, cp, tp;

@@ -294,6 +294,10 @@ void declare_optimizer(Registry& r, CLI::App* c, TrainOptions& o) {
 
 // Checkpoints, resume, stopping and failing safely.
 void declare_operations(Registry& r, CLI::App* c, TrainOptions& o) {
+  r.add(c, "--progress-every", o.progress_every, 30.0,
+        "inside a long step or start-up, at most one progress line (where it is: layer, phase) "
+        "per this many seconds since the last line; 0 = none")
+      ->check(nonnegative());
   r.add(c, "--checkpoint-every", o.checkpoint_every, int64_t(0),
         "write a checkpoint every N steps (0 = only at the end)")
       ->check(count(0));

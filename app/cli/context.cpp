@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "app/cli/progress.hpp"
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "lct_build_info.hpp"
@@ -40,7 +41,7 @@ Provenance Context::provenance() const {
 
 void Context::print_startup(const std::string& title, bool with_topology) const {
   std::ostream& o = out();
-  o << "lctrain " << LCT_VERSION << " (git " << LCT_GIT_REVISION << ") " << title << "\n";
+  o << timestamp() << "lctrain " << LCT_VERSION << " (git " << LCT_GIT_REVISION << ") " << title << "\n";
   // What differs from the defaults; every option, resolved, is in the provenance of each
   // file the run writes (and `lctrain inspect` shows it).
   int64_t defaults = 0;

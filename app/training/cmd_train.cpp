@@ -242,12 +242,14 @@ int cmd_train(Context& ctx) {
   if (world.root()) std::cout.flush().rdbuf(stop_aware_stdout());
   const WatchdogRun watchdog(o.comm_timeout, o.time_limit, world.rank);
   ctx.print_startup("train", true);
+  StepProgress progress(world.root() ? &out : nullptr, o.progress_every, o.steps);
 
   // 1. Checks, alike on every rank; nothing allocated or written yet.
   const ParallelPlan plan = parallel_plan(o, world.size);
   // tp innermost: the ranks of a tp group are neighbours on one node when the counts allow.
   Mesh mesh(world, {{"dp", int(plan.dp)}, {"cp", int(plan.cp)}, {"tp", int(plan.tp)}});  // throws alike on every rank
   out << mesh.layout_table();
+  progress.phase("reading the model and the data");
   TrainInputs in = read_train_inputs(ctx, plan, out);
   report_train_inputs(out, o, plan, in);
   const ModelConfig& mc = in.config();
@@ -259,6 +261,7 @@ int cmd_train(Context& ctx) {
   if (const std::string w = seq_len_warning(mc, o.seq_len); !w.empty()) out << w << "\n";
 
   // 3. The model, its optimizer and its data.
+  progress.phase("building the model and its parts");
   const std::unique_ptr<TrainParts> parts = build_train_parts(o, plan, mesh, in, out);
   StagedData data(in.dataset->info(), *in.schedule, uint64_t(o.seed));
 
@@ -267,6 +270,7 @@ int cmd_train(Context& ctx) {
   const RunLayout layout = run_layout(world, o, plan, in);
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
   TrainRecord record(world.size, parts->cp_attention && parts->cp_attention->tells_peer_wait());
+  progress.phase(o.resume == "none" ? "setting up the first step" : "reading the checkpoint to resume from");
   TrainState state = start_state(world, out, o, run.get(),
                                  {o.resume, o.run_dir, &mc, &in.init.layout, parts->checkpoint_targets(), layout, where},
                                  identify(*in.dataset), in.origin, tokenizer_info(in.dataset->info()), record);
@@ -277,13 +281,14 @@ int cmd_train(Context& ctx) {
   }
 
   // 5. The steps.
+  progress.phase("measuring the peak");
   ctx.measure_peak();
   const auto [peak, peak_how] = ctx.mfu_peak(in.precision, o.peak_gflops);
   if (const std::string w = ctx.bf16_warning(in.precision); !w.empty()) out << w << "\n";
   print_data_line(out, o, plan, mc, loader, in.schedule->seq_len_at(state.step + 1), peak, peak_how);
   TrainLoop loop{ctx,    o,      mc,         mesh,  *parts, *in.dataset, *in.schedule, data, in.eval_data.get(),
                  state,  record, run.get(),  layout, where, run_provenance(ctx, state.init_from),
-                 peak,   peak_how, in.init.layout};
+                 peak,   peak_how, in.init.layout, progress};
   return loop.train();
 }
 

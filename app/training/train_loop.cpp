@@ -310,6 +310,7 @@ int TrainLoop::train() {
   try {
     for (int64_t s = pace.first_step; s <= o.steps; ++s) {
       watchdog_set_context(cat("step ", s));
+      progress.step_started(s);
       fault.fire(world.rank, s);
       if (fault.poisons(world.rank, s) && !parts.model->param_shards()) parts.model->params()[0] = std::nanf("");
       const Outcome done = step(s, pace, clock);

@@ -6,6 +6,7 @@
 
 #include "app/cli/context.hpp"
 #include "app/training/curriculum.hpp"
+#include "app/training/step_progress.hpp"
 #include "app/training/train_parts.hpp"
 #include "app/training/train_record.hpp"
 #include "io/checkpoint.hpp"
@@ -39,6 +40,7 @@ struct TrainLoop {
   double peak;
   std::string peak_how;
   const ParamLayout& whole_layout;  // the model file's (the model's is a tp rank's slices)
+  StepProgress& progress;           // rank 0's lines inside long steps
 
   // Trains from state.step + 1 to --steps: kExitOk, or kExitRequeue after a stop request
   // (signal, --time-limit, --stop-at) with its checkpoint written. Throws AgreedError.

@@ -3,8 +3,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "common/knobs.hpp"
 #include "common/error.hpp"
+#include "common/knobs.hpp"
+#include "common/progress_mark.hpp"
 #include "kernels/gemm.hpp"
 #include "model/rope.hpp"
 #include "model/tp_exchange.hpp"
@@ -221,6 +222,7 @@ class LlamaPassesOf final : public LlamaPasses {
         layer_forward(lw, a, acts_.x_in[size_t(l)], sp_.tmp, b, clock);
       layer_backward(lw, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
       layer_done(l, true, clock);
+      progress_mark("backward, layer", L - l, L);
     }
     // (tp: this rank's vocabulary rows, from every token's gradient)
     embedding_backward(units_.grads(0), b.tokens.data(), tpx_.whole_rows(sp_.dx, sp_.tmp, n, clock), n, C,
@@ -354,6 +356,7 @@ class LlamaPassesOf final : public LlamaPasses {
       const LayerWeights lw = layer_weights(l, int(l) + 2, false, clock);  // unit l + 2: the next
       layer_forward(lw, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
       layer_done(l, false, clock);
+      progress_mark("forward, layer", l + 1, L);
     }
   }
 

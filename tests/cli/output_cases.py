@@ -220,6 +220,17 @@ def eval_and_prepare_print_progress_with_rates():
     assert len(lines) >= 3 and done == sorted(done) and done[-1] == int(lines[-1][1].group(3)), p.stdout
     for extra in ([], ["--progress-every", "0"]):
         assert "sequences/s" not in ok(*model, *extra).stdout
+    # train: inside each step a line per layer of the forward and the backward, and the start-up
+    # phases, when asked for every 1 us (rank 0 only); none with 0, nor at the default 30 s here.
+    p = ok(*TRAIN, "--run-dir", "r2", "--steps", "2", "--progress-every", "1e-6", ranks=2)
+    inside = stamped(p.stdout, r"step (\d)/2: (forward|backward), layer (\d) of 2 \(\S+ into the step\)$")
+    want = [(str(s), d, str(l)) for s in (1, 2) for d, l in
+            [("forward", 1), ("forward", 2), ("backward", 1), ("backward", 2)]]
+    assert [m.groups()[1:] for _, m in inside] == want, p.stdout
+    phases = [m.group(2) for _, m in stamped(p.stdout, r"start-up: (.+) \((\S+) since the start\)$")]
+    assert "building the model and its parts" in p.stdout and len(phases) == 4, p.stdout
+    for extra in ([], ["--progress-every", "0"]):
+        assert "into the step" not in ok(*TRAIN, "--run-dir", "r3" + "".join(extra), "--steps", "1", *extra).stdout
     # prepare: generated documents; text read, then tokenized; and the rate at the end.
     p = ok("prepare", "--synthetic", "passkey", "--num-docs", "400", "--doc-length", "300", "-o", "p.h5",
            "--progress-every", "1e-6", ranks=2)
