@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "common/error.hpp"
 #include "common/finite.hpp"
 #include "io/atomic.hpp"
+#include "io/hf_tokenizer.hpp"
 #include "io/safetensors.hpp"
 
 namespace lct {
@@ -363,8 +365,20 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
            "; lctrain refuses non-finite weights (training would skip every step)");
     ++report.dtypes[t.dtype];
   }
+  auto id = [&](const char* key) { return cfg.contains(key) && cfg[key].is_number_integer() ? cfg[key].get<int64_t>() : -1; };
+  m.tokenizer = read_hf_tokenizer(dir, id("bos_token_id"), id("eos_token_id"));
   return m;
 }
+
+namespace {
+// `contents` into `temp` (AtomicTarget's temporary of `final_path`), checked.
+void write_text(const std::string& temp, const std::string& final_path, const std::string& contents) {
+  std::ofstream out(temp, std::ios::binary);
+  out << contents;
+  out.close();
+  if (!out) fail("'", final_path, "': writing failed; free some space, or write the directory elsewhere");
+}
+}  // namespace
 
 std::string json_library_version() {
   return cat("nlohmann-json ", NLOHMANN_JSON_VERSION_MAJOR, ".", NLOHMANN_JSON_VERSION_MINOR, ".",
@@ -372,7 +386,8 @@ std::string json_library_version() {
 }
 
 void write_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                    const float* params, bool bf16, const Provenance& prov, bool force) {
+                    const float* params, bool bf16, const TokenizerInfo& tokenizer, const Provenance& prov,
+                    bool force) {
   if (dir.empty()) fail(knob_name(Knob::ToHf), ": the directory name is empty; give a directory");
   struct stat st;
   bool created = false;
@@ -392,6 +407,12 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
   try {
     AtomicTarget weights(join(dir, "model.safetensors"), force, "safetensors file");
     AtomicTarget cfg(join(dir, "config.json"), force, "config file");
+    const HfTokenizerFiles tok = hf_tokenizer_files(tokenizer);
+    std::vector<std::unique_ptr<AtomicTarget>> tok_files;
+    for (const auto& [name, contents] : tok.files) {
+      tok_files.push_back(std::make_unique<AtomicTarget>(join(dir, name), force, "tokenizer file"));
+      write_text(tok_files.back()->temp_path(), tok_files.back()->final_path(), contents);
+    }
     std::vector<StOutTensor> tensors;
     for (const TensorSpec& t : layout.tensors) tensors.push_back({t.name, t.shape, params + t.offset});
     check_free_space(weights.final_path(), safetensors_data_bytes(tensors, bf16), "safetensors file");
@@ -403,6 +424,7 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
     {
       std::ofstream out(cfg.temp_path());
       json j = config_to_json(config, bf16);
+      for (const auto& [key, value] : tok.ids) j[key] = value;
       j[kPairKey] = pair;
       out << j.dump(2) << "\n";
       out.close();
@@ -412,6 +434,7 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
     // which check_same_pair refuses (the old one carries another id, or none).
     weights.commit();
     cfg.commit();
+    for (const auto& t : tok_files) t->commit();
   } catch (...) {
     if (created) ::rmdir(dir.c_str());  // only when empty: nothing was committed
     throw;

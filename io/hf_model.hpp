@@ -22,6 +22,7 @@ struct HfReadInfo {
 // Reads and checks everything (config, every tensor's presence, shape, dtype, byte range,
 // finiteness); throws lct::Error naming the file and tensor and the fix. Holds one fp32 copy
 // of the model, filled one tensor at a time.
+// The tokenizer files beside them, when there are (io/hf_tokenizer.hpp), in ModelData::tokenizer.
 ModelData read_hf_model(const std::string& dir, HfReadInfo* info = nullptr);
 
 // Writes DIR/config.json and DIR/model.safetensors (fp32, or bf16 rounded to nearest even),
@@ -30,7 +31,10 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info = nullptr);
 // "nlohmann-json 3.11.2": the JSON library, for --version.
 std::string json_library_version();
 
+// `tokenizer` (a checkpoint's; none recorded for a model file from init) goes beside them
+// as Hugging Face's tokenizer files (io/hf_tokenizer.hpp), its ids into config.json.
 void write_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                    const float* params, bool bf16, const Provenance& prov, bool force);
+                    const float* params, bool bf16, const TokenizerInfo& tokenizer, const Provenance& prov,
+                    bool force);
 
 }  // namespace lct

@@ -92,12 +92,13 @@ void check_finite_tensors(const h5::File& f, const std::string& prefix, const Pa
 }
 
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
-                      const float* params, const Provenance& prov, bool force) {
+                      const float* params, const Provenance& prov, bool force, const TokenizerInfo* tokenizer) {
   AtomicTarget target(path, force, "model file");
   {
     h5::File f = h5::File::create(target, 4.0 * double(layout.total), "model file");
     h5::write_kind(f, "model", kModelFormatVersion);
     write_model_contents(f, f.h, "", config, layout, params);
+    if (tokenizer && !tokenizer->name.empty()) write_tokenizer_group(f, *tokenizer);
     h5::write_provenance(f, prov);
     f.close();
   }

@@ -17,13 +17,15 @@ struct ModelData {
   ModelConfig config;
   ParamLayout layout;
   Buffer<float> params;  // [layout.total]
-  // A checkpoint's /tokenizer group (what it was trained with); no name for a model file
-  // from init or convert, which records none.
+  // A checkpoint's /tokenizer group (what it was trained with), or a model file's from
+  // convert --from-hf when the directory had one; no name for a model file from init.
   TokenizerInfo tokenizer;
 };
 
+// `tokenizer` (convert --from-hf: the one beside the weights) is recorded as a checkpoint's is.
 void write_model_file(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
-                      const float* params, const Provenance& prov, bool force);
+                      const float* params, const Provenance& prov, bool force,
+                      const TokenizerInfo* tokenizer = nullptr);
 
 // Validates kind, format_version, config, every tensor's presence, dtype and shape, the
 // data checksums, and that every weight is finite. A checkpoint is accepted wherever a model

@@ -152,6 +152,8 @@ std::string SentencePieceTokenizer::decode(const int32_t* ids, size_t n, bool sh
   return out;
 }
 
+int32_t SentencePieceTokenizer::unk_id() const { return int32_t(sp_->unk_id()); }
+
 std::string SentencePieceTokenizer::piece(int32_t id) const {
   return id >= 0 && id < info_.vocab_size ? sp_->IdToPiece(id) : "<unk>";
 }

@@ -35,6 +35,7 @@ class SentencePieceTokenizer : public Tokenizer {
   // A piece the model learned: not unk, a control piece (BOS, EOS, PAD) or a byte piece.
   bool learned(int32_t id) const;
   bool byte_fallback() const { return byte_fallback_; }
+  int32_t unk_id() const;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;

@@ -251,6 +251,60 @@ def round_trip_h5_to_hf_to_h5_is_bit_exact():
     print("--dtype bf16: every value rounded to nearest even")
 
 
+@case
+def tokenizer_goes_to_hugging_face_and_back():
+    """A checkpoint's tokenizer becomes Hugging Face's files (tokenizer.model and a
+    tokenizer_config.json naming its special pieces as Python's sentencepiece spells them; for
+    the byte tokenizer a description) with the bos/eos/pad ids in config.json and
+    generation_config.json; --from-hf records it in the model file again."""
+    import tokenizer_cases as tc
+    tc.corpus(docs=120)
+    ok("prepare", "corpus.txt", "--separator", "\\n\\n", "--tokenizer", "bpe", "--vocab-size", "400", "-o", "sp.h5")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "8", "--doc-length", "256", "-o", "bytes.h5")
+    ok("init", "-o", "m.h5", "--preset", "tiny", "--vocab-size", "400")
+    for name, data in (("sp", "sp.h5"), ("bytes", "bytes.h5")):
+        ok("train", "--model", "m.h5", "--data", data, "--seq-len", "256", "--steps", "1", "--run-dir", name)
+        ck = f"{name}/checkpoints/step_00000001.h5"
+        p = ok("convert", "--to-hf", f"{name}_hf", "--model", ck)
+        assert "tokenizer:" in p.stdout and "generation_config.json" in p.stdout, p.stdout
+        with h5py.File(data, "r") as f:
+            t = dict(f["tokenizer"].attrs) if "tokenizer" in f else None
+            model_bytes = bytes(f["tokenizer/model"][:]) if "tokenizer/model" in f else None
+        with open(f"{name}_hf/config.json") as f:
+            cfg = json.load(f)
+        with open(f"{name}_hf/generation_config.json") as f:
+            gen = json.load(f)
+        with open(f"{name}_hf/tokenizer_config.json") as f:
+            tcfg = json.load(f)
+        ids = (256, 257, 258) if name == "bytes" else (t["bos_token_id"], t["eos_token_id"], t["pad_token_id"])
+        for key, want in zip(("bos_token_id", "eos_token_id", "pad_token_id"), ids):
+            assert cfg[key] == want and gen[key] == want, (name, key, cfg.get(key), gen.get(key), want)
+        if name == "sp":
+            assert open("sp_hf/tokenizer.model", "rb").read() == model_bytes
+            sp = tc.python_sentencepiece().SentencePieceProcessor(model_file="sp_hf/tokenizer.model")
+            assert tcfg["tokenizer_class"] == "LlamaTokenizer", tcfg
+            assert (tcfg["bos_token"], tcfg["eos_token"], tcfg["unk_token"]) == \
+                (sp.id_to_piece(sp.bos_id()), sp.id_to_piece(sp.eos_id()), sp.id_to_piece(sp.unk_id())), tcfg
+        else:
+            assert not os.path.exists("bytes_hf/tokenizer.model") and tcfg["lctrain_tokenizer"] == "byte", tcfg
+        p = from_hf(f"{name}_hf", f"{name}_back.h5")
+        with h5py.File(f"{name}_back.h5", "r") as f, h5py.File(ck, "r") as c:
+            assert dict(f["tokenizer"].attrs) == dict(c["tokenizer"].attrs), (dict(f["tokenizer"].attrs),)
+            if name == "sp":
+                assert bytes(f["tokenizer/model"][:]) == model_bytes
+        assert "recorded in the model file" in p.stdout, p.stdout
+    # config.json's ids must be the tokenizer's beside it.
+    with open("sp_hf/config.json") as f:
+        cfg = json.load(f)
+    cfg["eos_token_id"] = 5
+    with open("sp_hf/config.json", "w") as f:
+        json.dump(cfg, f)
+    expect_error(["convert", "--from-hf", "sp_hf", "-o", "bad.h5"], "eos_token_id 5", "different checkpoints")
+    # A model file from init records no tokenizer: nothing beside the weights, and a note.
+    p = ok("convert", "--to-hf", "init_hf", "--model", "m.h5")
+    assert "records no tokenizer" in p.stdout and sorted(os.listdir("init_hf")) == ["config.json", "model.safetensors"]
+
+
 def load_torch_reference():
     spec = importlib.util.spec_from_file_location("torch_reference", os.path.join(ROOT, "tests", "golden", "torch_reference.py"))
     mod = importlib.util.module_from_spec(spec)
