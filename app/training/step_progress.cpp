@@ -27,8 +27,10 @@ StepProgress::~StepProgress() {
   g_active = nullptr;
 }
 
+// Called at every layer of every pass: a clock read unless a line is due.
 void StepProgress::listen(const char* what, int64_t done, int64_t total) {
-  if (g_active) g_active->mark(total > 0 ? cat(what, " ", done, " of ", total) : std::string(what));
+  if (!g_active || omp_get_wtime() - g_active->last_ < g_active->every_) return;
+  g_active->mark(total > 0 ? cat(what, " ", done, " of ", total) : std::string(what));
 }
 
 void StepProgress::phase(const std::string& what) {
