@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     lct::apply_thread_plan(ctx->topo, {inv.global.threads, inv.global.oversubscribe,
                                        inv.global.bind_threads, lct::omp_num_threads_from_env()});
     lct::choose_isa(ctx->topo, inv.global.isa);
-    lct::gemm_setup(lct::parse_gemm_lib(inv.global.gemm), ctx->topo.isa);
+    lct::gemm_setup(inv.global.gemm, ctx->topo.isa);
   });
   if (error.empty()) error = lct::run_agreed(world, [&] { code = dispatch(*ctx); });
   if (!error.empty()) {

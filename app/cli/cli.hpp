@@ -3,13 +3,16 @@
 // start-up table and the provenance attributes of every file written.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/bf16.hpp"
 #include "common/provenance.hpp"
+#include "kernels/gemm.hpp"
 #include "model/checkpointing.hpp"
+#include "sys/cpu.hpp"
 
 namespace lct {
 
@@ -20,11 +23,29 @@ template <class E>
 using Choices = std::vector<std::pair<std::string, E>>;
 const Choices<Precision>& precision_choices();
 const Choices<Checkpointing>& checkpointing_choices();
+const Choices<GemmLib>& gemm_choices();
+const Choices<std::optional<Isa>>& isa_choices();  // "auto": none forced
+// prepare's: what data to generate, which targets the loss counts, which tokenizer.
+enum class SyntheticData { None, Passkey, Recall, Copy };
+enum class LossOn { All, Answers };
+enum class TokenizerKind { Byte, Bpe, Unigram };
+const Choices<SyntheticData>& synthetic_choices();
+const Choices<LossOn>& loss_on_choices();
+const Choices<TokenizerKind>& tokenizer_choices();
+enum class BenchWhat { Attention, Gemm, Ring };  // bench's measurement
+const Choices<BenchWhat>& bench_choices();
+const Choices<std::optional<bool>>& preset_or_bool_choices();  // "preset" (none), "true", "false"
 template <class E>
 E choice_of(const Choices<E>& choices, const std::string& name) {
   for (const auto& [n, v] : choices)
     if (n == name) return v;
   return choices.front().second;  // unreachable behind the option's check
+}
+template <class E>
+const std::string& name_of(const Choices<E>& choices, const E& value) {
+  for (const auto& [n, v] : choices)
+    if (v == value) return n;
+  return choices.front().first;  // every value has a name
 }
 
 struct GlobalOptions {
@@ -32,8 +53,8 @@ struct GlobalOptions {
   int threads;              // OpenMP threads per rank, 0 = automatic
   bool oversubscribe;       // allow more threads x ranks than CPUs
   bool bind_threads;
-  std::string isa;          // kernel path: auto | avx512_bf16 | avx512 | avx2 | generic
-  std::string gemm;         // matrix-product library: onednn | openblas
+  std::optional<Isa> isa;   // kernel path forced (none: auto, the widest the CPU runs)
+  GemmLib gemm;             // matrix-product library
 };
 
 // The RoPE settings init writes and train may change for a context extension: rope_theta and
@@ -62,7 +83,7 @@ struct InitOptions {
   int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
       num_key_value_heads, max_position_embeddings;
   double rms_norm_eps, initializer_range;
-  std::string tie_word_embeddings;  // "preset", "true" or "false"
+  std::optional<bool> tie_word_embeddings;  // none: the preset's
   int64_t sliding_window;           // -1 = the preset's, 0 = none
   RopeOptions rope;
   int64_t seed;
@@ -73,9 +94,9 @@ struct PrepareOptions {
   std::string out;
   std::vector<std::string> inputs;  // UTF-8 text files
   std::string separator;            // split files into documents on this string ("" = per file)
-  std::string synthetic;            // "passkey" or "" (text files)
-  std::string loss_on;              // "all", or "answers" (passkey: a loss mask on the key's digits)
-  std::string tokenizer;            // "byte", or a SentencePiece model to train: "bpe", "unigram"
+  SyntheticData synthetic;          // None: text files
+  LossOn loss_on;                   // Answers: a loss mask on the answers (a key's digits, a copy)
+  TokenizerKind tokenizer;          // Byte, or a SentencePiece model to train
   int64_t vocab_size;               // bpe/unigram: pieces to learn (0 = not given)
   std::string tokenizer_model;      // an existing SentencePiece .model file ("" = none)
   int64_t num_docs, doc_length, key_digits, seed;
@@ -141,12 +162,12 @@ struct EvalOptions {
 struct ConvertOptions {
   std::string from_hf, to_hf;  // exactly one: the Hugging Face directory read or written
   std::string out, model;      // --from-hf writes `out`; --to-hf reads `model`
-  std::string dtype;           // --to-hf: fp32 | bf16
+  Precision dtype;             // --to-hf: of the safetensors weights
   bool force;
 };
 
 struct BenchOptions {
-  std::string what;  // attention | gemm | ring
+  BenchWhat what;
   std::string preset;  // gemm: the model whose products are measured
   std::string seq_lens;  // comma-separated
   int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;

@@ -6,6 +6,7 @@
 #include "app/cli/parallel_options.hpp"
 #include "data/sentencepiece.hpp"
 #include "model/config.hpp"
+#include "parallel/zero/zero_variant.hpp"
 
 namespace lct {
 
@@ -22,6 +23,51 @@ const Choices<Checkpointing>& checkpointing_choices() {
   return c;
 }
 
+const Choices<GemmLib>& gemm_choices() {
+  static const Choices<GemmLib> c{{gemm_lib_name(GemmLib::OneDnn), GemmLib::OneDnn},
+                                  {gemm_lib_name(GemmLib::OpenBlas), GemmLib::OpenBlas}};
+  return c;
+}
+
+const Choices<std::optional<Isa>>& isa_choices() {
+  static const Choices<std::optional<Isa>> c{{"auto", std::nullopt},
+                                             {isa_name(Isa::Avx512Bf16), Isa::Avx512Bf16},
+                                             {isa_name(Isa::Avx512), Isa::Avx512},
+                                             {isa_name(Isa::Avx2), Isa::Avx2},
+                                             {isa_name(Isa::Generic), Isa::Generic}};
+  return c;
+}
+
+const Choices<SyntheticData>& synthetic_choices() {
+  static const Choices<SyntheticData> c{{"", SyntheticData::None},
+                                        {"passkey", SyntheticData::Passkey},
+                                        {"recall", SyntheticData::Recall},
+                                        {"copy", SyntheticData::Copy}};
+  return c;
+}
+
+const Choices<LossOn>& loss_on_choices() {
+  static const Choices<LossOn> c{{"all", LossOn::All}, {"answers", LossOn::Answers}};
+  return c;
+}
+
+const Choices<TokenizerKind>& tokenizer_choices() {
+  static const Choices<TokenizerKind> c{
+      {"byte", TokenizerKind::Byte}, {"bpe", TokenizerKind::Bpe}, {"unigram", TokenizerKind::Unigram}};
+  return c;
+}
+
+const Choices<BenchWhat>& bench_choices() {
+  static const Choices<BenchWhat> c{
+      {"attention", BenchWhat::Attention}, {"gemm", BenchWhat::Gemm}, {"ring", BenchWhat::Ring}};
+  return c;
+}
+
+const Choices<std::optional<bool>>& preset_or_bool_choices() {
+  static const Choices<std::optional<bool>> c{{"preset", std::nullopt}, {"true", true}, {"false", false}};
+  return c;
+}
+
 }  // namespace lct
 
 namespace lct::cli_detail {
@@ -34,14 +80,12 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
         "allow more threads x ranks than CPUs (functional tests only: it ruins speed)");
   r.add(&app, "--bind-threads", o.bind_threads, true,
         "pin OpenMP thread i to the i-th CPU of the rank's cpuset (unless OMP_PROC_BIND is set)");
-  r.add(&app, "--isa", o.isa, std::string("auto"),
-        "kernel path: auto (the widest this CPU runs), avx512_bf16, avx512, avx2 or generic "
-        "(a narrower one is for testing and comparison)")
-      ->check(CLI::IsMember({"auto", "avx512_bf16", "avx512", "avx2", "generic"}));
-  r.add(&app, "--gemm", o.gemm, std::string("onednn"),
-        "matrix-product library: onednn (kernels chosen from the CPU's features) or openblas "
-        "(the portable fallback; its kernels are the ones OpenBLAS detects)")
-      ->check(CLI::IsMember({"onednn", "openblas"}));
+  r.add_choice(&app, "--isa", o.isa, std::optional<Isa>(), isa_choices(),
+               "kernel path: auto (the widest this CPU runs), avx512_bf16, avx512, avx2 or generic "
+               "(a narrower one is for testing and comparison)");
+  r.add_choice(&app, "--gemm", o.gemm, GemmLib::OneDnn, gemm_choices(),
+               "matrix-product library: onednn (kernels chosen from the CPU's features) or openblas "
+               "(the portable fallback; its kernels are the ones OpenBLAS detects)");
 }
 
 namespace {
@@ -138,9 +182,8 @@ void declare_init(Registry& r, CLI::App* c, InitOptions& o) {
   r.add(c, "--initializer-range", o.initializer_range, 0.0,
         std::string("std of the normal init of every matrix") + from)
       ->check(nonnegative());
-  r.add(c, "--tie-word-embeddings", o.tie_word_embeddings, std::string("preset"),
-        "share the embedding and LM-head matrix: true, false or preset")
-      ->check(CLI::IsMember({"preset", "true", "false"}));
+  r.add_choice(c, "--tie-word-embeddings", o.tie_word_embeddings, std::optional<bool>(), preset_or_bool_choices(),
+               "share the embedding and LM-head matrix: true, false or preset");
   r.add(c, "--sliding-window", o.sliding_window, int64_t(-1),
         "sliding-window attention: each token sees itself and the W - 1 before it (0 = none, "
         "full causal; -1 = the preset's)")
@@ -159,15 +202,13 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
   r.add(c, "--separator", o.separator, std::string(),
         "split each file into documents at this string (\"\" = one document per file; "
         "\\n is a newline)");
-  r.add(c, "--synthetic", o.synthetic, std::string(),
-        "generate data instead of reading files: passkey (one key hidden in filler, asked for at "
-        "the end), recall (dense key-value statements whose keys are asked for again), or copy "
-        "(random strings each said twice: \"k3xq9 k3xq9. \")")
-      ->check(CLI::IsMember({"", "passkey", "recall", "copy"}));
-  r.add(c, "--tokenizer", o.tokenizer, std::string("byte"),
-        "byte (ids 0-255 are bytes, then BOS, EOS, PAD), or train a SentencePiece model on the "
-        "input texts: bpe or unigram (with --vocab-size; byte fallback, unk 0, BOS 1, EOS 2, PAD 3)")
-      ->check(CLI::IsMember({"byte", "bpe", "unigram"}));
+  r.add_choice(c, "--synthetic", o.synthetic, SyntheticData::None, synthetic_choices(),
+               "generate data instead of reading files: passkey (one key hidden in filler, asked for at "
+               "the end), recall (dense key-value statements whose keys are asked for again), or copy "
+               "(random strings each said twice: \"k3xq9 k3xq9. \")");
+  r.add_choice(c, "--tokenizer", o.tokenizer, TokenizerKind::Byte, tokenizer_choices(),
+               "byte (ids 0-255 are bytes, then BOS, EOS, PAD), or train a SentencePiece model on the "
+               "input texts: bpe or unigram (with --vocab-size; byte fallback, unk 0, BOS 1, EOS 2, PAD 3)");
   r.add(c, "--vocab-size", o.vocab_size, int64_t(0),
         "bpe/unigram: pieces in the trained model, at least 261 (256 byte pieces, unk, BOS, EOS, "
         "PAD, and one learned)")
@@ -185,10 +226,9 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "take them in turn, --num-docs in all; replaces --doc-length (\"\" = --doc-length only)");
   r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey, recall: digits of each key")
       ->check(count(1));
-  r.add(c, "--loss-on", o.loss_on, std::string("all"),
-        "passkey, recall, copy: which targets the training loss counts: all, or answers (the "
-        "digits of the keys asked for; copy: each string's second copy), stored as a loss mask")
-      ->check(CLI::IsMember({"all", "answers"}));
+  r.add_choice(c, "--loss-on", o.loss_on, LossOn::All, loss_on_choices(),
+               "passkey, recall, copy: which targets the training loss counts: all, or answers (the "
+               "digits of the keys asked for; copy: each string's second copy), stored as a loss mask");
   r.add(c, "--copy-repeats", o.copy_repeats, 0.0,
         "copy: the share of strings made of digits drawn with replacement (\"92225\"), whose "
         "repeated symbols make the second copy depend on the place in the string, as a "
@@ -360,7 +400,7 @@ void declare_parallel(Registry& r, CLI::App* c, TrainOptions& o) {
         "reduce-scattered instead of all-reduced; 3 (FSDP, fp32) = each rank keeps 1/world of the "
         "parameters and gradients too, each layer all-gathered just before use and its gradients "
         "reduce-scattered just after. One rank: nothing to shard, the same as 0")
-      ->check(CLI::Range(int64_t(0), int64_t(3)));
+      ->check(CLI::IsMember(zero_stages()));
   declare_cp_attention(r, c, o.cp_attention);
 }
 
@@ -428,10 +468,9 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
 }
 
 void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
-  r.add(c, "what", o.what, std::string("attention"),
-        "what to measure: attention (kernel vs the peak and the GEMM library), gemm (a training "
-        "step's matrix products, oneDNN vs OpenBLAS) or ring (permute bandwidth, attention per step)")
-      ->check(CLI::IsMember({"attention", "gemm", "ring"}));
+  r.add_choice(c, "what", o.what, BenchWhat::Attention, bench_choices(),
+               "what to measure: attention (kernel vs the peak and the GEMM library), gemm (a training "
+               "step's matrix products, oneDNN vs OpenBLAS) or ring (permute bandwidth, attention per step)");
   r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"),
         "sequence lengths (gemm: tokens per product), comma-separated");
   r.add(c, "--preset", o.preset, std::string("30m"), "gemm: the model preset whose products are measured");
@@ -499,9 +538,8 @@ void declare_convert(Registry& r, CLI::App* c, ConvertOptions& o) {
   r.add(c, "--out", o.out, std::string(), "--from-hf: the model file to write (HDF5)", "-o")
       ->check(output_path("file"));
   r.add(c, "--model", o.model, std::string(), "--to-hf: the model file or checkpoint to read");
-  r.add(c, "--dtype", o.dtype, std::string("fp32"),
-        "--to-hf: dtype of the safetensors weights: fp32 (exact) or bf16 (rounded to nearest even)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  r.add_choice(c, "--dtype", o.dtype, Precision::Fp32, precision_choices(),
+               "--to-hf: dtype of the safetensors weights: fp32 (exact) or bf16 (rounded to nearest even)");
   r.add(c, "--force", o.force, false, "replace the output file(s) if they exist");
 }
 
@@ -532,20 +570,21 @@ std::string train_rule(const TrainOptions& o) {
 // prepare's tokenizer options belong together: a tokenizer to train takes a vocabulary size,
 // an existing model or the byte tokenizer none; passkey data is byte-tokenized.
 std::string prepare_rule(const PrepareOptions& o) {
-  const bool train = o.tokenizer != "byte", given = !o.tokenizer_model.empty();
-  if (!o.synthetic.empty() && (train || given))
-    return cat("--synthetic ", o.synthetic, " generates byte-tokenized documents (its answers are byte ",
+  const bool train = o.tokenizer != TokenizerKind::Byte, given = !o.tokenizer_model.empty();
+  const std::string& tokenizer = name_of(tokenizer_choices(), o.tokenizer);
+  if (o.synthetic != SyntheticData::None && (train || given))
+    return cat("--synthetic ", name_of(synthetic_choices(), o.synthetic), " generates byte-tokenized documents (its answers are byte ",
                "positions): drop --tokenizer and --tokenizer-model");
   if (given && train)
     return cat("--tokenizer-model ", o.tokenizer_model, " is the tokenizer (its type is in the model): ",
-               "drop --tokenizer ", o.tokenizer, ", or drop --tokenizer-model to train a new one");
+               "drop --tokenizer ", tokenizer, ", or drop --tokenizer-model to train a new one");
   if (given && o.vocab_size)
     return "--vocab-size is the model's own with --tokenizer-model: drop --vocab-size";
   if (!train && o.vocab_size)
     return "the byte tokenizer's vocabulary is fixed (259 ids): drop --vocab-size, or train a "
            "SentencePiece model with --tokenizer bpe or unigram";
   if (train && !o.vocab_size)
-    return cat("--tokenizer ", o.tokenizer, " trains a model of --vocab-size pieces: give it (e.g. ",
+    return cat("--tokenizer ", tokenizer, " trains a model of --vocab-size pieces: give it (e.g. ",
                "--vocab-size 8000)");
   if (train && o.vocab_size < kSentencePieceReserved + 1)
     return cat("--vocab-size ", o.vocab_size, " is too small: byte fallback takes 256 pieces and ",

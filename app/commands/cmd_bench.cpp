@@ -196,13 +196,13 @@ int cmd_bench_ring(Context& ctx);
 
 int cmd_bench(Context& ctx) {
   const BenchOptions& o = ctx.inv.bench;
-  if (o.what == "ring") return cmd_bench_ring(ctx);
-  ctx.print_startup("bench " + o.what, true);
+  if (o.what == BenchWhat::Ring) return cmd_bench_ring(ctx);
+  ctx.print_startup("bench " + name_of(bench_choices(), o.what), true);
   if (o.repeats < 1) fail("bench: --repeats must be at least 1");
   const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
   ctx.measure_peak();
-  if (o.what == "gemm") return bench_gemm(ctx, o, lens);
+  if (o.what == BenchWhat::Gemm) return bench_gemm(ctx, o, lens);
   return o.precision == Precision::Bf16 ? bench_attention<bf16>(ctx, o, lens) : bench_attention<float>(ctx, o, lens);
 }
 

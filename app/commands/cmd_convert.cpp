@@ -35,7 +35,7 @@ int cmd_convert(Context& ctx) {
     return kExitOk;
   }
   const ModelData m = read_model_file(o.model);
-  const bool bf16 = o.dtype == "bf16";
+  const bool bf16 = o.dtype == Precision::Bf16;
   write_hf_model(o.to_hf, m.config, m.layout, m.params.data(), bf16, m.tokenizer, ctx.provenance(), o.force);
   ctx.out() << "wrote " << o.to_hf << "/config.json and " << o.to_hf << "/model.safetensors: "
             << m.layout.tensors.size() << " tensors, " << m.layout.num_parameters() << " parameters in "

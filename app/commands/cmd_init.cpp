@@ -27,7 +27,7 @@ ModelConfig resolve_config(const InitOptions& o) {
   take(c.rms_norm_eps, o.rms_norm_eps);
   take(c.initializer_range, o.initializer_range);
   if (o.sliding_window >= 0) c.sliding_window = o.sliding_window;
-  if (o.tie_word_embeddings != "preset") c.tie_word_embeddings = o.tie_word_embeddings == "true";
+  if (o.tie_word_embeddings) c.tie_word_embeddings = *o.tie_word_embeddings;
   apply_rope_options(o.rope, c, "init");
   c.validate(cat("init (preset '", o.preset, "' with the sizes given)"));
   return c;

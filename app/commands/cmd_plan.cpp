@@ -22,6 +22,7 @@
 #include "common/error.hpp"
 #include "io/model_file.hpp"
 #include "parallel/layout_model.hpp"
+#include "parallel/zero/zero_variant.hpp"
 #include "sys/memory.hpp"
 
 namespace lct {
@@ -112,7 +113,9 @@ Candidates parse_candidates(const PlanOptions& o) {
     c.precisions.push_back(choice_of(precision_choices(), p));
   for (const std::string& k : split_list(o.checkpointing, "--checkpointing", names_of(checkpointing_choices())))
     c.policies.push_back(choice_of(checkpointing_choices(), k));
-  for (const std::string& z : split_list(o.zero, "--zero", {"0", "1", "2", "3"})) c.zeros.push_back(std::stoll(z));
+  std::vector<std::string> stages;
+  for (int64_t z : zero_stages()) stages.push_back(std::to_string(z));
+  for (const std::string& z : split_list(o.zero, "--zero", stages)) c.zeros.push_back(std::stoll(z));
   // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
   for (const std::string& a : split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"}))
     c.algos.push_back(parse_cp_algo(a));

@@ -43,7 +43,7 @@ void check_synthetic_fits_memory(const PrepareOptions& o, const std::vector<int6
     longest = std::max(longest, double(lengths[i]));
   }
   // ids, and the mask as floats (recall and copy make their masks in any case)
-  const double per_token = o.loss_on == "answers" || o.synthetic != "passkey" ? 8.0 : 4.0;
+  const double per_token = o.loss_on == LossOn::Answers || o.synthetic != SyntheticData::Passkey ? 8.0 : 4.0;
   const double need = per_token * tokens + 10.0 * longest + 28.0 * double(o.num_docs);
   const double avail = available_memory().bytes;
   if (avail <= 0 || need <= 0.95 * avail) return;
@@ -58,17 +58,18 @@ void check_synthetic_fits_memory(const PrepareOptions& o, const std::vector<int6
 // Synthetic data (passkey, recall, copy) is generated whole in memory (progress: documents
 // generated), then written.
 DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
+  const std::string& synthetic = name_of(synthetic_choices(), o.synthetic);
   if (!o.inputs.empty())
-    fail("prepare: --synthetic ", o.synthetic, " generates its data; drop the input files, or ",
+    fail("prepare: --synthetic ", synthetic, " generates its data; drop the input files, or ",
          "drop --synthetic to tokenize them");
-  if (!o.doc_lengths.empty() && o.synthetic != "passkey")
-    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; ", o.synthetic,
+  if (!o.doc_lengths.empty() && o.synthetic != SyntheticData::Passkey)
+    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; ", synthetic,
          " documents take --doc-length: drop --doc-lengths");
-  if (o.copy_repeats > 0 && o.synthetic != "copy")
-    fail("prepare: --copy-repeats shapes --synthetic copy's strings; ", o.synthetic,
+  if (o.copy_repeats > 0 && o.synthetic != SyntheticData::Copy)
+    fail("prepare: --copy-repeats shapes --synthetic copy's strings; ", synthetic,
          " documents have none: drop --copy-repeats");
-  if (o.copy_gap_words > 0 && o.synthetic != "copy")
-    fail("prepare: --copy-gap-words shapes --synthetic copy's pairs; ", o.synthetic,
+  if (o.copy_gap_words > 0 && o.synthetic != SyntheticData::Copy)
+    fail("prepare: --copy-gap-words shapes --synthetic copy's pairs; ", synthetic,
          " documents have none: drop --copy-gap-words");
   // --doc-lengths: the documents take the lengths in turn (document d: lengths[d % n]).
   const std::vector<int64_t> lengths =
@@ -81,12 +82,12 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   spec.copy_repeats = o.copy_repeats;
   spec.copy_gap_words = o.copy_gap_words;
   TokenDataset ds;
-  if (o.synthetic == "passkey") {
+  if (o.synthetic == SyntheticData::Passkey) {
     ds = make_passkey_dataset(spec, done);
-    if (o.loss_on == "answers") ds.loss_weights = passkey_answer_mask(ds);
+    if (o.loss_on == LossOn::Answers) ds.loss_weights = passkey_answer_mask(ds);
   } else {  // recall and copy mark their answers as they write them
-    ds = o.synthetic == "recall" ? make_recall_dataset(spec, done) : make_copy_dataset(spec, done);
-    if (o.loss_on == "all") ds.loss_weights.clear();
+    ds = o.synthetic == SyntheticData::Recall ? make_recall_dataset(spec, done) : make_copy_dataset(spec, done);
+    if (o.loss_on == LossOn::All) ds.loss_weights.clear();
   }
   write_dataset_file(o.out, ds, prov, o.force);
   return ds;
@@ -180,7 +181,7 @@ TokenizerModelFile read_tokenizer_model(const std::string& path) {
 std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
                                                   const std::vector<TextDocument>& corpus,
                                                   std::ostream& out) {
-  if (o.tokenizer == "byte" && o.tokenizer_model.empty()) return std::make_unique<ByteTokenizer>();
+  if (o.tokenizer == TokenizerKind::Byte && o.tokenizer_model.empty()) return std::make_unique<ByteTokenizer>();
   std::unique_ptr<SentencePieceTokenizer> t;
   if (!o.tokenizer_model.empty()) {
     const TokenizerModelFile file = read_tokenizer_model(o.tokenizer_model);
@@ -191,12 +192,12 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
                                                  "or an lctrain dataset, model file or checkpoint that holds one");
     out << "tokenizer: SentencePiece model " << (file.held ? "held by '" : "'") << o.tokenizer_model << "'";
   } else {
-    out << timestamp() << "prepare: training a " << o.tokenizer << " tokenizer of " << o.vocab_size
+    out << timestamp() << "prepare: training a " << name_of(tokenizer_choices(), o.tokenizer) << " tokenizer of " << o.vocab_size
         << " pieces on " << corpus.size() << " documents (one thread)" << std::endl;
     const double t0 = omp_get_wtime();
     std::vector<std::string_view> text(corpus.size());
     for (size_t d = 0; d < corpus.size(); ++d) text[d] = corpus[d].text;
-    t = std::make_unique<SentencePieceTokenizer>(train_sentencepiece(text, o.tokenizer, o.vocab_size),
+    t = std::make_unique<SentencePieceTokenizer>(train_sentencepiece(text, name_of(tokenizer_choices(), o.tokenizer), o.vocab_size),
                                                  "the trained model");
     out << "tokenizer: trained in " << std::fixed << std::setprecision(1) << omp_get_wtime() - t0 << " s";
   }
@@ -210,8 +211,8 @@ std::unique_ptr<Tokenizer> make_prepare_tokenizer(const PrepareOptions& o,
 }
 
 DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
-  if (o.loss_on != "all")
-    fail("prepare: --loss-on ", o.loss_on, " needs answers to find, which only --synthetic passkey, ",
+  if (o.loss_on != LossOn::All)
+    fail("prepare: --loss-on ", name_of(loss_on_choices(), o.loss_on), " needs answers to find, which only --synthetic passkey, ",
          "recall and copy mark; drop --loss-on for text files");
   if (!o.doc_lengths.empty())
     fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; text files keep ",
@@ -227,7 +228,7 @@ DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Prov
   // A tokenizer trained here (--tokenizer bpe|unigram) learns from the whole corpus before
   // any document can be encoded: the documents are cut first and held (progress: MB read),
   // then encoded from memory. Byte and --tokenizer-model stream.
-  const bool train = o.tokenizer != "byte" && o.tokenizer_model.empty();
+  const bool train = o.tokenizer != TokenizerKind::Byte && o.tokenizer_model.empty();
   std::vector<TextDocument> corpus;
   if (train) {
     Progress reading(out, "prepare: reading", o.progress_every);
@@ -292,7 +293,7 @@ int cmd_prepare(Context& ctx) {
   if (!ctx.world.root()) return kExitOk;
   const PrepareOptions& o = ctx.inv.prepare;
   const double t0 = omp_get_wtime();
-  const DatasetInfo ds = o.synthetic.empty() ? prepare_texts(o, ctx.out(), ctx.provenance())
+  const DatasetInfo ds = o.synthetic == SyntheticData::None ? prepare_texts(o, ctx.out(), ctx.provenance())
                                              : prepare_synthetic(o, ctx.out(), ctx.provenance());
   const double secs = omp_get_wtime() - t0;
 

@@ -192,12 +192,6 @@ const float* widen(const bf16* x, int64_t rows, int64_t cols, int64_t ld, std::v
 
 }  // namespace
 
-GemmLib parse_gemm_lib(const std::string& name) {
-  if (name == "onednn") return GemmLib::OneDnn;
-  if (name == "openblas") return GemmLib::OpenBlas;
-  fail("unknown GEMM library '", name, "': use onednn or openblas");
-}
-
 const char* gemm_lib_name(GemmLib lib) { return lib == GemmLib::OneDnn ? "onednn" : "openblas"; }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,

@@ -16,7 +16,6 @@
 namespace lct {
 
 enum class GemmLib { OneDnn, OpenBlas };
-GemmLib parse_gemm_lib(const std::string& name);  // "onednn" | "openblas"
 const char* gemm_lib_name(GemmLib lib);
 
 // Once per process, before the first product: the library, and the widest ISA oneDNN may

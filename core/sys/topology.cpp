@@ -144,11 +144,11 @@ Topology Topology::detect(const NodeShare& share) {
   return t;
 }
 
-void choose_isa(Topology& topo, const std::string& request) {
+void choose_isa(Topology& topo, std::optional<Isa> forced) {
   const Isa widest = topo.cpu.widest();
-  const Isa want = request == "auto" ? widest : parse_isa(request);
+  const Isa want = forced ? *forced : widest;
   if (!topo.cpu.runs(want))
-    fail(knob_name(Knob::Isa), " ", request, ": this CPU (", topo.cpu.model_name, ": ", topo.cpu.features(),
+    fail(knob_name(Knob::Isa), " ", isa_name(want), ": this CPU (", topo.cpu.model_name, ": ", topo.cpu.features(),
          ") cannot run it; its widest kernel path is ", isa_name(widest),
          " (use ", knob_name(Knob::Isa), " auto or a narrower path)");
   topo.isa = want;

@@ -2,6 +2,7 @@
 // may run on, which NUMA nodes they belong to, how many ranks share the node, and how many
 // OpenMP threads it runs. Nothing below app/ queries the machine on its own.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,7 @@ int distinct(const std::vector<int>& ids);
 
 // The kernel path for `request` ("auto" = the widest the CPU runs); throws when the CPU
 // cannot run the one asked for. Sets topo.isa and topo.isa_forced.
-void choose_isa(Topology& topo, const std::string& request);
+void choose_isa(Topology& topo, std::optional<Isa> forced);
 
 // This process's affinity mask as a sorted CPU list.
 std::vector<int> current_cpuset();

@@ -235,10 +235,10 @@ namespace {
 TEST(KernelPath, AutoTakesTheWidestAndANarrowerOneIsForcedOnRequest) {
   Topology t;
   t.cpu.avx2 = t.cpu.fma = t.cpu.avx512 = true;
-  choose_isa(t, "auto");
+  choose_isa(t, std::nullopt);
   EXPECT_EQ(t.isa, Isa::Avx512);
   EXPECT_FALSE(t.isa_forced);
-  choose_isa(t, "avx2");
+  choose_isa(t, Isa::Avx2);
   EXPECT_EQ(t.isa, Isa::Avx2);
   EXPECT_TRUE(t.isa_forced);
   EXPECT_NE(t.describe().find("forced by --isa"), std::string::npos);
@@ -249,7 +249,7 @@ TEST(KernelPath, APathTheCpuCannotRunIsRefusedWithItsWidest) {
   t.cpu.avx2 = t.cpu.fma = true;  // an AVX2-only CPU (Zen 3, Haswell)
   t.cpu.model_name = "test CPU";
   try {
-    choose_isa(t, "avx512");
+    choose_isa(t, Isa::Avx512);
     FAIL() << "an AVX2-only CPU accepted the avx512 path";
   } catch (const Error& e) {
     const std::string m = e.what();

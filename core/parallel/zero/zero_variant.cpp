@@ -21,6 +21,12 @@ const ZeroVariant& zero_variant(int64_t stage, int64_t ranks) {
   fail("ZeRO stage ", stage, ": there are stages 0 to ", std::size(kVariants) - 1);
 }
 
+std::vector<int64_t> zero_stages() {
+  std::vector<int64_t> stages;
+  for (const ZeroVariant* v : kVariants) stages.push_back(v->stage);
+  return stages;
+}
+
 double zero_part(const ZeroShape& s) { return double(s.ranks - 1) / double(s.ranks) * double(s.layout.total); }
 double wire_elem(const ZeroShape& s) { return s.wire == Precision::Bf16 ? double(sizeof(bf16)) : double(sizeof(float)); }
 

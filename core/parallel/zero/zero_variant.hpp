@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/param_shards.hpp"
@@ -49,6 +50,7 @@ struct ZeroVariant {
 // The variant of ZeRO `stage` (0..3) over `ranks` ranks: over fewer than 2 there is nothing
 // to split, and every stage is the replicated one.
 const ZeroVariant& zero_variant(int64_t stage, int64_t ranks);
+std::vector<int64_t> zero_stages();  // the registered stages, in table order (what --zero takes)
 
 // Costs shared by the variants: a collective of n floats' worth, W - 1 of W parts leaving.
 double zero_part(const ZeroShape& s);            // (W - 1) / W x the rank's parameters
