@@ -240,12 +240,19 @@ std::map<Precision, std::pair<Rates, Rates>> measure_rates(const PlanOptions& o,
       << "..." << std::endl;
   std::map<Precision, std::pair<Rates, Rates>> rates;
   const double copy_gbs = o.intra_gbs > 0 ? o.intra_gbs : measure_copy_gbs();
+  Calibration adam_one, adam_many;  // fp32 whatever the precision: measured once
   for (Precision p : ch.precisions) {
     const double t0 = omp_get_wtime();
     omp_set_num_threads(1);
     Calibration one = measure_compute(mc, ctx, p);
+    if (p == ch.precisions.front()) measure_adamw(adam_one);
     omp_set_num_threads(all);
     Calibration many = all > 1 ? measure_compute(mc, ctx, p) : one;
+    if (p == ch.precisions.front() && all > 1) measure_adamw(adam_many);
+    one.rates.adam_param_s = adam_one.rates.adam_param_s;
+    many.rates.adam_param_s = all > 1 ? adam_many.rates.adam_param_s : adam_one.rates.adam_param_s;
+    one.spread = std::max(one.spread, adam_one.spread);
+    many.spread = std::max(many.spread, all > 1 ? adam_many.spread : adam_one.spread);
     for (Rates* r : {&one.rates, &many.rates}) {
       r->intra_gbs = copy_gbs;
       r->inter_gbs = o.inter_gbs;

@@ -23,6 +23,10 @@ struct Calibration {
   double spread = 0;
 };
 Calibration measure_compute(const ModelConfig& mc, const Context& ctx, Precision p);
+// AdamW's update per parameter (clipping's multiply included) on the current thread count:
+// fp32 whatever the products' precision, and a stream, so one 30m-sized probe serves every
+// model and precision. Adds its spread to `c`'s.
+void measure_adamw(Calibration& c);
 
 // A copy of 64 MiB on one thread: what a hop between ranks of a node costs (a CPU copy).
 double measure_copy_gbs();
