@@ -2,11 +2,11 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.hpp"
 #include "data/sentencepiece.hpp"
 #include "data/tokenizer.hpp"
+#include "io/text_files.hpp"
 
 namespace lct {
 
@@ -28,14 +28,6 @@ json sentencepiece_config(const TokenizerInfo& t) {
           {"pad_token", t.pad_id == sp.unk_id() ? json(nullptr) : json(sp.piece(t.pad_id))},
           {"add_bos_token", true},
           {"add_eos_token", false}};
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (!in && !in.eof()) fail("'", path, "' cannot be read; check its permissions");
-  return s.str();
 }
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
@@ -64,10 +56,10 @@ TokenizerInfo read_hf_tokenizer(const std::string& dir, int64_t config_bos, int6
   TokenizerInfo t;
   const std::string model = dir + "/tokenizer.model", config = dir + "/tokenizer_config.json";
   if (exists(model)) {
-    t = SentencePieceTokenizer(read_file(model), cat("'", model, "'"),
+    t = SentencePieceTokenizer(read_text_file(model), cat("'", model, "'"),
                                "replace it with the tokenizer.model of this checkpoint").info();
   } else if (exists(config)) {
-    const json c = json::parse(read_file(config), nullptr, false);
+    const json c = json::parse(read_text_file(config), nullptr, false);
     if (c.is_object() && c.value("lctrain_tokenizer", "") == "byte") t = ByteTokenizer().info();
   }
   if (t.name.empty()) return t;
