@@ -47,7 +47,9 @@ int main(int argc, char** argv) {
     return inv.exit_code;
   }
 
-  lct::World world = lct::world_init(&argc, &argv);
+  // train's stop writer (app/training/step_start_save.hpp) writes beside the step's thread.
+  lct::World world =
+      lct::world_init(&argc, &argv, inv.command == "train" ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED);
   int code = lct::kExitOk;
   // Two agreed phases: every rank has its threads set up before any subcommand starts
   // collectives, so a set-up error on one rank cannot leave the others waiting.

@@ -12,6 +12,7 @@
 #include "app/training/eval_setup.hpp"
 #include "app/training/train_checkpoint.hpp"
 #include "app/training/train_setup.hpp"
+#include "app/training/step_start_save.hpp"
 #include "common/error.hpp"
 #include "common/fault.hpp"
 #include "io/timing_file.hpp"
@@ -23,19 +24,19 @@
 namespace lct {
 
 namespace {
-// Why a rank asks to stop, as it travels in RankFigures::kStopFlag: a signal's number, or:
-constexpr double kStopTimeLimit = 1000, kStopAt = 1001;
-
 // Open MPI's mpirun passes SIGTERM and SIGINT on to the ranks and SIGKILLs them
-// odls_base_sigkill_timeout seconds later (1 by default). A rank stops at the end of its step
-// and then writes a checkpoint: when the two take longer than that, a SIGTERM to mpirun ends
-// the run at its previous checkpoint. Said once, early, so that the user can choose.
-std::string sigterm_grace_note(double step_s, double checkpoint_s) {
+// odls_base_sigkill_timeout seconds later (1 by default). Inside a step the ranks write the
+// state the step started from at once (step_start_save.hpp; without MPI_THREAD_MULTIPLE they
+// finish the step first): when that takes longer than the grace, a SIGTERM to mpirun ends the
+// run at its previous checkpoint. Said once, early, so that the user can choose.
+std::string sigterm_grace_note(double step_s, double checkpoint_s, bool writes_step_start) {
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return "";  // not launched by Open MPI
   const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
   const double grace = v && *v ? std::atof(v) : 1.0;
-  if (step_s + checkpoint_s <= grace) return "";
-  return cat(std::fixed, std::setprecision(1), "note: a step takes ", step_s, " s and a checkpoint about ",
+  const double stop_s = writes_step_start ? checkpoint_s : step_s + checkpoint_s;
+  if (stop_s <= grace) return "";
+  return cat(std::fixed, std::setprecision(1), "note: ",
+             writes_step_start ? "" : cat("a step takes ", step_s, " s and "), "a checkpoint about ",
              checkpoint_s, " s, longer than the ", grace, " s Open MPI's mpirun waits between passing ",
              "SIGTERM or SIGINT on and killing the ranks (odls_base_sigkill_timeout): a SIGTERM to mpirun ",
              "would end this run at its previous checkpoint. Stop it with SIGUSR1 instead (checkpoint, exit 85), ",
@@ -119,23 +120,12 @@ EvalResult TrainLoop::evaluate_held_out() {
   return r;
 }
 
-// "SIGTERM on every rank", "SIGUSR1 on rank 3", "--time-limit near on rank 0", "--stop-at".
+// "SIGTERM (signal 15) on every rank", "SIGUSR1 (signal 10) on rank 3", "--stop-at".
 std::string TrainLoop::stop_reason(const RankFigures& ranks, int64_t step) const {
   if (step == o.stop_at) return "--stop-at";
-  int first = -1, asking = 0;
-  for (int r = 0; r < ranks.ranks; ++r)
-    if (ranks.rank(r)[RankFigures::kStopFlag] != 0) {
-      asking += 1;
-      if (first < 0) first = r;
-    }
-  const double why = ranks.rank(first)[RankFigures::kStopFlag];
-  const std::string what = why == kStopTimeLimit ? "--time-limit near"
-                           : why == kStopAt       ? "--stop-at"
-                                                  : cat(signal_name(int(why)), " (signal ", int(why), ")");
-  if (ranks.ranks == 1) return what;
-  return asking == ranks.ranks ? what + " on every rank"
-                               : cat(what, " on rank ", first,
-                                     asking > 1 ? cat(" and ", asking - 1, " other(s)") : "");
+  std::vector<double> why;
+  for (int r = 0; r < ranks.ranks; ++r) why.push_back(ranks.rank(r)[RankFigures::kStopFlag]);
+  return lct::stop_reason(why);
 }
 
 void TrainLoop::checkpoint() {
@@ -144,6 +134,13 @@ void TrainLoop::checkpoint() {
   state.data_epoch = next.epoch();
   state.data_cursor = next.cursor();
   const double t0 = omp_get_wtime();
+  const std::string path = write_checkpoint_of(ctx.world, state);
+  ctx.out() << checkpoint_line(path, omp_get_wtime() - t0) << std::endl;
+}
+
+// The checkpoint of `st` over `w`: the step's world, or a stop's writer's duplicate of it
+// (step_start_save.hpp), the weights and moments being those of st.step in either case.
+std::string TrainLoop::write_checkpoint_of(const World& w, const TrainState& st) {
   // A checkpoint holds every tensor whole (the model file's shapes), but no rank gathers
   // them: each writes what it owns straight into the file (io/checkpoint.hpp,
   // CheckpointParts). Owned: its ZeRO-3 pieces (parameters and moments), its ZeRO-1/2 range
@@ -164,19 +161,18 @@ void TrainLoop::checkpoint() {
                                 {opt.v(), moments},
                                 params,
                                 shards ? shards->size() : local.total};
-  save_checkpoint(ctx.world, run_dir, o.run_dir,
-                  {&mc, &whole_layout, nullptr, nullptr, nullptr, state, layout,
-                   {where.dp_rank, where.cp_rank, state.data_epoch, state.data_cursor}, &written},
+  save_checkpoint(w, run_dir, o.run_dir,
+                  {&mc, &whole_layout, nullptr, nullptr, nullptr, st, layout,
+                   {where.dp_rank, where.cp_rank, st.data_epoch, st.data_cursor}, &written},
                   prov, {o.keep_checkpoints, o.keep_every});
-  ctx.out() << checkpoint_line(RunDirectory::path_of(o.run_dir, state.step), omp_get_wtime() - t0)
-            << std::endl;
+  return RunDirectory::path_of(o.run_dir, st.step);
 }
 
-void TrainLoop::write_timing() {
-  agreed(ctx.world, [&] {
+void TrainLoop::write_timing(const World& w) {
+  agreed(w, [&] {
     if (run_dir) write_timing_file(run_dir->timing_path(), record.table(), prov);
   });
-  last_timing_write_ = omp_get_wtime();
+  if (&w == &ctx.world) last_timing_write_ = omp_get_wtime();  // (a stop's writer exits next)
 }
 
 // "stage 2 of 3 from step N: ..." when a --seq-len-schedule moves to its next length.
@@ -224,7 +220,11 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   announce_stage(step, pace.first_step);
   const int64_t S = schedule.seq_len_at(step);
   double pairs = 0;
+  TrainState at_start = state;  // what a stop inside the step writes (step_start_save.hpp)
+  at_start.data_epoch = data.at(step).epoch();
+  at_start.data_cursor = data.at(step).cursor();
   const std::vector<Batch> micro = micro_batches(step, &pairs);
+  if (saver_) saver_->open(step, at_start);  // the batches are read: no file is touched until the gate
   clock.lap(Phase::Other);
   const StepStats st = parts.trainer->train_step(micro, step, clock);
   state.step = step;
@@ -258,7 +258,8 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
         << std::endl;
   if (!eval_said.empty()) out << eval_said << std::endl;
   if (step == pace.first_step + 1)
-    if (const std::string note = sigterm_grace_note(secs, last_io_); !note.empty()) out << note << std::endl;
+    if (const std::string note = sigterm_grace_note(secs, last_io_, saver_ && saver_->enabled());
+        !note.empty()) out << note << std::endl;
   check_skips(step);
   if (due || timing_due || learnt) write_timing();
   if (learnt) {
@@ -307,6 +308,21 @@ int TrainLoop::train() {
   last_timing_write_ = omp_get_wtime();
   last_io_ = checkpoint_bytes(parts.model->layout()) / 100e6;  // until one is measured: 100 MB/s
   const Pace pace{state.step + 1, omp_get_wtime()};
+  // SIGTERM or SIGINT inside a step writes the state the step started from (and exits).
+  StepStartSave saver(world, [this](const World& w, const TrainState& st) {
+    const std::string path = write_checkpoint_of(w, st);
+    write_timing(w);
+    return path;
+  }, o.steps);
+  saver_ = &saver;
+  parts.trainer->set_before_update([&saver] { saver.gate(); });
+  struct Unhook {
+    TrainLoop& loop;
+    ~Unhook() {
+      loop.parts.trainer->set_before_update(nullptr);
+      loop.saver_ = nullptr;
+    }
+  } unhook{*this};
   try {
     for (int64_t s = pace.first_step; s <= o.steps; ++s) {
       watchdog_set_context(cat("step ", s));

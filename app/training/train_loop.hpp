@@ -7,6 +7,7 @@
 #include "app/cli/context.hpp"
 #include "app/training/curriculum.hpp"
 #include "app/training/step_progress.hpp"
+#include "app/training/step_start_save.hpp"
 #include "app/training/train_parts.hpp"
 #include "app/training/train_record.hpp"
 #include "io/checkpoint.hpp"
@@ -62,11 +63,14 @@ struct TrainLoop {
   RankFigures gather_figures(const PhaseClock& clock, int64_t step);
   double bytes_sent() const;  // by this rank so far: cp attention, gradient reduction, ZeRO-3
   EvalResult evaluate_held_out();
-  void checkpoint();
-  void write_timing();
+  void checkpoint();  // of the step just taken, over the world, with its line
+  std::string write_checkpoint_of(const World& w, const TrainState& st);  // returns its path
+  void write_timing(const World& w);
+  void write_timing() { write_timing(ctx.world); }
   std::string stop_reason(const RankFigures& ranks, int64_t step) const;
 
   double peer_wait_s() const;  // of this rank's cp exchanges so far (RingTransport::peer_wait_s)
+  StepStartSave* saver_ = nullptr;  // while train() runs
   double bytes_before_ = 0, peer_wait_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
 };
 

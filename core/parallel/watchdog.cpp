@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/knobs.hpp"
 #include "common/error.hpp"
@@ -16,19 +17,49 @@
 namespace lct {
 
 namespace {
+// One thread's current wait: the step's thread, and a stop's writer beside it
+// (app/training/step_start_save.hpp), each watched on its own clock.
+struct Wait {
+  const char* what = nullptr;  // the current wait, or null
+  int peer = -1;
+  double since = 0;
+};
 struct State {
   std::mutex m;
   std::condition_variable cv;
   std::thread thread;
   bool running = false;
-  const char* what = nullptr;  // the current wait, or null
-  int peer = -1;
-  double since = 0;
+  std::vector<Wait*> waits;  // every thread's that has waited (they live as long as it does)
   std::string context;
 };
 State& state() {
   static State s;
   return s;
+}
+
+// The calling thread's slot, registered on its first wait, removed when it ends.
+struct ThreadWait {
+  Wait wait;
+  ThreadWait() {
+    std::lock_guard<std::mutex> lock(state().m);
+    state().waits.push_back(&wait);
+  }
+  ~ThreadWait() {
+    std::lock_guard<std::mutex> lock(state().m);
+    std::erase(state().waits, &wait);
+  }
+};
+Wait& my_wait() {
+  thread_local ThreadWait t;
+  return t.wait;
+}
+
+// The wait that has lasted longest, or null when no thread waits.
+const Wait* longest_wait(const State& s) {
+  const Wait* w = nullptr;
+  for (const Wait* x : s.waits)
+    if (x->what && (!w || x->since < w->since)) w = x;
+  return w;
 }
 
 void watch(double comm_timeout, double deadline, int rank) {
@@ -45,13 +76,14 @@ void watch(double comm_timeout, double deadline, int rank) {
       std::fflush(stderr);
       ::_exit(kExitPrompt);
     }
-    if (comm_timeout > 0 && s.what && now - s.since > comm_timeout) {
+    const Wait* w = longest_wait(s);
+    if (comm_timeout > 0 && w && now - w->since > comm_timeout) {
       char peer[48] = "";
-      if (s.peer >= 0) std::snprintf(peer, sizeof peer, " from rank %d", s.peer);
+      if (w->peer >= 0) std::snprintf(peer, sizeof peer, " from rank %d", w->peer);
       std::fprintf(stderr,
                    "lctrain: rank %d: hung: waited %.0f s on %s%s during %s (%s "
                    "%.0f s); aborting the job\n",
-                   rank, now - s.since, s.what, peer, s.context.c_str(), knob_name(Knob::CommTimeout).c_str(), comm_timeout);
+                   rank, now - w->since, w->what, peer, s.context.c_str(), knob_name(Knob::CommTimeout).c_str(), comm_timeout);
       std::fflush(stderr);
       // Let the other blocked ranks' watchdogs print their own wait before the abort.
       lock.unlock();
@@ -64,22 +96,22 @@ void watch(double comm_timeout, double deadline, int rank) {
 }  // namespace
 
 WaitScope::WaitScope(const char* what, int peer) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.m);
-  outer_what_ = s.what;
-  outer_peer_ = s.peer;
-  outer_since_ = s.since;
-  s.what = what;
-  s.peer = peer;
-  s.since = process_seconds();
+  Wait& w = my_wait();
+  std::lock_guard<std::mutex> lock(state().m);
+  outer_what_ = w.what;
+  outer_peer_ = w.peer;
+  outer_since_ = w.since;
+  w.what = what;
+  w.peer = peer;
+  w.since = process_seconds();
 }
 
 WaitScope::~WaitScope() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.m);
-  s.what = outer_what_;
-  s.peer = outer_peer_;
-  s.since = outer_since_;
+  Wait& w = my_wait();
+  std::lock_guard<std::mutex> lock(state().m);
+  w.what = outer_what_;
+  w.peer = outer_peer_;
+  w.since = outer_since_;
 }
 
 void watchdog_set_context(const std::string& context) {

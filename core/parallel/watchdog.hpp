@@ -9,7 +9,8 @@
 namespace lct {
 
 // Scopes nest: an inner wait (a broadcast inside a checkpoint write) is watched on its own
-// clock, and on leaving it the outer wait is watched again from where it started.
+// clock, and on leaving it the outer wait is watched again from where it started. Each
+// thread's scopes are its own: a stop's writer waits beside the step's thread.
 class WaitScope {
  public:
   explicit WaitScope(const char* what, int peer = -1);  // peer: world rank waited on, if one

@@ -1,6 +1,7 @@
 #include "sys/stop.hpp"
 
 #include <poll.h>
+#include <semaphore.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,10 +16,13 @@ namespace lct {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
 const auto g_start = std::chrono::steady_clock::now();
+sem_t g_arrived;  // posted by a stop signal, for wait_for_stop_signal (sem_post is async-signal-safe)
+const bool g_sem_ready = sem_init(&g_arrived, 0, 0) == 0;
 
 void on_signal(int sig) {
   if (g_signal == 0 || sig == SIGUSR1) {
     if (g_signal == 0) g_signal = sig;
+    if (g_sem_ready) sem_post(&g_arrived);
     return;
   }
   // A second SIGTERM/SIGINT: the user or the scheduler wants out now. Only async-signal-safe
@@ -90,6 +94,16 @@ std::streambuf* stop_aware_stdout() {
 }
 
 int stop_signal() { return g_signal; }
+
+void wait_for_stop_signal() {
+  while (g_sem_ready && sem_wait(&g_arrived) != 0 && errno == EINTR) {
+  }
+  if (g_sem_ready) sem_post(&g_arrived);  // the next waiter returns too
+}
+
+void wake_stop_waiters() {
+  if (g_sem_ready) sem_post(&g_arrived);
+}
 
 const char* signal_name(int sig) {
   switch (sig) {

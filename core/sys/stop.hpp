@@ -20,6 +20,10 @@ void install_stop_handlers();
 std::streambuf* stop_aware_stdout();
 inline constexpr double kStopOutputGrace = 0.2;
 int stop_signal();          // 0, or the first signal received
+// Blocks until a stop signal has arrived or wake_stop_waiters() was called (for a thread
+// that acts on a signal: no polling).
+void wait_for_stop_signal();
+void wake_stop_waiters();
 const char* stop_signal_name();  // "SIGUSR1", ... ("" when none)
 const char* signal_name(int sig);  // "SIGUSR1", "SIGTERM", "SIGINT"; "" for any other
 

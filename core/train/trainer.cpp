@@ -42,6 +42,7 @@ StepStats Trainer::train_step(const std::vector<Batch>& micro_batches, int64_t s
   clock.lap(Phase::Other);
   double loss_sum = 0;
   for (const Batch& b : micro_batches) loss_sum += model_.forward_backward(b, grad_scale, clock);
+  if (before_update_) before_update_();
   sync_->reduce(clock);
   if (reducer_) {
     loss_sum = reducer_->sum(loss_sum);

@@ -3,6 +3,7 @@
 // clipping, AdamW. A step whose loss or gradient norm is not finite changes nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,11 @@ class Trainer {
           std::unique_ptr<GradSync> sync = nullptr);
   // `step` is the 1-based number of the step being taken.
   StepStats train_step(const std::vector<Batch>& micro_batches, int64_t step, PhaseClock& clock);
+  // Called once the step's forward and backward passes are done, before its gradients are
+  // reduced and the weights move: the last moment at which the weights and moments are
+  // those the step started from. A stop that abandons the step ends the process there
+  // (app/training/step_start_save.hpp).
+  void set_before_update(std::function<void()> f) { before_update_ = std::move(f); }
   AdamW& optimizer() { return opt_; }
   GradSync& sync() { return *sync_; }
 
@@ -43,6 +49,7 @@ class Trainer {
   StepReducer* reducer_;
   std::unique_ptr<GradSync> sync_;
   AdamW opt_;
+  std::function<void()> before_update_;
 };
 
 }  // namespace lct

@@ -397,16 +397,59 @@ def sigterm_under_mpirun_with_a_longer_grace_checkpoints_with_a_line_per_step():
 
 
 @case
-def a_step_longer_than_mpiruns_sigkill_grace_is_noted_once():
+def a_checkpoint_longer_than_mpiruns_sigkill_grace_is_noted_once():
     """Open MPI's mpirun kills the ranks odls_base_sigkill_timeout seconds after passing
-    SIGTERM on: a run whose step and checkpoint take longer says so, and what to do."""
+    SIGTERM on: a run whose checkpoint takes longer says so, and what to do."""
     fixture()
     p = train("r", "--steps", "4", "--cp", "2", ranks=2, env={"OMPI_MCA_odls_base_sigkill_timeout": "0"})
     assert p.returncode == 0, p.stderr[-2000:]
-    notes = [l for l in p.stdout.splitlines() if l.startswith("note: a step takes")]
+    # A stop inside a step writes the state the step started from at once: only the
+    # checkpoint has to fit in the grace.
+    notes = [l for l in p.stdout.splitlines() if l.startswith("note: a checkpoint about")]
     assert len(notes) == 1 and "odls_base_sigkill_timeout" in notes[0] and "SIGUSR1" in notes[0], p.stdout
     p = train("q", "--steps", "4", "--cp", "2", ranks=2)
-    assert p.returncode == 0 and "note: a step takes" not in p.stdout, p.stdout
+    assert p.returncode == 0 and "note: a" not in p.stdout, p.stdout
+
+
+def wait_for_line(started, text, timeout=120):
+    t0 = time.time()
+    while text not in open("started.out").read():
+        assert time.time() - t0 < timeout, f"no '{text}' in {timeout} s: {open('started.out').read()[-2000:]}"
+        time.sleep(0.1)
+
+
+@case
+def sigterm_inside_a_step_longer_than_the_grace_writes_the_state_the_step_started_from():
+    """Steps of a few seconds, longer than Open MPI's 1 s between passing SIGTERM on and SIGKILL,
+    and no checkpoint due: SIGTERM to mpirun in step 3 leaves the checkpoint of step 2, written
+    from the state step 3 started from, and the resume is bit-exact. SIGTERM to rank 1 alone
+    stops every rank the same way: the others learn it at the step's gate."""
+    ok("init", "-o", "m.h5", "--preset", "tiny")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "8", "--doc-length", "12000", "-o", "long.h5")
+    args = ["train", "--model", "m.h5", "--data", "long.h5", "--seq-len", "12288", "--cp", "2",
+            "--peak-gflops", "100", "--checkpoint-every", "1000", "--log-every", "1"]
+    grace = {"OMPI_MCA_odls_base_sigkill_timeout": "1"}
+    ok(*args, "--run-dir", "straight", "--steps", "3", ranks=2)
+    for who in ("mpirun", "rank 1"):
+        shutil.rmtree("r", ignore_errors=True)
+        p = start(*args, "--run-dir", "r", "--steps", "50", ranks=2, env=grace)
+        wait_for_line(p, "step      2/50")
+        time.sleep(0.3)
+        os.kill(p.p.pid if who == "mpirun" else rank_pid(1), signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        assert os.path.exists("r/checkpoints/latest"), (who, out[-2000:], err[-2000:])
+        assert open("r/checkpoints/latest").read().strip() == "step_00000002.h5", (who, out[-2000:])
+        if who == "rank 1":  # mpirun was not signalled: it returns the ranks' code, and says it all
+            assert p.returncode == 85, (p.returncode, out[-2000:], err[-2000:])
+            assert "stopping in step 3 of 50 (SIGTERM (signal 15) on rank 1): the step is dropped" in out, out
+        res = run(*args, "--run-dir", "r", "--steps", "50", "--stop-at", "3", "--resume", "auto", ranks=2)
+        assert res.returncode == 85, res.stderr[-2000:]
+        assert "resumed from 'r/checkpoints/step_00000002.h5' at step 2" in res.stdout, res.stdout
+        assert last_per_step("straight")[3] == last_per_step("r")[3], who
+        ta, tb = tensors("straight/checkpoints/step_00000003.h5"), tensors("r/checkpoints/step_00000003.h5")
+        differ = [n for n in ta if n in tb and not np.array_equal(ta[n], tb[n])]
+        assert len(ta) > 20 and not differ, (who, differ)
+        print(f"SIGTERM to {who} in step 3: checkpoint of step 2, resumed bit-exact")
 
 
 @case
@@ -487,7 +530,8 @@ def rank_pid(rank):
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-            if env.get(b"OMPI_COMM_WORLD_RANK") == str(rank).encode() and os.readlink(f"/proc/{pid}/cwd") == os.getcwd():
+            mine = env.get(b"OMPI_COMM_WORLD_RANK", env.get(b"PMI_RANK"))  # Open MPI's, MPICH's
+            if mine == str(rank).encode() and os.readlink(f"/proc/{pid}/cwd") == os.getcwd():
                 return int(pid)
         except OSError:
             continue
