@@ -41,6 +41,7 @@ void for_each_layout_field(Layout& l, Visit&& v) {
 }
 
 constexpr const char* kRankColumns = "dp_rank, cp_rank, data_epoch, data_cursor";
+std::vector<int64_t> rank_row(const RankState& r) { return {r.dp_rank, r.cp_rank, r.data_epoch, r.data_cursor}; }  // 4 columns
 
 // Tensor i of `a`: this rank's blocks of it (none where it owns nothing of it, or it is
 // replicated over tp and this is not tp rank 0), written collectively.
@@ -65,8 +66,10 @@ void write_part(const h5::File& f, const std::string& name, size_t i, const Para
   h5::write_blocks(f, f.h, name, w.shape, a.data, blocks);
 }
 
+// Everything but the file's creation and commit. `rows`: every rank's row of ranks/state
+// (rank after rank) where one rank writes the file alone; empty: each rank writes its own.
 void write_contents(const h5::File& f, const CheckpointView& c, const CheckpointParts& p,
-                    const Provenance& prov) {
+                    const Provenance& prov, const std::vector<int64_t>& rows) {
   h5::write_kind(f, "checkpoint", kModelFormatVersion);
   write_model_config(f, *c.config);
   const ParamLayout& whole = *c.layout;
@@ -97,8 +100,10 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Checkpoint
   h5::write_attr(g, "init_from_data_source", o.data.source);
   if (!c.state.tokenizer.name.empty()) write_tokenizer_group(f, c.state.tokenizer);
   h5::Handle r = h5::create_group(f, f.h, "ranks");
-  h5::write_rank_rows(f, r, "state",
-                      {c.rank.dp_rank, c.rank.cp_rank, c.rank.data_epoch, c.rank.data_cursor});
+  if (rows.empty())
+    h5::write_rank_rows(f, r, "state", rank_row(c.rank));
+  else
+    h5::write_array(f, r, "state", rows.data(), {int64_t(rows.size() / 4), 4});
   h5::Handle d(H5Dopen2(r, "state", H5P_DEFAULT), H5Dclose);
   h5::write_attr(d, "columns", std::string(kRankColumns));
   h5::write_provenance(f, prov);
@@ -179,10 +184,58 @@ double checkpoint_bytes(const ParamLayout& layout) {
   return 1.02 * 3.0 * 4.0 * double(layout.total) + double(1 << 20);
 }
 
+namespace {
+bool owns_a_part(const CheckpointParts& p) {
+  for (const ArrayPart* a : {&p.params, &p.exp_avg, &p.exp_avg_sq})
+    for (const Shard& r : a->ranges)
+      if (r.size() > 0) return true;
+  return false;
+}
+
+// Whether rank 0 alone holds every entry (the parameters and moments replicated over the
+// ranks: no tp, no ZeRO sharding). Collective.
+bool rank0_owns_everything(const CheckpointView& c, MPI_Comm comm, int rank) {
+  const bool mine = c.parts ? owns_a_part(*c.parts) : rank == 0;  // whole arrays: rank 0's
+  int others = rank != 0 && mine ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &others, 1, MPI_INT, MPI_MAX, comm);
+  return others == 0 && (!c.parts || c.parts->tp.size == 1);
+}
+
+// Rank 0 writes the file alone, through HDF5's serial driver, with every rank's row: a
+// collective write would cost each tensor several rounds between the ranks (hundreds for a
+// checkpoint, each a network round trip across nodes) for ranks that write nothing.
+void write_alone(const std::string& path, const CheckpointView& c, const Provenance& prov, MPI_Comm comm,
+                 int rank) {
+  const std::vector<int64_t> mine = rank_row(c.rank);
+  std::vector<int64_t> rows(mine.size() * size_t(rank == 0 ? comm_size(comm) : 0));
+  MPI_Gather(mine.data(), int(mine.size()), MPI_INT64_T, rows.data(), int(mine.size()), MPI_INT64_T, 0, comm);
+  std::string error;
+  if (rank == 0) {
+    try {
+      AtomicTarget target(path, true, "checkpoint");
+      {
+        h5::File f = h5::File::create(target, checkpoint_bytes(*c.layout), "checkpoint", run_dir_space_advice());
+        const std::vector<Shard> all{{0, c.layout->total}};
+        const CheckpointParts whole{c.layout, {1, 0}, {c.params, all}, {c.exp_avg, all},
+                                    {c.exp_avg_sq, all}, c.params, c.layout->total};
+        write_contents(f, c, c.parts ? *c.parts : whole, prov, rows);
+        f.close();
+      }
+      target.commit();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  error = broadcast_string(error, comm);  // every rank returns once the file is in place, or throws
+  if (!error.empty()) throw Error(error);
+}
+}  // namespace
+
 void write_checkpoint(const std::string& path, const CheckpointView& c, const Provenance& prov,
                       MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
+  if (rank0_owns_everything(c, comm, rank)) return write_alone(path, c, prov, comm, rank);
   // Rank 0 owns the temporary name and the final rename; the others learn the name, or
   // the reason it cannot be written, before any collective HDF5 call.
   std::optional<AtomicTarget> target;
@@ -206,12 +259,7 @@ void write_checkpoint(const std::string& path, const CheckpointView& c, const Pr
   h5::agree_on(f, [&] {
     if (target) reserve_space(f.path, checkpoint_bytes(*c.layout), "checkpoint", path, run_dir_space_advice());
   });
-  // Whole arrays: rank 0 writes them (the same parts as one rank owning everything).
-  const std::vector<Shard> all{{0, c.layout->total}}, none;
-  const std::vector<Shard>& mine = rank == 0 ? all : none;
-  const CheckpointParts whole{c.layout, {1, 0}, {c.params, mine}, {c.exp_avg, mine},
-                              {c.exp_avg_sq, mine}, c.params, c.layout->total};
-  write_contents(f, c, c.parts ? *c.parts : whole, prov);
+  write_contents(f, c, *c.parts, prov, {});
   h5::agree_on(f, [&] { f.close(); });  // collective: the metadata is written here
   h5::agree_on(f, [&] {  // rank 0 renames; every rank returns once the file is in place
     if (!target) return;

@@ -104,14 +104,15 @@ File create_with(const std::string& path, hid_t fapl) {
 }
 }  // namespace
 
-File File::create(const AtomicTarget& target, double data_bytes, const std::string& what) {
+File File::create(const AtomicTarget& target, double data_bytes, const std::string& what,
+                  const std::string& advice) {
   // Arrays are stored uncompressed; checksums, chunk indexes, attributes and provenance add
   // a little: 2% and 256 KiB cover them.
   const double bytes = 1.02 * data_bytes + double(256 << 10);
-  check_free_space(target.final_path(), bytes, what);  // a full disk: nothing created at all
+  check_free_space(target.final_path(), bytes, what, advice);  // a full disk: nothing created at all
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   File f = create_with(target.temp_path(), fapl);
-  reserve_space(f.path, bytes, what, target.final_path());
+  reserve_space(f.path, bytes, what, target.final_path(), advice);
   f.reserved = true;
   return f;
 }

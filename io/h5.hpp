@@ -62,7 +62,9 @@ struct File {
   // disk blocks for about `data_bytes` of arrays reserved first: a full disk fails here, with
   // the space needed and `what` the file is, before HDF5 has written anything it could fail
   // to flush. close() gives the unused blocks back.
-  static File create(const AtomicTarget& target, double data_bytes, const std::string& what);
+  // `advice`: what a full disk's message tells the user to do.
+  static File create(const AtomicTarget& target, double data_bytes, const std::string& what,
+                     const std::string& advice = kFileSpaceAdvice);
   // Collective over `comm`: every rank calls it with the same path.
   static File create_parallel(const std::string& path, MPI_Comm comm);
   // Existing file, read-only; `what` names it in messages ("model file").
