@@ -12,6 +12,7 @@
 #include "common/provenance.hpp"
 #include "kernels/gemm.hpp"
 #include "model/checkpointing.hpp"
+#include "parallel/parallel_plan.hpp"
 #include "sys/cpu.hpp"
 
 namespace lct {
@@ -22,6 +23,7 @@ namespace lct {
 template <class E>
 using Choices = std::vector<std::pair<std::string, E>>;
 const Choices<Precision>& precision_choices();
+const Choices<GradReduce>& grad_reduce_choices();
 const Choices<Checkpointing>& checkpointing_choices();
 const Choices<GemmLib>& gemm_choices();
 const Choices<std::optional<Isa>>& isa_choices();  // "auto": none forced
@@ -140,6 +142,7 @@ struct TrainOptions {
   bool tp_sequence_parallel;  // the residual stream split by tokens over the tp group
   CpOptions cp_attention;
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
+  GradReduce grad_reduce;     // the gradient all-reduce: hierarchical across nodes, or flat
   Precision precision;        // of matrix products
   int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
   std::string eval_data;      // held-out dataset file for --eval-every

@@ -23,6 +23,12 @@ const Choices<Checkpointing>& checkpointing_choices() {
   return c;
 }
 
+const Choices<GradReduce>& grad_reduce_choices() {
+  static const Choices<GradReduce> c{{grad_reduce_name(GradReduce::Hierarchical), GradReduce::Hierarchical},
+                                     {grad_reduce_name(GradReduce::Flat), GradReduce::Flat}};
+  return c;
+}
+
 const Choices<GemmLib>& gemm_choices() {
   static const Choices<GemmLib> c{{gemm_lib_name(GemmLib::OneDnn), GemmLib::OneDnn},
                                   {gemm_lib_name(GemmLib::OpenBlas), GemmLib::OpenBlas}};
@@ -401,6 +407,12 @@ void declare_parallel(Registry& r, CLI::App* c, TrainOptions& o) {
         "parameters and gradients too, each layer all-gathered just before use and its gradients "
         "reduce-scattered just after. One rank: nothing to shard, the same as 0")
       ->check(CLI::IsMember(zero_stages()));
+  r.add_choice(c, "--grad-reduce", o.grad_reduce, GradReduce::Hierarchical, grad_reduce_choices(),
+               "how the gradient all-reduce over the dp x cp ranks runs: hierarchical (where those ranks sit "
+               "on several nodes with several on each: a reduce-scatter inside each node, an all-reduce of "
+               "each rank's part across the nodes, an all-gather inside the node, so that a node's link "
+               "carries its gradients once instead of once per rank's ring edge; elsewhere flat) or flat "
+               "(one all-reduce over them all)");
   declare_cp_attention(r, c, o.cp_attention);
 }
 

@@ -82,7 +82,11 @@ std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const Paral
                                           plan.tp > 1 ? p->tp_comm.get() : nullptr);
   if (!p->shards) p->take_params(in.init.layout, in.init.params.data());
   in.init.params = Buffer<float>();
-  p->reducer = std::make_unique<MpiStepReducer>(p->replicas, in.precision);
+  p->reducer = std::make_unique<MpiStepReducer>(p->replicas, in.precision, MpiStepReducer::kBucketFloats,
+                                                plan.grad_reduce == GradReduce::Hierarchical);
+  if (p->reducer->hierarchical())
+    out << "gradient all-reduce (--grad-reduce hierarchical): inside each node, across the nodes between the "
+        << "ranks of the same place, inside again\n";
   StepReducer* reducer = p->replica_count > 1 ? p->reducer.get() : nullptr;
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
                        o.weight_decay, o.decay_norms_embeddings, o.grad_clip};

@@ -98,6 +98,25 @@ double link_s(const Rates& r, const Layout& l, int64_t n, double bytes, double m
   return bytes * double(sharing) / (r.inter_gbs * 1e9) + messages * r.inter_latency_s;
 }
 
+// The replicas of one node when the gradient all-reduce runs hierarchically across nodes
+// (parallel/reducer.hpp: several nodes, several replicas on each), else 0.
+int64_t hierarchical_replicas_per_node(const Layout& l, const ZeroCost& zero) {
+  const int64_t per = l.ranks_per_node / l.plan.tp;  // tp innermost: a node holds whole tp groups
+  const bool applies = zero.all_reduce && l.plan.grad_reduce == GradReduce::Hierarchical && l.nodes > 1 &&
+                       per > 1 && l.ranks_per_node % l.plan.tp == 0;
+  return applies ? per : 0;
+}
+
+// A hierarchical all-reduce of `grad` bytes over `per` replicas on each of `nodes` nodes:
+// a reduce-scatter and an all-gather inside the node ((per - 1) / per of them each, copies),
+// and across the nodes each rank's 1/per part all-reduced, the node's ranks together sending
+// 2 (nodes - 1) / nodes of the gradients over its link.
+double hierarchical_allreduce_s(const Rates& r, double grad, int64_t per, int64_t nodes) {
+  const double p = double(per), n = double(nodes);
+  return intra_s(r, 2 * (p - 1) / p * grad) + 2 * (n - 1) / n * grad / (r.inter_gbs * 1e9) +
+         2 * (n - 1) * r.inter_latency_s;
+}
+
 }  // namespace
 
 StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r) {
@@ -149,6 +168,12 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
     const ZeroCost zero = zero_cost(mc, l, l.precision, 0, micro);
     p.grad_bytes = zero.wire_bytes;
     p.grad_s = link_s(r, l, l.world(), p.grad_bytes, zero.messages);
+    if (const int64_t per = hierarchical_replicas_per_node(l, zero); per > 0) {
+      const double grad = p.grad_bytes * W / (2 * (W - 1));  // the whole gradient, as it travels
+      const double nodes = W / double(per);
+      p.grad_bytes = 2 * (double(per) - 1) / double(per) * grad + 2 * (nodes - 1) / nodes * grad / double(per);
+      p.grad_s = hierarchical_allreduce_s(r, grad, per, int64_t(nodes));
+    }
   }
   p.optimizer_s = params / double(l.ranks_sharing_state()) * r.adam_param_s * scale;
   return p;

@@ -64,6 +64,10 @@ const char* cp_split_choice_name(CpSplitChoice s) {
   return s == CpSplitChoice::Zigzag ? "zigzag" : s == CpSplitChoice::Contiguous ? "contiguous" : "auto";
 }
 
+const char* grad_reduce_name(GradReduce g) {
+  return g == GradReduce::Flat ? "flat" : "hierarchical";
+}
+
 CpSplit ParallelPlan::split_for(int64_t window, int64_t seq_len) const {
   if (cp_split == CpSplitChoice::Zigzag) return CpSplit::Zigzag;
   if (cp_split == CpSplitChoice::Contiguous) return CpSplit::Contiguous;

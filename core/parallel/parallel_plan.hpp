@@ -24,10 +24,15 @@ inline constexpr CpAlgo kCpAlgos[] = {CpAlgo::Ring, CpAlgo::AllGather, CpAlgo::U
 enum class CpTransport { Mpi, Shm, Auto };
 // How sequences are cut over the cp ranks; Auto picks per model and length (split_for).
 enum class CpSplitChoice { Auto, Zigzag, Contiguous };
+// How the gradient all-reduce runs (parallel/reducer.hpp): one flat collective over every
+// replica, or hierarchical: inside each node, then across the nodes, then inside again,
+// wherever the replicas sit on several nodes with several on each (elsewhere: flat).
+enum class GradReduce { Hierarchical, Flat };
 
 const char* cp_algo_name(CpAlgo a);             // "ring", "allgather", "ulysses", "hybrid"
 const char* cp_transport_name(CpTransport t);   // "mpi", "shm", "auto"
 const char* cp_split_choice_name(CpSplitChoice s);
+const char* grad_reduce_name(GradReduce g);     // "hierarchical", "flat"
 
 // A layout rule a plan breaks, so that callers can tell them apart (`plan` counts them).
 enum class PlanRule {
@@ -61,6 +66,7 @@ struct ParallelPlan {
   CpSplitChoice cp_split = CpSplitChoice::Auto;
   CpTransport cp_transport = CpTransport::Auto;
   int64_t ulysses_degree = 0;      // hybrid: U, the cp ranks of one all-to-all; 0 = not given
+  GradReduce grad_reduce = GradReduce::Hierarchical;
 
   int64_t world() const { return dp * cp * tp; }
   int64_t replicas() const { return dp * cp; }  // ranks that sum gradients (a tp group sees the same tokens)

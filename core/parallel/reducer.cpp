@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/knobs.hpp"
@@ -20,16 +23,48 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
 }
 }  // namespace
 
-MpiStepReducer::MpiStepReducer(MPI_Comm comm, Precision wire, size_t bucket_floats)
+namespace {
+// This rank's node (its ranks of `comm`) and its place across the nodes, when the ranks of
+// `comm` sit on more than one node with the same number on each, more than one: else nulls.
+std::pair<MPI_Comm, MPI_Comm> node_hierarchy(MPI_Comm comm, MPI_Comm nodes) {
+  MPI_Comm node = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  const int rank = comm_rank(comm), ranks = comm_size(comm);
+  if (nodes == MPI_COMM_NULL)
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  else  // the given grouping, restricted to comm's ranks: one color per node (its lowest world rank)
+    MPI_Comm_split(comm, [&] {
+      int lowest = 0, world = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world);
+      MPI_Allreduce(&world, &lowest, 1, MPI_INT, MPI_MIN, nodes);
+      return lowest;
+    }(), rank, &node);
+  const int local = comm_rank(node), per = comm_size(node);
+  int lo = per, hi = per;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, comm);
+  if (lo != hi || per == 1 || per == ranks) {  // uneven, one rank per node, or one node
+    MPI_Comm_free(&node);
+    return {MPI_COMM_NULL, MPI_COMM_NULL};
+  }
+  MPI_Comm_split(comm, local, rank, &cross);
+  return {node, cross};
+}
+}  // namespace
+
+MpiStepReducer::MpiStepReducer(MPI_Comm comm, Precision wire, size_t bucket_floats, bool hierarchical,
+                               MPI_Comm nodes)
     : comm_(comm), wire_(wire), bucket_(bucket_floats) {
   if (wire_ == Precision::Bf16) {
     MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
     MPI_Type_commit(&bf16_type_);
     MPI_Op_create(bf16_sum, 1, &bf16_sum_);
   }
+  if (hierarchical) std::tie(node_, cross_) = node_hierarchy(comm, nodes);
 }
 
 MpiStepReducer::~MpiStepReducer() {
+  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+  if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
   if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
   if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
 }
@@ -62,30 +97,74 @@ double MpiStepReducer::sum(double local) {
 }
 
 void MpiStepReducer::sum_gradients(float* g, size_t n) {
-  int size;
-  MPI_Comm_size(comm_, &size);
-  if (size == 1) return;
+  if (comm_size(comm_) == 1) return;
   const bool b16 = wire_ == Precision::Bf16;
   if (b16) {
     wire_buf_.resize(n);
     convert(g, wire_buf_.data(), int64_t(n));
   }
+  void* x = b16 ? static_cast<void*>(wire_buf_.data()) : static_cast<void*>(g);
+  MPI_Datatype type = b16 ? bf16_type_ : MPI_FLOAT;
+  MPI_Op op = b16 ? bf16_sum_ : MPI_SUM;
+  const size_t elem = b16 ? sizeof(bf16) : sizeof(float);
+  if (hierarchical())
+    sum_gradients_hierarchical(x, n, type, op, elem);
+  else
+    sum_gradients_flat(x, n, type, op, elem);
+  if (b16) convert(wire_buf_.data(), g, int64_t(n));
+}
+
+void MpiStepReducer::sum_gradients_flat(void* x, size_t n, MPI_Datatype type, MPI_Op op, size_t elem) {
+  char* bytes = static_cast<char*>(x);
   std::vector<MPI_Request> reqs;
   for (size_t off = 0; off < n; off += bucket_) {
     reqs.emplace_back();
-    const int count = int(std::min(bucket_, n - off));
-    if (b16)
-      MPI_Iallreduce(MPI_IN_PLACE, wire_buf_.data() + off, count, bf16_type_, bf16_sum_, comm_, &reqs.back());
-    else
-      MPI_Iallreduce(MPI_IN_PLACE, g + off, count, MPI_FLOAT, MPI_SUM, comm_, &reqs.back());
+    MPI_Iallreduce(MPI_IN_PLACE, bytes + off * elem, int(std::min(bucket_, n - off)), type, op, comm_, &reqs.back());
   }
   {
     WaitScope w("the gradient allreduce");
     MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   }
-  if (b16) convert(wire_buf_.data(), g, int64_t(n));
-  const size_t elem = b16 ? sizeof(bf16) : sizeof(float);
-  bytes_sent += 2 * n * elem * size_t(size - 1) / size_t(size);  // ring allreduce volume
+  const size_t size = size_t(comm_size(comm_));
+  bytes_sent += 2 * n * elem * (size - 1) / size;  // ring allreduce volume
+}
+
+// Per bucket: reduce-scatter in the node, all-reduce of this rank's part across the nodes,
+// all-gather in the node. Every bucket's first stage is posted at once; each later stage is
+// posted as the one before it completes, bucket by bucket, so the links and the node's shared
+// memory work on different buckets at the same time.
+void MpiStepReducer::sum_gradients_hierarchical(void* x, size_t n, MPI_Datatype type, MPI_Op op, size_t elem) {
+  char* bytes = static_cast<char*>(x);
+  const size_t per = size_t(comm_size(node_)), local = size_t(comm_rank(node_));
+  const size_t buckets = (n + bucket_ - 1) / bucket_;
+  std::vector<std::vector<int>> counts(buckets), displs(buckets);
+  std::vector<MPI_Request> scatter(buckets), across(buckets), gather(buckets);
+  for (size_t k = 0; k < buckets; ++k) {
+    const size_t off = k * bucket_, len = std::min(bucket_, n - off);
+    for (size_t q = 0; q < per; ++q) {  // the node's ranks' parts of the bucket
+      counts[k].push_back(int(len * (q + 1) / per - len * q / per));
+      displs[k].push_back(int(len * q / per));
+    }
+    // In place: this rank's part of the node's sum lands at the start of the bucket.
+    MPI_Ireduce_scatter(MPI_IN_PLACE, bytes + off * elem, counts[k].data(), type, op, node_, &scatter[k]);
+  }
+  WaitScope w("the gradient allreduce (inside the node, then across the nodes)");
+  for (size_t k = 0; k < buckets; ++k) {
+    MPI_Wait(&scatter[k], MPI_STATUS_IGNORE);
+    MPI_Iallreduce(MPI_IN_PLACE, bytes + k * bucket_ * elem, counts[k][local], type, op, cross_, &across[k]);
+  }
+  for (size_t k = 0; k < buckets; ++k) {
+    MPI_Wait(&across[k], MPI_STATUS_IGNORE);
+    // To its own place, where the in-place all-gather takes each rank's part from.
+    char* bucket = bytes + k * bucket_ * elem;
+    std::memmove(bucket + size_t(displs[k][local]) * elem, bucket, size_t(counts[k][local]) * elem);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes + k * bucket_ * elem, counts[k].data(),
+                    displs[k].data(), type, node_, &gather[k]);
+  }
+  MPI_Waitall(int(buckets), gather.data(), MPI_STATUSES_IGNORE);
+  const size_t nodes = size_t(comm_size(cross_));
+  // This rank's sends: its node's reduce-scatter and all-gather, and its part's ring all-reduce across.
+  bytes_sent += 2 * n * elem * (per - 1) / per + 2 * (n / per) * elem * (nodes - 1) / nodes;
 }
 
 namespace {

@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 
@@ -87,17 +88,37 @@ def lctrain_of(binary):
         cc.LCTRAIN = saved
 
 
+def link_bytes(c, node):
+    """Bytes node `node` has sent over its link so far (its end of the veth pair)."""
+    out = subprocess.run(["ip", "netns", "exec", c.ns[node], "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out)
+
+
 @case
 def cp_stays_inside_a_node_dp_spans_nodes_and_the_losses_equal_one_rank():
     """2 nodes x 2 ranks, cp 2 x dp 2: each cp pair on one node with its ring hops over shared
-    memory, the two replicas on different nodes, the gradient reduced across the link; the
-    losses are one rank's with the same global batch (--batch-size is per replica)."""
+    memory, the two replicas on different nodes, the gradient reduced across the link
+    hierarchically (inside each node, then across); the losses are one rank's with the same
+    global batch (--batch-size is per replica). The flat all-reduce over the 4 ranks sends
+    more over the link for the same losses."""
     fixture()
     ok("train", *TRAIN[1:], "--steps", "5", "--batch-size", "2", "--run-dir", "one")
+    sent = {}
     with cluster(2) as c:
-        rc, out = c.run(lct(*TRAIN, "--steps", "5", "--batch-size", "1", "--cp", "2", "--dp", "2", "--run-dir", "two"), 2)
+        for how in ("hierarchical", "flat"):
+            before = link_bytes(c, 0)
+            rc, out = c.run(lct(*TRAIN, "--steps", "5", "--batch-size", "1", "--cp", "2", "--dp", "2",
+                                "--grad-reduce", how, "--run-dir", "two" if how == "flat" else how), 2)
+            sent[how] = link_bytes(c, 0) - before
+            assert rc == 0, out[-3000:]
+            assert ("gradient all-reduce (--grad-reduce hierarchical)" in out) == (how == "hierarchical"), out[-3000:]
+            if how == "hierarchical":
+                assert_same_losses(timing("one")[0]["loss"], how, "2 nodes x 2 ranks, hierarchical")
     print(out[-3000:])
-    assert rc == 0, out[-3000:]
+    print(f"node 0 sent {sent['hierarchical'] / 2**20:.2f} MiB with the hierarchical all-reduce, "
+          f"{sent['flat'] / 2**20:.2f} MiB with the flat one (5 steps and start-up)")
+    assert sent["hierarchical"] < 0.9 * sent["flat"], sent
     layout = re.findall(r"rank (\d) -> (node\d), dp (\d), cp (\d)", out)
     assert layout == [("0", "node0", "0", "0"), ("1", "node0", "0", "1"), ("2", "node1", "1", "0"),
                       ("3", "node1", "1", "1")], layout

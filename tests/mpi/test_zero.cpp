@@ -2,6 +2,9 @@
 // not aligned with the ranges, each rank's range of g holds the sum over the ranks, exact
 // (small integers), fp32 and bf16 on the wire.
 //
+// The hierarchical all-reduce on nodes of 2 ranks each (made with MPI_Comm_split): the sums
+// of the flat one.
+//
 // ZeRO-3's store on world-size ranks: a whole array split into shards and gathered back is
 // the same bits; acquire() delivers each unit whole in the passes' order (with the next
 // unit's gather in flight); grads_done() leaves on each rank the sum over the ranks of its
@@ -41,6 +44,39 @@ TEST(Zero2, BucketedReduceScatterSumsEachRanksRange) {
       MPI_Bcast(&first, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
       EXPECT_EQ(total, first);
     }
+}
+
+// The hierarchical gradient all-reduce over nodes made of 2 consecutive ranks (4 ranks: 2 nodes
+// of 2): integer values sum exactly, and other values to the flat all-reduce's within
+// rounding; in buckets smaller than a node's share and not aligned with it, fp32 and bf16 on the wire.
+// With fewer than 2 such nodes there is nothing to make hierarchical: the flat sum runs.
+TEST(Reducer, HierarchicalAllreduceSumsAsTheFlatOne) {
+  int rank, ranks;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm nodes;
+  MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &nodes);
+  const size_t n = 5001;
+  for (Precision wire : {Precision::Fp32, Precision::Bf16})
+    for (size_t bucket : {size_t(333), size_t(1) << 22}) {
+      MpiStepReducer tiered(MPI_COMM_WORLD, wire, bucket, true, nodes), flat(MPI_COMM_WORLD, wire, bucket);
+      EXPECT_EQ(tiered.hierarchical(), ranks >= 4 && ranks % 2 == 0);
+      std::vector<float> g(n), a(n), b(n);
+      for (size_t i = 0; i < n; ++i) g[i] = float((rank + 1) * int(i % 5));
+      tiered.sum_gradients(g.data(), n);
+      const float rank_sum = float(ranks * (ranks + 1) / 2);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(g[i], rank_sum * float(i % 5)) << i << " bucket " << bucket;
+      for (size_t i = 0; i < n; ++i) a[i] = b[i] = float(std::sin(double(i) + 0.37 * rank));
+      tiered.sum_gradients(a.data(), n);
+      flat.sum_gradients(b.data(), n);
+      const double tol = wire == Precision::Bf16 ? 3e-2 : 1e-6;
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], tol * (1 + std::fabs(b[i]))) << i;
+      // Every rank holds the same bits.
+      std::vector<float> first = a;
+      MPI_Bcast(first.data(), int(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      EXPECT_EQ(a, first);
+    }
+  MPI_Comm_free(&nodes);
 }
 
 TEST(Zero3, ShardsGatherUnitsAndReduceScatterGradients) {

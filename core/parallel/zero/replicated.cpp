@@ -17,6 +17,7 @@ ZeroCost cost(const ZeroShape& s) {
   c.scratch = double(MpiStepReducer::allreduce_scratch_bytes(s.layout.total, s.wire));
   c.wire_bytes = 2 * zero_part(s) * wire_elem(s);
   c.messages = 2.0 * (s.ranks - 1);
+  c.all_reduce = true;
   return c;
 }
 }  // namespace

@@ -31,6 +31,9 @@ struct ZeroCost {
   double scratch = 0;       // bytes the reduction holds besides them, MPI's scratch included
   double wire_bytes = 0;    // bytes leaving the rank (W - 1 of W parts of each collective)
   double messages = 0;      // collective rounds (the latency term)
+  // The gradients' sum is one all-reduce of them all (MpiStepReducer::sum_gradients), which
+  // --grad-reduce hierarchical runs inside the nodes and across them.
+  bool all_reduce = false;
   // The model's activations and scratch are allocated only after start-up has let go of
   // the model file's whole weights (ZeRO-3), so start-up's peak does not add to them.
   bool allocates_after_startup = false;
