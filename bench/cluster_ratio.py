@@ -127,7 +127,7 @@ def main():
     with h5py.File("dp/timing.h5", "r") as f:
         s = {k: f["steps"][k][()] for k in ("allreduce_s", "seconds")}
     frac = st.median(s["allreduce_s"][1:] / s["seconds"][1:]) if len(s["seconds"]) > 1 else float("nan")
-    print(f"dp = {n} across the nodes at S = {S:,}: {dps['tps']:,.1f} tokens/s, checkpoint {dps['ck']:.3f} s, "
+    print(f"dp = {n} across the nodes at S = {lens[0]:,}: {dps['tps']:,.1f} tokens/s, checkpoint {dps['ck']:.3f} s, "
           f"gradient all-reduce {100 * frac:.2f}% of the step (median)")
     print("plan's prediction beside the measured step (N nodes, one rank each):")
     for S, _, ring, uly in rows:
