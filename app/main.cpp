@@ -1,5 +1,6 @@
 // lctrain: parse, start MPI, build the topology once, run one subcommand with every rank
 // agreeing on the outcome, exit with the same code everywhere.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
     if (world.root()) std::cerr << "lctrain: error: " << error << std::endl;
     code = lct::kExitError;
   }
-  lct::world_finalize(world);
+  // --comm-timeout bounds a hung MPI_Finalize too, at most a minute: the run is complete there.
+  const double timeout = inv.command == "train" ? inv.train.comm_timeout : inv.command == "eval" ? inv.eval.comm_timeout : 0;
+  lct::world_finalize(world, code, timeout > 0 ? std::min(timeout, 60.0) : 60.0);
   return code;
 }

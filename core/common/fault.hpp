@@ -8,6 +8,8 @@
 //              rank, whose neighbours' waits must count as waiting for a peer, not transfer)
 //   nan        set its first weight to NaN (done by the step loop when poisons(): the step is
 //              skipped, and a checkpoint of the weights must be refused)
+//   finalize   stop answering inside MPI_Finalize, its work done (STEP unused: 0), as MPICH
+//              4.0 over UCX's TCP can (world_finalize's guard must end it)
 // The step loop fires the plan; the two ring hooks are read on the ring's path through
 // flags that stay false in every real run: off, a hook costs one relaxed atomic load.
 #pragma once
@@ -16,7 +18,7 @@
 
 namespace lct {
 
-enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan };
+enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize };
 inline constexpr int kSlowRingMs = 40;
 
 struct FaultPlan {
@@ -28,6 +30,7 @@ struct FaultPlan {
   // ring hook, when this is the planned rank and step.
   void fire(int my_rank, int64_t now) const;
   bool poisons(int my_rank, int64_t now) const { return kind == FaultKind::Nan && due(my_rank, now); }
+  bool hangs_in_finalize(int my_rank) const { return kind == FaultKind::HangInFinalize && my_rank == rank; }
 };
 
 // From LCT_INJECT_FAULT; none when unset. Throws, naming the kinds, on a malformed value.

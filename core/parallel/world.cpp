@@ -1,6 +1,8 @@
 #include "parallel/world.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <climits>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/fault.hpp"
 #include "kernels/peak_probe.hpp"
 #include "parallel/watchdog.hpp"
 
@@ -30,8 +33,19 @@ World world_init(int* argc, char*** argv, int wanted) {
   return w;
 }
 
-void world_finalize(World& w) {
+void world_finalize(World& w, int exit_code, double grace_s) {
   if (w.node_comm != MPI_COMM_NULL) MPI_Comm_free(&w.node_comm);
+  std::thread([exit_code, grace_s, rank = w.rank] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
+    std::fprintf(stderr,
+                 "lctrain: rank %d: MPI_Finalize has not returned %.0f s after the run ended (MPICH 4.0 over "
+                 "UCX's TCP transport can hang there: docs/mpi.md); its work is written: exiting with its code %d\n",
+                 rank, grace_s, exit_code);
+    std::fflush(stderr);
+    ::_exit(exit_code);
+  }).detach();  // a finalize that returns ends the process, and this thread with it
+  if (fault_from_environment().hangs_in_finalize(w.rank))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   MPI_Finalize();
 }
 

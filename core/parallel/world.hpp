@@ -26,7 +26,12 @@ struct World {
 // MPI_Init_thread asking for `wanted` (MPI_THREAD_FUNNELED by default). Works without
 // mpirun (singleton).
 World world_init(int* argc, char*** argv, int wanted = MPI_THREAD_FUNNELED);
-void world_finalize(World& w);
+// MPI_Finalize, guarded: MPICH 4.0 over UCX's TCP transport can hang in it once the run is
+// done and written (each rank flushes its endpoints before a PMI barrier, and a TCP flush waits
+// for a peer already in the barrier; fixed in MPICH 4.2). If it has not returned after
+// `grace_s`, the process says so and exits with `exit_code`: nothing is left to lose, and the
+// job does not sit to its time limit.
+void world_finalize(World& w, int exit_code, double grace_s);
 
 // This host's ranks and the union of their CPU sets (an allgather on the host).
 NodeShare node_share(const World& w);
