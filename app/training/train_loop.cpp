@@ -66,7 +66,7 @@ std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_
 
 // Every rank's figures of the step, and whether and why any rank must stop (a signal, too
 // close to --time-limit for another step and a checkpoint, --stop-at), in one collective.
-RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
+RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step, double work_flops) {
   const auto& ph = clock.seconds;
   const double bytes = bytes_sent(), peer_wait = peer_wait_s();
   slowest_step_ = std::max(slowest_step_, clock.total());
@@ -80,7 +80,7 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step) {
   const std::vector<double> mine = {
       clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
       ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before_,
-      peer_wait - peer_wait_before_, why, omp_get_wtime() - last_timing_write_};
+      peer_wait - peer_wait_before_, work_flops, why, omp_get_wtime() - last_timing_write_};
   bytes_before_ = bytes;
   peer_wait_before_ = peer_wait;
   return {allgather(mine, ctx.world.comm, "the allgather of the step's per-rank figures"),
@@ -231,7 +231,11 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   state.tokens_seen += st.real_tokens;
   state.skipped_steps += st.skipped;
   state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
-  const RankFigures ranks = gather_figures(clock, step);
+  // A rank's share of the step's work: its replica's tokens and visible pairs, 1/cp of them
+  // (the split balances causal work), 1/tp of every layer.
+  const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
+  const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
+  const RankFigures ranks = gather_figures(clock, step, rank_flops);
   clock.lap(Phase::Allreduce);
 
   // Decisions every rank must take alike come from the gathered figures only.
@@ -243,9 +247,6 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
 
   const double secs = clock.total();
-  const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
-  // A rank's share of the step's work: 1/cp of the tokens, 1/tp of every layer.
-  const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
   StepFigures fig{st, state.restarts, o.steps, secs, rank_flops / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
   const std::string eval_said = evaluate_if_due(step, stop, fig);
   // --until-retrieval: every rank has the same evaluation, so all end here alike.

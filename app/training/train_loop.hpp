@@ -60,7 +60,7 @@ struct TrainLoop {
   std::string evaluate_if_due(int64_t step, bool stop, StepFigures& fig);
   void check_skips(int64_t step);
   std::vector<Batch> micro_batches(int64_t step, double* visible_pairs);
-  RankFigures gather_figures(const PhaseClock& clock, int64_t step);
+  RankFigures gather_figures(const PhaseClock& clock, int64_t step, double work_flops);
   double bytes_sent() const;  // by this rank so far: cp attention, gradient reduction, ZeRO-3
   EvalResult evaluate_held_out();
   void checkpoint();  // of the step just taken, over the world, with its line

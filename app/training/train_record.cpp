@@ -49,6 +49,7 @@ const ColumnSpec kColumns[] = {
     {"allreduce_s", "s", "gradient, loss and count allreduce (rank 0)"},
     {"exposed_comm_frac", "", "mean over ranks of comm_s / seconds"},
     {"imbalance", "", "max / mean over ranks of the busy time (seconds - comm - allreduce)"},
+    {"predicted_imbalance", "", "max / mean over ranks of rank_work_flop: the imbalance the step's documents predict"},
     {"peak_rss_mib", "MiB", "process high-water resident memory (rank 0)"},
     {"eval_loss", "nats", "--eval-every: mean loss on --eval-data's first sequences (NaN: no evaluation)"},
     {"eval_accuracy", "", "--eval-every: share of its targets whose argmax is the target (greedy next token)"},
@@ -63,6 +64,7 @@ const ColumnSpec kRankColumns[] = {
     {"rank_allreduce_s", "s", "allreduce time per rank"},
     {"rank_bytes_sent", "bytes", "bytes sent per rank (ring transfers + allreduce volume)"},
     {"rank_peer_wait_s", "s", "of rank_comm_s, the time before the neighbours had started the hop (shared-memory ring hops; the rest is transfer)"},
+    {"rank_work_flop", "FLOP", "model FLOPs of the rank's share of the step (its tokens, and its documents' visible pairs under the mask), recomputation excluded"},
 };
 
 }  // namespace
@@ -77,6 +79,15 @@ double RankFigures::mean_share(Slot s) const {
   double f = 0;
   for (int r = 0; r < ranks; ++r) f += rank(r)[s] / rank(r)[kSeconds] / ranks;
   return f;
+}
+
+double RankFigures::predicted_imbalance() const {
+  double most = 0, sum = 0;
+  for (int r = 0; r < ranks; ++r) {
+    most = std::max(most, rank(r)[kWork]);
+    sum += rank(r)[kWork];
+  }
+  return sum > 0 ? most / (sum / ranks) : 1.0;
 }
 
 double RankFigures::imbalance() const {
@@ -100,14 +111,16 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
   // Columns later lctrains added, and what an older table's rows hold in them: seq_len (from
   // before sequence-length schedules) the run's one length, which a resume keeps; the eval
   // columns (from before --eval-every) NaN, no evaluation; the peer-wait columns (from before
-  // exposed communication was split) NaN. In table order, so that each goes where this run's
+  // exposed communication was split) and the predicted work (from before it was recorded) NaN. In table order, so that each goes where this run's
   // table has it; a per-rank one as wide as the table's other per-rank columns.
   const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
                                                   {"eval_loss", std::nan("")},
                                                   {"eval_accuracy", std::nan("")},
                                                   {"eval_retrieval", std::nan("")},
+                                                  {"predicted_imbalance", std::nan("")},
                                                   {"peer_wait_frac", std::nan("")},
-                                                  {"rank_peer_wait_s", std::nan("")}};
+                                                  {"rank_peer_wait_s", std::nan("")},
+                                                  {"rank_work_flop", std::nan("")}};
   const size_t first_rank_column = std::size(kColumns);
   for (const auto& [name, fill] : added) {
     if (previous.find(name)) continue;
@@ -157,10 +170,10 @@ void TrainRecord::add(const StepFigures& f) {
                         f.gflops / f.peak_gflops, phase(Phase::AttnFwd), phase(Phase::AttnBwd),
                         phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
-                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), peak_rss_mib(),
+                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance(), peak_rss_mib(),
                         f.eval_loss, f.eval_accuracy, f.eval_retrieval, f.ranks->peer_wait_frac()};
   static_assert(std::size(row) == std::size(kColumns));
-  static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);
+  static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);  // kSeconds .. kWork
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
   for (size_t c = 0; c < std::size(kRankColumns); ++c)
     for (int64_t r = 0; r < width_; ++r)
@@ -170,14 +183,14 @@ void TrainRecord::add(const StepFigures& f) {
 
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   const StepStats& st = f.stats;
-  char line[384], par[96] = "", seq[32] = "";
+  char line[448], par[128] = "", seq[32] = "";
   if (f.show_seq_len) std::snprintf(seq, sizeof seq, "  seq %lld", (long long)f.seq_len);
   if (ranks_ > 1 && peer_wait_known_)
-    std::snprintf(par, sizeof par, "  comm %.1f%% (peer %.1f%%)  imb %.2f", 100 * f.ranks->exposed_comm_frac(),
-                  100 * f.ranks->peer_wait_frac(), f.ranks->imbalance());
+    std::snprintf(par, sizeof par, "  comm %.1f%% (peer %.1f%%)  imb %.2f (docs %.2f)", 100 * f.ranks->exposed_comm_frac(),
+                  100 * f.ranks->peer_wait_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance());
   else if (ranks_ > 1)
-    std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f", 100 * f.ranks->exposed_comm_frac(),
-                  f.ranks->imbalance());
+    std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f (docs %.2f)", 100 * f.ranks->exposed_comm_frac(),
+                  f.ranks->imbalance(), f.ranks->predicted_imbalance());
   std::snprintf(line, sizeof line,
                 "step %6lld/%lld%s  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
                 "MFU %.1f%%%s  eta %s%s",
@@ -280,6 +293,7 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                     {"median_exposed_comm_frac", tail("exposed_comm_frac")},
                     {"median_peer_wait_frac", tail("peer_wait_frac")},
                     {"median_imbalance", tail("imbalance")},
+                    {"median_predicted_imbalance", tail("predicted_imbalance")},
                     {"peak_gflops", peak},
                     {"peak_how", peak_how},
                     {"dp", dp},
@@ -307,7 +321,8 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
     if (peer_wait_known_)
       out << " (waiting for a slower rank " << 100 * tail("peer_wait_frac") << "%, transfers "
           << 100 * transfer_frac << "%)";
-    out << ", imbalance " << std::setprecision(2) << tail("imbalance");
+    out << ", imbalance " << std::setprecision(2) << tail("imbalance") << " (the documents predict "
+        << tail("predicted_imbalance") << ")";
   }
   out << "\n";
   if (tail("mfu") > 1.0)  // no step can beat the hardware: the peak itself is too low

@@ -21,6 +21,7 @@ struct RankFigures {
   enum Slot : int {
     kSeconds, kAttention, kComm, kAllreduce, kBytesSent,
     kPeerWait,          // of kComm, the part spent waiting for a slower rank
+    kWork,              // model FLOPs of this rank's share of the step, as its documents predict
     kStopFlag,          // this rank asks to stop at this step boundary
     kSinceTimingWrite,  // seconds since the timing table was last written
     kCount
@@ -33,6 +34,7 @@ struct RankFigures {
   double exposed_comm_frac() const { return mean_share(kComm); }
   double peer_wait_frac() const { return mean_share(kPeerWait); }  // the peer-wait part of comm
   double imbalance() const;         // max / mean busy time (seconds - comm - allreduce)
+  double predicted_imbalance() const;  // max / mean kWork: what the documents alone would give
 };
 
 struct StepFigures {

@@ -28,7 +28,7 @@ PLOT_PASSKEY = os.path.join(ROOT, "bench", "plot_passkey.py")
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
          "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
 RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent",
-                "rank_peer_wait_s"]
+                "rank_peer_wait_s", "rank_work_flop"]
 STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] "
 
 
@@ -67,6 +67,29 @@ def timing_table_has_one_layout_for_every_rank_count():
     p = ok("inspect", "one/timing.h5")
     assert "3 rows" in p.stdout and "median tokens/s" in p.stdout, p.stdout
     print("[steps] and [steps, ranks] on 1 and on 2 ranks")
+
+
+@case
+def predicted_imbalance_follows_the_documents_of_each_rank():
+    """dp 2 over documents of 256 to 2,048 tokens: each rank's predicted work is the model FLOPs of
+    its own documents (attention grows with each one's square), so the steps where one rank holds
+    a 2,048-token document and the other shorter ones are predicted uneven; under cp 2 both ranks
+    share every sequence and the prediction is even. The summary gives both figures."""
+    good_model()
+    ok("prepare", "--synthetic", "passkey", "--doc-lengths", "256,512,1024,2048", "--num-docs", "64", "-o", "mix.h5")
+    common = ["--oversubscribe", "train", "--model", "m.h5", "--data", "mix.h5", "--seq-len", "2048",
+              "--steps", "8", "--peak-gflops", "100"]
+    p = ok(*common, "--dp", "2", "--run-dir", "dp", ranks=2)
+    ok(*common, "--cp", "2", "--run-dir", "cp", ranks=2)
+    dp, cp = timing("dp"), timing("cp")
+    pred, work = dp[0]["predicted_imbalance"], dp[0]["rank_work_flop"]
+    assert np.allclose(pred, work.max(axis=1) / work.mean(axis=1)), (pred, work)
+    assert (pred >= 1).all() and pred.max() > 1.2, pred
+    assert (cp[0]["predicted_imbalance"] == 1).all(), cp[0]["predicted_imbalance"]
+    assert dp[1]["median_predicted_imbalance"] >= 1, dp[1]
+    assert re.search(r"imbalance [\d.]+ \(the documents predict [\d.]+\)", p.stdout), p.stdout[-1500:]
+    assert re.search(r"imb [\d.]+ \(docs [\d.]+\)", p.stdout), p.stdout[-1500:]
+    print("predicted imbalance per step under dp 2:", np.round(pred, 2), "measured:", np.round(dp[0]["imbalance"], 2))
 
 
 def readme_pandas_block():
