@@ -11,7 +11,6 @@
 
 #include "app/cli/progress.hpp"
 #include "common/error.hpp"
-#include "parallel/watchdog.hpp"
 #include "sys/stop.hpp"
 
 namespace lct {
@@ -49,7 +48,7 @@ StepStartSave::StepStartSave(const World& world, Writer write, int64_t steps)
     : step_world_(world), world_(world), write_(std::move(write)), steps_(steps),
       enabled_(world.thread_level >= MPI_THREAD_MULTIPLE) {
   if (!enabled_) return;
-  MPI_Comm_dup(world.comm, &world_.comm);
+  world_ = world_duplicate(world);
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -59,7 +58,7 @@ StepStartSave::~StepStartSave() {
   wake_stop_waiters();
   cv_.notify_all();
   watcher_.join();
-  MPI_Comm_free(&world_.comm);
+  world_free_duplicate(world_);
 }
 
 void StepStartSave::open(int64_t step, const TrainState& at_start) {
@@ -120,10 +119,7 @@ void StepStartSave::write_and_exit() {
             std::fixed, std::setprecision(2), process_seconds() - t0, " s; to continue, run the same command with --resume auto (exit code ",
             int(kExitRequeue), ")"));
   std::fflush(stderr);
-  {
-    WaitScope wait("the other ranks' stop");
-    MPI_Barrier(world_.comm);  // no rank leaves before every one has written and said its line
-  }
+  barrier(world_.comm, "the other ranks' stop");  // no rank leaves before every one has written and said its line
   // The step's thread may be inside MPI or a parallel region: the process ends here, without
   // MPI_Finalize (the launchers report the ranks' exit code).
   ::_exit(code);

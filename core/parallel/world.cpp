@@ -49,6 +49,21 @@ void world_finalize(World& w, int exit_code, double grace_s) {
   MPI_Finalize();
 }
 
+World world_duplicate(const World& w) {
+  World d = w;
+  MPI_Comm_dup(w.comm, &d.comm);
+  return d;
+}
+
+void world_free_duplicate(World& w) {
+  if (w.comm != MPI_COMM_WORLD && w.comm != MPI_COMM_NULL) MPI_Comm_free(&w.comm);
+}
+
+void barrier(MPI_Comm comm, const char* what) {
+  WaitScope wait(what);
+  MPI_Barrier(comm);
+}
+
 NodeShare node_share(const World& w) {
   const std::vector<int> mine = current_cpuset();
   const std::vector<std::vector<int32_t>> sets = allgather_varying(mine, w.node_comm, "the host's CPU sets");

@@ -33,6 +33,13 @@ World world_init(int* argc, char*** argv, int wanted = MPI_THREAD_FUNNELED);
 // job does not sit to its time limit.
 void world_finalize(World& w, int exit_code, double grace_s);
 
+// `w` over a duplicate of its communicator (collective): for a thread whose collectives run
+// beside the caller's (MPI_THREAD_MULTIPLE). world_free_duplicate frees it.
+World world_duplicate(const World& w);
+void world_free_duplicate(World& w);
+// MPI_Barrier, watched as `what`.
+void barrier(MPI_Comm comm, const char* what);
+
 // This host's ranks and the union of their CPU sets (an allgather on the host).
 NodeShare node_share(const World& w);
 
