@@ -61,27 +61,24 @@ StepStartSave::~StepStartSave() {
   world_free_duplicate(world_);
 }
 
-void StepStartSave::open(int64_t step, const TrainState& at_start) {
+void StepStartSave::open(int64_t step, int64_t data_epoch, int64_t data_cursor) {
   if (!enabled_) return;
-  step_ = step;  // the window is closed: the watcher reads neither
-  start_ = at_start;
+  step_ = step;  // the window is closed: the watcher reads none of them
+  data_epoch_ = data_epoch;
+  data_cursor_ = data_cursor;
   window_.store(kOpen);
 }
 
 void StepStartSave::watch() {
-  for (;;) {
-    wait_for_stop_signal();
-    if (quit_) return;
-    if (!abandons_step(stop_signal())) return;  // SIGUSR1 first: stops at the step's end
-    // Outside a step's window (between steps): the step loop stops at the next step's end.
-    // Otherwise this thread writes, and the window stays shut to the step's thread.
-    while (!quit_) {
-      int open = kOpen;
-      if (window_.compare_exchange_strong(open, kWriting)) write_and_exit();
-      std::unique_lock<std::mutex> lock(m_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
-    }
-    return;
+  wait_for_stop_signal();
+  if (quit_ || !abandons_step(stop_signal())) return;  // SIGUSR1 first: stops at the step's end
+  // Between steps the window is shut until the next one opens it. Once this thread holds it,
+  // it writes and ends the process; the step's thread finds it taken at the gate.
+  while (!quit_) {
+    int open = kOpen;
+    if (window_.compare_exchange_strong(open, kWriting)) write_and_exit();
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait_for(lock, std::chrono::milliseconds(20));
   }
 }
 
@@ -105,7 +102,7 @@ void StepStartSave::write_and_exit() {
   std::string path;
   const double t0 = process_seconds();
   try {
-    path = write_(world_, start_);
+    path = write_(world_, data_epoch_, data_cursor_);
   } catch (const AgreedError& e) {
     if (world_.root()) std::fprintf(stderr, "lctrain: error: %s\n", e.what());
     code = kExitError;
@@ -115,7 +112,7 @@ void StepStartSave::write_and_exit() {
   }
   if (world_.root() && code == kExitRequeue)
     say(cat(timestamp(), "stopping in step ", step_, " of ", steps_, " (", stop_reason(why),
-            "): the step is dropped; checkpoint '", path, "' of step ", start_.step, " written in ",
+            "): the step is dropped; checkpoint '", path, "' of step ", step_ - 1, " written in ",
             std::fixed, std::setprecision(2), process_seconds() - t0, " s; to continue, run the same command with --resume auto (exit code ",
             int(kExitRequeue), ")"));
   std::fflush(stderr);

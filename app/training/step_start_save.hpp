@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "parallel/world.hpp"
-#include "train/state.hpp"
 
 namespace lct {
 
@@ -34,9 +33,11 @@ std::string stop_reason(const std::vector<double>& why);
 
 class StepStartSave {
  public:
-  // Writes the checkpoint of `state` (and the timing table) collectively over `world`; returns
-  // the checkpoint's path. Throws AgreedError as save_checkpoint does.
-  using Writer = std::function<std::string(const World& world, const TrainState& state)>;
+  // Writes the checkpoint of the run as it stands before the step (its weights, moments and
+  // state are not touched until the gate) with the data at (`data_epoch`, `data_cursor`), and
+  // the timing table, collectively over `world`; returns the checkpoint's path. Throws
+  // AgreedError as save_checkpoint does.
+  using Writer = std::function<std::string(const World& world, int64_t data_epoch, int64_t data_cursor)>;
   // Collective over `world` (it duplicates the communicator). `steps`: --steps, for the line.
   StepStartSave(const World& world, Writer write, int64_t steps);
   ~StepStartSave();
@@ -44,9 +45,9 @@ class StepStartSave {
   StepStartSave& operator=(const StepStartSave&) = delete;
 
   bool enabled() const { return enabled_; }
-  // Step `step` has read its batches: from now to its gate, `at_start` (its data position
-  // included) is what a stop writes.
-  void open(int64_t step, const TrainState& at_start);
+  // Step `step` has read its batches, which began at (`data_epoch`, `data_cursor`): from now to
+  // its gate, a stop writes the run as it stood before them.
+  void open(int64_t step, int64_t data_epoch, int64_t data_cursor);
   // The step's gate, on the step's thread: every rank agrees whether any stops; returns when
   // none does (later signals stop at the step's end), never when one does.
   void gate();
@@ -61,8 +62,7 @@ class StepStartSave {
   Writer write_;
   int64_t steps_;
   bool enabled_;
-  int64_t step_ = 0;
-  TrainState start_;
+  int64_t step_ = 0, data_epoch_ = 0, data_cursor_ = 0;  // of the open window
   std::atomic<int> window_{kClosed};
   std::mutex m_;
   std::condition_variable cv_;

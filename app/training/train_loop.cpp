@@ -220,11 +220,10 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   announce_stage(step, pace.first_step);
   const int64_t S = schedule.seq_len_at(step);
   double pairs = 0;
-  TrainState at_start = state;  // what a stop inside the step writes (step_start_save.hpp)
-  at_start.data_epoch = data.at(step).epoch();
-  at_start.data_cursor = data.at(step).cursor();
+  // Where the step's data begins: what a stop inside the step writes (step_start_save.hpp).
+  const int64_t epoch = data.at(step).epoch(), cursor = data.at(step).cursor();
   const std::vector<Batch> micro = micro_batches(step, &pairs);
-  if (saver_) saver_->open(step, at_start);  // the batches are read: no file is touched until the gate
+  if (saver_) saver_->open(step, epoch, cursor);  // the batches are read: no file is touched until the gate
   clock.lap(Phase::Other);
   const StepStats st = parts.trainer->train_step(micro, step, clock);
   state.step = step;
@@ -310,7 +309,11 @@ int TrainLoop::train() {
   last_io_ = checkpoint_bytes(parts.model->layout()) / 100e6;  // until one is measured: 100 MB/s
   const Pace pace{state.step + 1, omp_get_wtime()};
   // SIGTERM or SIGINT inside a step writes the state the step started from (and exits).
-  StepStartSave saver(world, [this](const World& w, const TrainState& st) {
+  // `state` is the previous step's until the gate, which a stop inside the step never passes.
+  StepStartSave saver(world, [this](const World& w, int64_t data_epoch, int64_t data_cursor) {
+    TrainState st = state;
+    st.data_epoch = data_epoch;
+    st.data_cursor = data_cursor;
     const std::string path = write_checkpoint_of(w, st);
     write_timing(w);
     return path;
