@@ -41,7 +41,8 @@ void for_each_layout_field(Layout& l, Visit&& v) {
 }
 
 constexpr const char* kRankColumns = "dp_rank, cp_rank, data_epoch, data_cursor";
-std::vector<int64_t> rank_row(const RankState& r) { return {r.dp_rank, r.cp_rank, r.data_epoch, r.data_cursor}; }  // 4 columns
+constexpr int64_t kRankColumnCount = 4;
+std::vector<int64_t> rank_row(const RankState& r) { return {r.dp_rank, r.cp_rank, r.data_epoch, r.data_cursor}; }
 
 // Tensor i of `a`: this rank's blocks of it (none where it owns nothing of it, or it is
 // replicated over tp and this is not tp rank 0), written collectively.
@@ -103,7 +104,7 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Checkpoint
   if (rows.empty())
     h5::write_rank_rows(f, r, "state", rank_row(c.rank));
   else
-    h5::write_array(f, r, "state", rows.data(), {int64_t(rows.size() / 4), 4});
+    h5::write_array(f, r, "state", rows.data(), {int64_t(rows.size()) / kRankColumnCount, kRankColumnCount});
   h5::Handle d(H5Dopen2(r, "state", H5P_DEFAULT), H5Dclose);
   h5::write_attr(d, "columns", std::string(kRankColumns));
   h5::write_provenance(f, prov);
@@ -193,12 +194,12 @@ bool owns_a_part(const CheckpointParts& p) {
 }
 
 // Whether rank 0 alone holds every entry (the parameters and moments replicated over the
-// ranks: no tp, no ZeRO sharding). Collective.
+// ranks: no tp, no ZeRO sharding), the ranks' parts covering every tensor between them.
+// Collective.
 bool rank0_owns_everything(const CheckpointView& c, MPI_Comm comm, int rank) {
-  const bool mine = c.parts ? owns_a_part(*c.parts) : rank == 0;  // whole arrays: rank 0's
-  int others = rank != 0 && mine ? 1 : 0;
+  int others = rank != 0 && c.parts && owns_a_part(*c.parts) ? 1 : 0;  // whole arrays: rank 0's
   MPI_Allreduce(MPI_IN_PLACE, &others, 1, MPI_INT, MPI_MAX, comm);
-  return others == 0 && (!c.parts || c.parts->tp.size == 1);
+  return others == 0;
 }
 
 // Rank 0 writes the file alone, through HDF5's serial driver, with every rank's row: a

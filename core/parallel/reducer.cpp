@@ -29,20 +29,18 @@ namespace {
 std::pair<MPI_Comm, MPI_Comm> node_hierarchy(MPI_Comm comm, MPI_Comm nodes) {
   MPI_Comm node = MPI_COMM_NULL, cross = MPI_COMM_NULL;
   const int rank = comm_rank(comm), ranks = comm_size(comm);
-  if (nodes == MPI_COMM_NULL)
+  if (nodes == MPI_COMM_NULL) {
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  else  // the given grouping, restricted to comm's ranks: one color per node (its lowest world rank)
-    MPI_Comm_split(comm, [&] {
-      int lowest = 0, world = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &world);
-      MPI_Allreduce(&world, &lowest, 1, MPI_INT, MPI_MIN, nodes);
-      return lowest;
-    }(), rank, &node);
+  } else {  // the given grouping, restricted to comm's ranks: one color per node, its lowest world rank
+    int world = 0, color = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    MPI_Allreduce(&world, &color, 1, MPI_INT, MPI_MIN, nodes);
+    MPI_Comm_split(comm, color, rank, &node);
+  }
   const int local = comm_rank(node), per = comm_size(node);
-  int lo = per, hi = per;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, comm);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, comm);
-  if (lo != hi || per == 1 || per == ranks) {  // uneven, one rank per node, or one node
+  int most[2] = {per, -per};  // the most and (negated) the fewest ranks on a node, in one reduction
+  MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_INT, MPI_MAX, comm);
+  if (most[0] != -most[1] || per == 1 || per == ranks) {  // uneven, one rank per node, or one node
     MPI_Comm_free(&node);
     return {MPI_COMM_NULL, MPI_COMM_NULL};
   }
