@@ -1,5 +1,6 @@
 // Every option of lctrain, declared once: its name, default, help and rule. The declaration
 // drives CLI11, the checks, the start-up table and the provenance (Registry, cli_registry.hpp).
+#include <initializer_list>
 #include <string>
 
 #include "app/cli/cli_registry.hpp"
@@ -10,37 +11,42 @@
 
 namespace lct {
 
+namespace {
+// Each value under the name its own naming function gives, in the order the option lists them.
+template <class E, class Name>
+Choices<E> named(std::initializer_list<E> values, Name name) {
+  Choices<E> c;
+  for (const E& v : values) c.emplace_back(name(v), v);
+  return c;
+}
+}  // namespace
+
 const Choices<Precision>& precision_choices() {
-  static const Choices<Precision> c{{precision_name(Precision::Fp32), Precision::Fp32},
-                                    {precision_name(Precision::Bf16), Precision::Bf16}};
+  static const Choices<Precision> c = named({Precision::Fp32, Precision::Bf16}, precision_name);
   return c;
 }
 
 const Choices<Checkpointing>& checkpointing_choices() {
-  static const Choices<Checkpointing> c{{to_string(Checkpointing::None), Checkpointing::None},
-                                        {to_string(Checkpointing::Attention), Checkpointing::Attention},
-                                        {to_string(Checkpointing::Full), Checkpointing::Full}};
+  static const Choices<Checkpointing> c =
+      named({Checkpointing::None, Checkpointing::Attention, Checkpointing::Full},
+            [](Checkpointing k) { return to_string(k); });
   return c;
 }
 
 const Choices<GradReduce>& grad_reduce_choices() {
-  static const Choices<GradReduce> c{{grad_reduce_name(GradReduce::Hierarchical), GradReduce::Hierarchical},
-                                     {grad_reduce_name(GradReduce::Flat), GradReduce::Flat}};
+  static const Choices<GradReduce> c = named({GradReduce::Hierarchical, GradReduce::Flat}, grad_reduce_name);
   return c;
 }
 
 const Choices<GemmLib>& gemm_choices() {
-  static const Choices<GemmLib> c{{gemm_lib_name(GemmLib::OneDnn), GemmLib::OneDnn},
-                                  {gemm_lib_name(GemmLib::OpenBlas), GemmLib::OpenBlas}};
+  static const Choices<GemmLib> c = named({GemmLib::OneDnn, GemmLib::OpenBlas}, gemm_lib_name);
   return c;
 }
 
-const Choices<std::optional<Isa>>& isa_choices() {
-  static const Choices<std::optional<Isa>> c{{"auto", std::nullopt},
-                                             {isa_name(Isa::Avx512Bf16), Isa::Avx512Bf16},
-                                             {isa_name(Isa::Avx512), Isa::Avx512},
-                                             {isa_name(Isa::Avx2), Isa::Avx2},
-                                             {isa_name(Isa::Generic), Isa::Generic}};
+const Choices<std::optional<Isa>>& isa_choices() {  // "auto": none forced
+  static const Choices<std::optional<Isa>> c = named<std::optional<Isa>>(
+      {std::nullopt, Isa::Avx512Bf16, Isa::Avx512, Isa::Avx2, Isa::Generic},
+      [](const std::optional<Isa>& i) { return i ? isa_name(*i) : "auto"; });
   return c;
 }
 

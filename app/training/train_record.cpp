@@ -111,8 +111,9 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
   // Columns later lctrains added, and what an older table's rows hold in them: seq_len (from
   // before sequence-length schedules) the run's one length, which a resume keeps; the eval
   // columns (from before --eval-every) NaN, no evaluation; the peer-wait columns (from before
-  // exposed communication was split) and the predicted work (from before it was recorded) NaN. In table order, so that each goes where this run's
-  // table has it; a per-rank one as wide as the table's other per-rank columns.
+  // exposed communication was split) and the predicted work (from before it was recorded)
+  // NaN. In table order, so that each goes where this run's table has it; a per-rank one as
+  // wide as the table's other per-rank columns.
   const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
                                                   {"eval_loss", std::nan("")},
                                                   {"eval_accuracy", std::nan("")},
