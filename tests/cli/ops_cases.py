@@ -470,6 +470,10 @@ def a_rank_hung_in_mpi_finalize_exits_with_the_runs_code():
     assert "wrote r/timing.h5 and 'r/checkpoints/step_00000002.h5'" in p.stdout, p.stdout[-2000:]
     assert took < 60, took
     print(f"ended {took:.1f} s after its start:", *lines, sep="\n")
+    # A malformed hook is one error and exit 1, not a second throw on the way out of MPI.
+    p = train("bad", "--steps", "1", env={"LCT_INJECT_FAULT": "finalize:x"})
+    assert p.returncode == 1 and "must be KIND:RANK:STEP" in p.stderr, (p.returncode, p.stderr[-2000:])
+    assert "terminate called" not in p.stderr, p.stderr[-2000:]
 
 
 @case
