@@ -2,6 +2,8 @@
 // with the statistics that decide the sequence length (tokens per document, packing
 // efficiency).
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iomanip>
@@ -55,6 +57,27 @@ void check_synthetic_fits_memory(const PrepareOptions& o, const std::vector<int6
        " are available; use fewer documents (--num-docs) or shorter ones (", length_flag, ")");
 }
 
+// --doc-lengths powerlaw:MIN:MAX[:ALPHA]: one length per document, drawn from the power law.
+std::vector<int64_t> drawn_lengths(const std::string& text, int64_t num_docs, uint64_t seed) {
+  const auto bad = [&]() -> std::vector<int64_t> {
+    fail("--doc-lengths '", text, "': give powerlaw:MIN:MAX or powerlaw:MIN:MAX:ALPHA with ",
+         "1 <= MIN <= MAX tokens and ALPHA >= 0 (powerlaw:128:32768:1.5)");
+  };
+  long long lo = 0, hi = 0;
+  double alpha = 1.5;
+  int end = 0;
+  const char* s = text.c_str() + std::strlen("powerlaw:");
+  const int got = std::sscanf(s, "%lld:%lld%n", &lo, &hi, &end);
+  if (got != 2) return bad();
+  if (s[end] == ':') {
+    int more = 0;
+    if (std::sscanf(s + end + 1, "%lf%n", &alpha, &more) != 1) return bad();
+    end += 1 + more;
+  }
+  if (s[end] != '\0' || lo < 1 || hi < lo || !(alpha >= 0)) return bad();
+  return power_law_lengths(num_docs, lo, hi, alpha, seed);
+}
+
 // Synthetic data (passkey, recall, copy) is generated whole in memory (progress: documents
 // generated), then written.
 DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const Provenance& prov) {
@@ -62,8 +85,8 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
   if (!o.inputs.empty())
     fail("prepare: --synthetic ", synthetic, " generates its data; drop the input files, or ",
          "drop --synthetic to tokenize them");
-  if (!o.doc_lengths.empty() && o.synthetic != SyntheticData::Passkey)
-    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; ", synthetic,
+  if (!o.doc_lengths.empty() && o.synthetic == SyntheticData::Recall)
+    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey and copy documents; ", synthetic,
          " documents take --doc-length: drop --doc-lengths");
   if (o.copy_repeats > 0 && o.synthetic != SyntheticData::Copy)
     fail("prepare: --copy-repeats shapes --synthetic copy's strings; ", synthetic,
@@ -72,8 +95,10 @@ DatasetInfo prepare_synthetic(const PrepareOptions& o, std::ostream& out, const 
     fail("prepare: --copy-gap-words shapes --synthetic copy's pairs; ", synthetic,
          " documents have none: drop --copy-gap-words");
   // --doc-lengths: the documents take the lengths in turn (document d: lengths[d % n]).
-  const std::vector<int64_t> lengths =
-      o.doc_lengths.empty() ? std::vector<int64_t>{o.doc_length} : parse_int_list(o.doc_lengths, "--doc-lengths");
+  const std::vector<int64_t> lengths = o.doc_lengths.empty() ? std::vector<int64_t>{o.doc_length}
+                                       : o.doc_lengths.rfind("powerlaw:", 0) == 0
+                                           ? drawn_lengths(o.doc_lengths, o.num_docs, uint64_t(o.seed))
+                                           : parse_int_list(o.doc_lengths, "--doc-lengths");
   check_synthetic_fits_memory(o, lengths);
   Progress gen(out, "prepare: generating", o.progress_every);
   const auto done = [&](int64_t docs) { gen.update(double(docs), double(o.num_docs), "documents"); };
@@ -215,7 +240,7 @@ DatasetInfo prepare_texts(const PrepareOptions& o, std::ostream& out, const Prov
     fail("prepare: --loss-on ", name_of(loss_on_choices(), o.loss_on), " needs answers to find, which only --synthetic passkey, ",
          "recall and copy mark; drop --loss-on for text files");
   if (!o.doc_lengths.empty())
-    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey documents; text files keep ",
+    fail("prepare: --doc-lengths sets the lengths of --synthetic passkey and copy documents; text files keep ",
          "their own: drop --doc-lengths");
   if (o.inputs.empty())
     fail("prepare: no input: give UTF-8 text files, or --synthetic passkey");

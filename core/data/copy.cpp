@@ -1,5 +1,6 @@
 #include "data/copy.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,23 +70,31 @@ TokenDataset make_copy_dataset(const SyntheticSpec& spec,
   if (spec.copy_gap_words < 0)
     fail("copy: the words between the copies are at most ", spec.copy_gap_words, "; give 0 or more");
   const int64_t min_len = copy_min_doc_length();
-  if (spec.doc_length < min_len)
-    fail("copy: documents of ", spec.doc_length, " tokens cannot hold a string and its copy; ",
+  // Document d has lengths[d % n] tokens (doc_lengths, as passkey's), or doc_length each.
+  const std::vector<int64_t> lengths = spec.doc_lengths.empty() ? std::vector<int64_t>{spec.doc_length}
+                                                                 : spec.doc_lengths;
+  const int64_t shortest = *std::min_element(lengths.begin(), lengths.end());
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  if (shortest < min_len)
+    fail("copy: documents of ", shortest, " tokens cannot hold a string and its copy; ",
          "with strings of up to ", kMaxSymbols, " symbols they need at least ", min_len, " tokens");
 
   TokenDataset ds = ByteTokenizer().empty_dataset();
-  ds.source = cat("synthetic copy: ", spec.num_docs, " documents of ", spec.doc_length,
+  ds.source = cat("synthetic copy: ", spec.num_docs, " documents of ",
+                  shortest == longest ? std::to_string(shortest) : cat(shortest, " to ", longest),
                   " tokens, seed ", spec.seed);
   if (spec.copy_repeats > 0) ds.source += cat(", ", spec.copy_repeats, " of the strings digits with repeats");
   if (spec.copy_gap_words > 0) ds.source += cat(", 0 to ", spec.copy_gap_words, " words between the copies");
-  ds.tokens.reserve(size_t(spec.num_docs * spec.doc_length));
-  ds.loss_weights.reserve(size_t(spec.num_docs * spec.doc_length));
+  double total = 0;
+  for (int64_t d = 0; d < spec.num_docs; ++d) total += double(lengths[size_t(d) % lengths.size()]);
+  ds.tokens.reserve(size_t(total));
+  ds.loss_weights.reserve(size_t(total));
 
-  const size_t budget = size_t(spec.doc_length - 2);  // text bytes between BOS and EOS
   // With words between, the copy's first symbol follows a random number of them: unscored.
   const bool gapped = spec.copy_gap_words > 0;
   const size_t first_scored = gapped ? 1 : 0;
   for (int64_t d = 0; d < spec.num_docs; ++d) {
+    const size_t budget = size_t(lengths[size_t(d) % lengths.size()] - 2);  // text bytes between BOS and EOS
     Rng rng(spec.seed, uint64_t(d));
     std::string text;
     std::vector<size_t> answers;  // byte offsets of the second copies' symbols in `text`

@@ -1,6 +1,7 @@
 #include "data/passkey.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/error.hpp"
@@ -53,6 +54,20 @@ void append_synthetic_document(TokenDataset& ds, const std::string& text,
   ds.doc_offsets.push_back(int64_t(ds.tokens.size()));
 }
 
+std::vector<int64_t> power_law_lengths(int64_t n, int64_t lo, int64_t hi, double alpha, uint64_t seed) {
+  if (lo < 1 || hi < lo) fail("power-law document lengths: need 1 <= min <= max, got ", lo, " and ", hi);
+  Rng rng(seed, 0x6c656e67);  // a stream of its own: the documents' own draws are unchanged
+  std::vector<int64_t> out;
+  const double a = double(lo), b = double(hi) + 1, e = 1 - alpha;
+  for (int64_t i = 0; i < n; ++i) {  // inverse CDF of x^-alpha on [lo, hi + 1)
+    const double u = rng.uniform();
+    const double x = std::abs(e) < 1e-12 ? a * std::pow(b / a, u)
+                                         : std::pow(std::pow(a, e) + u * (std::pow(b, e) - std::pow(a, e)), 1 / e);
+    out.push_back(std::clamp(int64_t(x), lo, hi));
+  }
+  return out;
+}
+
 int64_t passkey_min_doc_length(int32_t key_digits) {
   const std::string key(size_t(key_digits), '0');
   return int64_t(2 + kIntro.size() + needle(key).size() + question().size() + key.size());
@@ -71,6 +86,9 @@ TokenDataset make_passkey_dataset(const SyntheticSpec& spec,
            "-digit keys they need at least ", min_len, " tokens");
     sizes += (sizes.empty() ? "" : ", ") + std::to_string(len);
   }
+  if (lengths.size() > 8)  // drawn lengths (a power law): their range, not each
+    sizes = cat(*std::min_element(lengths.begin(), lengths.end()), " to ",
+                *std::max_element(lengths.begin(), lengths.end()));
 
   TokenDataset ds = ByteTokenizer().empty_dataset();
   ds.source = cat("synthetic passkey: ", spec.num_docs, " documents of ", sizes, " tokens",

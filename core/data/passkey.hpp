@@ -31,6 +31,12 @@ struct SyntheticSpec {
   int64_t copy_gap_words = 0;
 };
 
+// n document lengths drawn from a power law on [lo, hi]: density proportional to
+// length^-alpha (alpha = 1: log-uniform). Long-context corpora look like this: most documents
+// short, a few very long, so that the attention work of a packed sequence varies far more
+// than its token count. Deterministic in `seed`.
+std::vector<int64_t> power_law_lengths(int64_t n, int64_t lo, int64_t hi, double alpha, uint64_t seed);
+
 // `n` characters of the passkey's filler text, starting `phase` characters into its cycle
 // (the recall generator writes the same filler between its statements).
 std::string passkey_filler(size_t phase, size_t n);
