@@ -24,6 +24,7 @@ template <class E>
 using Choices = std::vector<std::pair<std::string, E>>;
 const Choices<Precision>& precision_choices();
 const Choices<GradReduce>& grad_reduce_choices();
+const Choices<Balance>& balance_choices();
 const Choices<Checkpointing>& checkpointing_choices();
 const Choices<GemmLib>& gemm_choices();
 const Choices<std::optional<Isa>>& isa_choices();  // "auto": none forced
@@ -143,6 +144,7 @@ struct TrainOptions {
   CpOptions cp_attention;
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
   GradReduce grad_reduce;     // the gradient all-reduce: hierarchical across nodes, or flat
+  Balance balance;            // where a step's tokens go on the dp x cp ranks: by work, or fixed slices
   Precision precision;        // of matrix products
   int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
   std::string eval_data;      // held-out dataset file for --eval-every

@@ -38,6 +38,11 @@ const Choices<GradReduce>& grad_reduce_choices() {
   return c;
 }
 
+const Choices<Balance>& balance_choices() {
+  static const Choices<Balance> c = named({Balance::Cost, Balance::None}, balance_name);
+  return c;
+}
+
 const Choices<GemmLib>& gemm_choices() {
   static const Choices<GemmLib> c = named({GemmLib::OneDnn, GemmLib::OpenBlas}, gemm_lib_name);
   return c;
@@ -234,8 +239,11 @@ void declare_prepare(Registry& r, CLI::App* c, PrepareOptions& o) {
         "synthetic: tokens per document, BOS and EOS included")
       ->check(count(2));
   r.add(c, "--doc-lengths", o.doc_lengths, std::string(),
-        "passkey: several document lengths, comma-separated (\"512,1024,2048\"): the documents "
-        "take them in turn, --num-docs in all; replaces --doc-length (\"\" = --doc-length only)");
+        "passkey, copy: several document lengths, comma-separated (\"512,1024,2048\"): the documents "
+        "take them in turn, --num-docs in all; or powerlaw:MIN:MAX[:ALPHA] (\"powerlaw:128:32768\"): "
+        "each document's length drawn from MIN to MAX with density length^-ALPHA (1.5 unless given; "
+        "1 is log-uniform), from --seed: most documents short, a few very long, as in long-context "
+        "corpora; replaces --doc-length (\"\" = --doc-length only)");
   r.add(c, "--key-digits", o.key_digits, int64_t(5), "passkey, recall: digits of each key")
       ->check(count(1));
   r.add_choice(c, "--loss-on", o.loss_on, LossOn::All, loss_on_choices(),
@@ -419,6 +427,12 @@ void declare_parallel(Registry& r, CLI::App* c, TrainOptions& o) {
                "each rank's part across the nodes, an all-gather inside the node, so that a node's link "
                "carries its gradients once instead of once per rank's ring edge; elsewhere flat) or flat "
                "(one all-reduce over them all)");
+  r.add_choice(c, "--balance", o.balance, Balance::Cost, balance_choices(),
+               "where each micro-batch's tokens go on the dp x cp ranks: cost (by attention work: the "
+               "step's documents placed so that every rank's queries see about as many keys, a long "
+               "document spread over several ranks with a ring carrying its keys, the same tokens and "
+               "losses as none up to rounding; with --cp-algo ring, else as none) or none (dp rank d "
+               "takes its own sequences, each cut over the cp ranks by --cp-split)");
   declare_cp_attention(r, c, o.cp_attention);
 }
 

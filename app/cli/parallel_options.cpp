@@ -57,6 +57,7 @@ ParallelPlan parallel_plan(const TrainOptions& o, int world) {
   p.sequence_parallel = o.tp_sequence_parallel;
   p.zero = o.zero;
   p.grad_reduce = o.grad_reduce;
+  p.balance = o.balance;
   read_cp_attention(o.cp_attention, p);
   return p;
 }

@@ -269,7 +269,8 @@ int cmd_train(Context& ctx) {
   // checkpoint (--resume, --init-moments) is read straight into the buffers that keep it.
   const RunLayout layout = run_layout(world, o, plan, in);
   const RankState where{mesh.index("dp"), mesh.index("cp"), 0, 0};
-  TrainRecord record(world.size, parts->cp_attention && parts->cp_attention->tells_peer_wait());
+  const auto tells = [](const AttentionOp* op) { return op && op->tells_peer_wait(); };
+  TrainRecord record(world.size, tells(parts->cp_attention.get()) || tells(parts->spread_attention.get()));
   progress.phase(o.resume == "none" ? "setting up the first step" : "reading the checkpoint to resume from");
   TrainState state = start_state(world, out, o, run.get(),
                                  {o.resume, o.run_dir, &mc, &in.init.layout, parts->checkpoint_targets(), layout, where},

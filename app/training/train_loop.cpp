@@ -44,24 +44,60 @@ std::string sigterm_grace_note(double step_s, double checkpoint_s, bool writes_s
 }
 }  // namespace
 
-// This rank's share of step `step`'s --grad-accum micro-batches (its dp slice, its cp
-// shard), at the step's sequence length.
-std::vector<Batch> TrainLoop::micro_batches(int64_t step, double* visible_pairs_total) {
+// This rank's share of step `step`'s --grad-accum micro-batches at the step's sequence
+// length: its dp slice cut by the cp split or, placed by work (--balance cost), its part of
+// every dp rank's sequences (model/balance.hpp). A contiguous split (a sliding window that
+// fits a rank's share) is kept: its ring needs one hop, and the window already evens the
+// work per token out.
+std::vector<Batch> TrainLoop::micro_batches(int64_t step, StepWork& work) {
   const ParallelPlan& plan = layout.plan;
-  const int64_t dp = plan.dp, cp = plan.cp, S = schedule.seq_len_at(step);
+  const int64_t dp = plan.dp, cp = plan.cp, B = o.batch_size, S = schedule.seq_len_at(step);
   const CpSplit split = plan.split_for(mc.sliding_window, S);
   DataLoader& loader = data.at(step);
   std::vector<Batch> micro;
   for (int64_t a = 0; a < o.grad_accum; ++a) {
-    std::vector<const PackedSequence*> seqs = loader.take(o.batch_size * dp);
-    seqs = {seqs.begin() + where.dp_rank * o.batch_size,
-            seqs.begin() + (where.dp_rank + 1) * o.batch_size};
+    std::vector<const PackedSequence*> seqs = loader.take(B * dp);
+    if (plan.balances() && split == CpSplit::Zigzag) {
+      micro.push_back(balanced_share(make_batch(dataset, seqs, S), split, work));
+      continue;
+    }
+    seqs = {seqs.begin() + where.dp_rank * B, seqs.begin() + (where.dp_rank + 1) * B};
     Batch full = make_batch(dataset, seqs, S);
-    *visible_pairs_total += visible_pairs(full, mc.sliding_window);
+    work.pairs += visible_pairs(full, mc.sliding_window) / double(cp);  // the split balances causal work
     micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, plan.shard_group())
                            : std::move(full));
   }
   return micro;
+}
+
+// This rank's part of a micro-batch of every dp rank's sequences, placed by work over the
+// dp x cp ranks (replica r = dp rank x cp + cp rank, the order of the replicas' communicator).
+// The baseline each rank starts from is --balance none's: dp rank d's sequences cut by the
+// split.
+Batch TrainLoop::balanced_share(const Batch& full, CpSplit split, StepWork& work) const {
+  const ParallelPlan& plan = layout.plan;
+  const int64_t B = full.B / plan.dp, S = full.S, cp = plan.cp;
+  std::vector<std::vector<int64_t>> baseline;
+  for (int64_t d = 0; d < plan.dp; ++d)
+    for (int64_t c = 0; c < cp; ++c) {
+      std::vector<int64_t> rows = shard_indices(B, S, cp, c, split);
+      for (int64_t& i : rows) i += d * B * S;
+      baseline.push_back(std::move(rows));
+    }
+  const Placement p = balance_placement(full, baseline, mc.sliding_window, work_model());
+  const size_t me = size_t(parts.replica_rank);
+  work.pairs += p.pairs[me];
+  work.baseline_pairs.resize(p.baseline_pairs.size());
+  for (size_t r = 0; r < p.baseline_pairs.size(); ++r) work.baseline_pairs[r] += p.baseline_pairs[r];
+  work.spread += p.balanced;
+  Batch mine = take_rows(full, p.rows[me], B, S / cp);
+  mine.spread = p.balanced;
+  return mine;
+}
+
+// Forward + backward FLOPs of a token through the linear layers and of a visible pair.
+WorkModel TrainLoop::work_model() const {
+  return {train_flops(mc, 1, 0).total(), train_flops(mc, 0, 1).total()};
 }
 
 // Every rank's figures of the step, and whether and why any rank must stop (a signal, too
@@ -87,10 +123,14 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step, dou
           ctx.world.size};
 }
 
-double TrainLoop::peer_wait_s() const { return parts.cp_attention ? parts.cp_attention->peer_wait_s() : 0; }
+double TrainLoop::peer_wait_s() const {
+  return (parts.cp_attention ? parts.cp_attention->peer_wait_s() : 0) +
+         (parts.spread_attention ? parts.spread_attention->peer_wait_s() : 0);
+}
 
 double TrainLoop::bytes_sent() const {
-  return (parts.cp_attention ? double(parts.cp_attention->bytes_sent()) : 0) + double(parts.reducer->bytes_sent) +
+  return (parts.cp_attention ? double(parts.cp_attention->bytes_sent()) : 0) +
+         (parts.spread_attention ? double(parts.spread_attention->bytes_sent()) : 0) + double(parts.reducer->bytes_sent) +
          (parts.model->tp() ? double(parts.model->tp()->bytes_sent()) : 0) +
          (parts.model->param_shards() ? double(parts.model->param_shards()->bytes_sent()) : 0);
 }
@@ -219,10 +259,10 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   clock.reset();
   announce_stage(step, pace.first_step);
   const int64_t S = schedule.seq_len_at(step);
-  double pairs = 0;
+  StepWork work;
   // Where the step's data begins: what a stop inside the step writes (step_start_save.hpp).
   const int64_t epoch = data.at(step).epoch(), cursor = data.at(step).cursor();
-  const std::vector<Batch> micro = micro_batches(step, &pairs);
+  const std::vector<Batch> micro = micro_batches(step, work);
   if (saver_) saver_->open(step, epoch, cursor);  // the batches are read: no file is touched until the gate
   clock.lap(Phase::Other);
   const StepStats st = parts.trainer->train_step(micro, step, clock);
@@ -230,10 +270,10 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   state.tokens_seen += st.real_tokens;
   state.skipped_steps += st.skipped;
   state.consecutive_skips = st.skipped ? state.consecutive_skips + 1 : 0;
-  // A rank's share of the step's work: its replica's tokens and visible pairs, 1/cp of them
-  // (the split balances causal work), 1/tp of every layer.
-  const Flops f = train_flops(mc, double(o.grad_accum * o.batch_size * S), pairs);
-  const double rank_flops = f.total() / double(layout.plan.cp * layout.plan.tp);
+  // A rank's share of the step's work: its tokens and its queries' visible pairs, 1/tp of
+  // every layer.
+  const int64_t rank_tokens = o.grad_accum * o.batch_size * S / layout.plan.cp;
+  const double rank_flops = train_flops(mc, double(rank_tokens), work.pairs).total() / double(layout.plan.tp);
   const RankFigures ranks = gather_figures(clock, step, rank_flops);
   clock.lap(Phase::Allreduce);
 
@@ -246,7 +286,9 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
 
   const double secs = clock.total();
-  StepFigures fig{st, state.restarts, o.steps, secs, rank_flops / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
+  StepFigures fig{st, state.restarts, o.steps, secs, ranks.mean_work() / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
+  if (!work.baseline_pairs.empty())
+    fig.unbalanced_imbalance = predicted_imbalance(work.baseline_pairs, rank_tokens, work_model());
   const std::string eval_said = evaluate_if_due(step, stop, fig);
   // --until-retrieval: every rank has the same evaluation, so all end here alike.
   const bool learnt = o.until_retrieval > 0 && fig.eval_retrieval >= o.until_retrieval && step < o.steps;
@@ -290,6 +332,11 @@ int TrainLoop::finish() {
         << double(r.bytes_sent_shm) / 1048576 << " MiB through shared memory, "
         << double(r.bytes_sent - r.bytes_sent_shm) / 1048576 << " MiB through MPI; the last "
         << "micro-batch took " << r.steps << " of " << r.ranks << " ring steps per layer\n";
+  if (const AttentionOp* spread = parts.spread_attention.get())
+    if (const AttentionOp::RingReport r = spread->ring_report(); r.ranks > 0)
+      out << "work-balance ring over the " << r.ranks << " dp x cp ranks, rank 0's traffic in this run: " << std::fixed
+          << std::setprecision(2) << double(r.bytes_sent_shm) / 1048576 << " MiB through shared memory, "
+          << double(r.bytes_sent - r.bytes_sent_shm) / 1048576 << " MiB through MPI\n";
   write_timing();
   if (const int64_t k = state.consecutive_skips; k > 0)
     throw AgreedError(cat("the run reached step ", o.steps, " but its last ", k, " step(s) had a ",

@@ -13,6 +13,7 @@
 #include "io/checkpoint.hpp"
 #include "io/run_dir.hpp"
 #include "model/attention_op.hpp"
+#include "model/balance.hpp"
 #include "parallel/mesh.hpp"
 #include "parallel/reducer.hpp"
 #include "train/evaluate.hpp"
@@ -59,7 +60,16 @@ struct TrainLoop {
   void checkpoint_into(PhaseClock& clock);  // checkpoint(), timed as the step's IO
   std::string evaluate_if_due(int64_t step, bool stop, StepFigures& fig);
   void check_skips(int64_t step);
-  std::vector<Batch> micro_batches(int64_t step, double* visible_pairs);
+  // What a step's micro-batches hold for this rank: its queries' visible pairs and, placed by
+  // work (--balance cost), every rank's under --balance none and the micro-batches spread.
+  struct StepWork {
+    double pairs = 0;
+    std::vector<double> baseline_pairs;
+    int64_t spread = 0;
+  };
+  std::vector<Batch> micro_batches(int64_t step, StepWork& work);
+  Batch balanced_share(const Batch& full, CpSplit split, StepWork& work) const;
+  WorkModel work_model() const;
   RankFigures gather_figures(const PhaseClock& clock, int64_t step, double work_flops);
   double bytes_sent() const;  // by this rank so far: cp attention, gradient reduction, ZeRO-3
   EvalResult evaluate_held_out();

@@ -58,6 +58,13 @@ std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const Paral
   auto p = std::make_unique<TrainParts>();
   p->cp_attention = make_cp_attention(plan, mesh.comm("cp"), mc, in.shape);
   print_cp_attention(out, p->cp_attention.get(), plan);
+  p->replicas = mesh.comm_except("tp");
+  if (plan.balances() && plan.dp > 1)
+    p->spread_attention = make_cp_attention(plan.spread_plan(), p->replicas, mc, in.shape);
+  if (plan.balances())
+    out << "work balance (--balance cost): each micro-batch's tokens placed by attention work over the "
+        << plan.replicas() << " dp x cp ranks; a micro-batch whose documents are spread runs on a ring over "
+        << (plan.dp > 1 ? "all of them" : "the cp ranks") << "\n";
   if (const std::string note = UlyssesAttention::replication_note(
           plan.ulysses_ranks(), mc.num_attention_heads, mc.num_key_value_heads, "Ulysses");
       !note.empty())
@@ -68,7 +75,6 @@ std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const Paral
   // allocated.
   p->local = ParamLayout::llama(mc, int(plan.tp));  // tp 1: the whole layout
   p->split = TpSplit{int(plan.tp), mesh.index("tp")};
-  p->replicas = mesh.comm_except("tp");
   p->replica_rank = comm_rank(p->replicas);
   p->replica_count = comm_size(p->replicas);
   p->tp_comm = std::make_unique<MpiTpComm>(mesh.comm("tp"));
@@ -80,6 +86,7 @@ std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const Paral
   }
   p->model = std::make_unique<LlamaModel>(mc, in.shape, p->cp_attention.get(), p->shards.get(),
                                           plan.tp > 1 ? p->tp_comm.get() : nullptr);
+  if (plan.balances()) p->model->set_spread_attention(p->spread());
   if (!p->shards) p->take_params(in.init.layout, in.init.params.data());
   in.init.params = Buffer<float>();
   p->reducer = std::make_unique<MpiStepReducer>(p->replicas, in.precision, MpiStepReducer::kBucketFloats,

@@ -25,6 +25,11 @@ struct TrainParts {
   MPI_Comm replicas;            // the dp x cp ranks gradients are summed over (a tp group sees the same tokens)
   int replica_rank = 0, replica_count = 1;
   std::unique_ptr<AttentionOp> cp_attention;  // null when cp = 1
+  // --balance cost over dp > 1: the ring over the dp x cp ranks that runs the micro-batches
+  // whose documents are spread (model/balance.hpp); null otherwise (with dp = 1 the cp
+  // group's attention runs them).
+  std::unique_ptr<AttentionOp> spread_attention;
+  AttentionOp* spread() const { return spread_attention ? spread_attention.get() : cp_attention.get(); }
   std::unique_ptr<MpiTpComm> tp_comm;
   const ZeroVariant* zero = nullptr;          // the ZeRO stage over the replicas (parallel/zero/)
   std::unique_ptr<ParamShards> shards;        // its weight store; null: the model's whole arrays

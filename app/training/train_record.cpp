@@ -50,6 +50,7 @@ const ColumnSpec kColumns[] = {
     {"exposed_comm_frac", "", "mean over ranks of comm_s / seconds"},
     {"imbalance", "", "max / mean over ranks of the busy time (seconds - comm - allreduce)"},
     {"predicted_imbalance", "", "max / mean over ranks of rank_work_flop: the imbalance the step's documents predict"},
+    {"unbalanced_imbalance", "", "predicted_imbalance of the same tokens under --balance none (each dp rank its own sequences); NaN in a run that does not place by work"},
     {"peak_rss_mib", "MiB", "process high-water resident memory (rank 0)"},
     {"eval_loss", "nats", "--eval-every: mean loss on --eval-data's first sequences (NaN: no evaluation)"},
     {"eval_accuracy", "", "--eval-every: share of its targets whose argmax is the target (greedy next token)"},
@@ -90,6 +91,12 @@ double RankFigures::predicted_imbalance() const {
   return sum > 0 ? most / (sum / ranks) : 1.0;
 }
 
+double RankFigures::mean_work() const {
+  double sum = 0;
+  for (int r = 0; r < ranks; ++r) sum += rank(r)[kWork];
+  return sum / ranks;
+}
+
 double RankFigures::imbalance() const {
   double busy_max = 0, busy_sum = 0;
   for (int r = 0; r < ranks; ++r) {
@@ -119,6 +126,7 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
                                                   {"eval_accuracy", std::nan("")},
                                                   {"eval_retrieval", std::nan("")},
                                                   {"predicted_imbalance", std::nan("")},
+                                                  {"unbalanced_imbalance", std::nan("")},
                                                   {"peer_wait_frac", std::nan("")},
                                                   {"rank_peer_wait_s", std::nan("")},
                                                   {"rank_work_flop", std::nan("")}};
@@ -171,7 +179,7 @@ void TrainRecord::add(const StepFigures& f) {
                         f.gflops / f.peak_gflops, phase(Phase::AttnFwd), phase(Phase::AttnBwd),
                         phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
-                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance(), peak_rss_mib(),
+                        f.ranks->exposed_comm_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance(), f.unbalanced_imbalance, peak_rss_mib(),
                         f.eval_loss, f.eval_accuracy, f.eval_retrieval, f.ranks->peer_wait_frac()};
   static_assert(std::size(row) == std::size(kColumns));
   static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);  // kSeconds .. kWork
@@ -184,14 +192,15 @@ void TrainRecord::add(const StepFigures& f) {
 
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   const StepStats& st = f.stats;
-  char line[448], par[128] = "", seq[32] = "";
+  char line[480], par[160] = "", seq[32] = "", unbalanced[32] = "";
   if (f.show_seq_len) std::snprintf(seq, sizeof seq, "  seq %lld", (long long)f.seq_len);
+  if (!std::isnan(f.unbalanced_imbalance)) std::snprintf(unbalanced, sizeof unbalanced, ", unbalanced %.2f", f.unbalanced_imbalance);
   if (ranks_ > 1 && peer_wait_known_)
-    std::snprintf(par, sizeof par, "  comm %.1f%% (peer %.1f%%)  imb %.2f (docs %.2f)", 100 * f.ranks->exposed_comm_frac(),
-                  100 * f.ranks->peer_wait_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance());
+    std::snprintf(par, sizeof par, "  comm %.1f%% (peer %.1f%%)  imb %.2f (docs %.2f%s)", 100 * f.ranks->exposed_comm_frac(),
+                  100 * f.ranks->peer_wait_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance(), unbalanced);
   else if (ranks_ > 1)
-    std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f (docs %.2f)", 100 * f.ranks->exposed_comm_frac(),
-                  f.ranks->imbalance(), f.ranks->predicted_imbalance());
+    std::snprintf(par, sizeof par, "  comm %.1f%%  imb %.2f (docs %.2f%s)", 100 * f.ranks->exposed_comm_frac(),
+                  f.ranks->imbalance(), f.ranks->predicted_imbalance(), unbalanced);
   std::snprintf(line, sizeof line,
                 "step %6lld/%lld%s  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
                 "MFU %.1f%%%s  eta %s%s",
@@ -282,6 +291,12 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
     return k;
   };
   const auto tail = [&](const char* name) { return median(kept(all(name))); };
+  // Over the steps that have the figure (NaN where none has).
+  const auto tail_known = [&](const char* name) {
+    std::vector<double> v = kept(all(name));
+    v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+    return v.empty() ? std::nan("") : median(v);
+  };
   const bool skip = !only_startup;
   const bool restarted = std::count(run.startup.begin(), run.startup.end(), true) > 1;
   const double fom = tail("tokens_per_s");
@@ -295,6 +310,7 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                     {"median_peer_wait_frac", tail("peer_wait_frac")},
                     {"median_imbalance", tail("imbalance")},
                     {"median_predicted_imbalance", tail("predicted_imbalance")},
+                    {"median_unbalanced_imbalance", tail_known("unbalanced_imbalance")},
                     {"peak_gflops", peak},
                     {"peak_how", peak_how},
                     {"dp", dp},
@@ -323,7 +339,9 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
       out << " (waiting for a slower rank " << 100 * tail("peer_wait_frac") << "%, transfers "
           << 100 * transfer_frac << "%)";
     out << ", imbalance " << std::setprecision(2) << tail("imbalance") << " (the documents predict "
-        << tail("predicted_imbalance") << ")";
+        << tail("predicted_imbalance");
+    if (const double u = tail_known("unbalanced_imbalance"); !std::isnan(u)) out << "; unbalanced " << u;
+    out << ")";
   }
   out << "\n";
   if (tail("mfu") > 1.0)  // no step can beat the hardware: the peak itself is too low

@@ -35,6 +35,7 @@ struct RankFigures {
   double peer_wait_frac() const { return mean_share(kPeerWait); }  // the peer-wait part of comm
   double imbalance() const;         // max / mean busy time (seconds - comm - allreduce)
   double predicted_imbalance() const;  // max / mean kWork: what the documents alone would give
+  double mean_work() const;            // mean kWork: the model FLOPs of a rank's share
 };
 
 struct StepFigures {
@@ -45,6 +46,9 @@ struct StepFigures {
   const RankFigures* ranks = nullptr;
   int64_t seq_len = 0;        // of the step's sequences
   bool show_seq_len = false;  // in the step line (a --seq-len-schedule run)
+  // A run placing its tokens by work (--balance cost): the predicted imbalance of --balance
+  // none's placement of the same tokens; NaN in a run that does not.
+  double unbalanced_imbalance = std::nan("");
   // --eval-every's figures at this step (eval_accuracy(), eval_retrieval()); NaN without one.
   double eval_loss = std::nan(""), eval_accuracy = std::nan(""), eval_retrieval = std::nan("");
 };

@@ -19,6 +19,9 @@ struct Batch {
   std::vector<int32_t> pos;      // [T] RoPE position: restarts at 0 in every document
   // [T] loss weight of each target (0 where not scored); empty: every scored target weighs 1
   std::vector<float> weights;
+  // Its documents are spread over the ranks sharing the step (model/balance.hpp): the
+  // model's spread attention, which spans those ranks, runs it.
+  bool spread = false;
   int64_t tokens_total() const { return B * S; }
   int64_t valid_targets() const;
   // The sum of the scored targets' weights: the loss's normalisation (valid_targets() when

@@ -518,6 +518,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
                                      shape.max_tokens, dims_.H, dims_.KV, config.head_dim(), shape.blocks,
                                      shape.isa, shape.precision)),
       attention_(attention ? attention : own_attention_.get()),
+      base_attention_(attention_),
       shards_(shards) {
   if (tp_ && shards_ && shape.sequence_parallel)
     fail(knob_name(Knob::Zero), " 3 does not combine with ", knob_name(Knob::TpSequenceParallel), " (the norm weights' gradients are ",
@@ -565,13 +566,20 @@ void LlamaModel::zero_grads() {
   for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
 }
 
-double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) {
+void LlamaModel::take_tokens(const Batch& b) {
+  if (b.spread && !spread_attention_)
+    fail("a micro-batch spread over the ranks sharing the step reached a model without a spread attention");
+  attention_ = b.spread ? spread_attention_ : base_attention_;
   attention_->new_tokens({b.idx.data(), b.doc.data()}, int64_t(b.idx.size()), config_.sliding_window);
+}
+
+double LlamaModel::forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) {
+  take_tokens(b);
   return passes_->forward(b, clock, argmax, token_loss);
 }
 
 double LlamaModel::forward_backward(const Batch& b, float grad_scale, PhaseClock& clock) {
-  attention_->new_tokens({b.idx.data(), b.doc.data()}, int64_t(b.idx.size()), config_.sliding_window);
+  take_tokens(b);
   return passes_->forward_backward(b, grad_scale, clock);
 }
 

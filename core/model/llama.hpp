@@ -68,6 +68,9 @@ class LlamaModel {
   LlamaModel(const ModelConfig& config, const ModelShape& shape, AttentionOp* attention = nullptr,
              ParamShards* shards = nullptr, TpComm* tp = nullptr);
   ~LlamaModel();
+  // The attention of micro-batches marked `spread` (batch.hpp): a ring over every rank that
+  // shares the step's tokens. Null (the default): the model's own attention runs them all.
+  void set_spread_attention(AttentionOp* spread) { spread_attention_ = spread; }
 
   const ModelConfig& config() const { return config_; }
   const ModelShape& shape() const { return shape_; }
@@ -107,8 +110,11 @@ class LlamaModel {
   uint64_t params_version_ = 1;
   RopeTable rope_;
   std::unique_ptr<AttentionOp> own_attention_;
-  AttentionOp* attention_;
+  AttentionOp* attention_;         // the micro-batch's: base_attention_ or spread_attention_
+  AttentionOp* base_attention_;
+  AttentionOp* spread_attention_ = nullptr;
   ParamShards* shards_;
+  void take_tokens(const Batch& b);  // picks the micro-batch's attention and hands it the tags
   std::unique_ptr<LlamaPasses> passes_;
 };
 

@@ -23,11 +23,15 @@ std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, C
 }
 
 Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split, int64_t group) {
-  const std::vector<int64_t> idx = shard_indices(full.B, full.S, N, r, split, group);
+  return take_rows(full, shard_indices(full.B, full.S, N, r, split, group), full.B, full.S / N);
+}
+
+Batch take_rows(const Batch& full, const std::vector<int64_t>& rows, int64_t B, int64_t S) {
+  if (int64_t(rows.size()) != B * S) fail("take_rows: ", rows.size(), " rows for a micro-batch of ", B, " x ", S);
   Batch b;
-  b.B = full.B;
-  b.S = full.S / N;
-  for (int64_t i : idx) {
+  b.B = B;
+  b.S = S;
+  for (int64_t i : rows) {
     b.tokens.push_back(full.tokens[size_t(i)]);
     b.targets.push_back(full.targets[size_t(i)]);
     b.doc.push_back(full.doc[size_t(i)]);

@@ -35,4 +35,8 @@ std::vector<int64_t> shard_indices(int64_t B, int64_t S, int64_t N, int64_t r, C
 // Rank r's part of `full` (S must be divisible by 2N; checked by the caller's options).
 Batch shard_batch(const Batch& full, int64_t N, int64_t r, CpSplit split, int64_t group = 1);
 
+// The tokens of `full` at stream indices `rows`, in that order, as a micro-batch of B x S
+// (B * S = rows.size()): every array permuted together.
+Batch take_rows(const Batch& full, const std::vector<int64_t>& rows, int64_t B, int64_t S);
+
 }  // namespace lct

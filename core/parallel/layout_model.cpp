@@ -37,8 +37,15 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   // A step's micro-batches are all built before its first forward pass (the loss is
   // normalised by the whole step's targets): 5 int32 per token each, plus the whole
   // sequences of the one being split over cp.
-  r.batches = 20.0 * (double(l.grad_accum) * double(Tl) + double(l.micro_batch) * double(l.seq_len));
-  const double cp_buffers = cp_attention_bytes(l.plan, mc, Tl, shape.precision);
+  // Balanced over dp x cp (--balance cost), a micro-batch is built from every dp rank's
+  // sequences before each rank takes its share.
+  const double built = double(l.micro_batch) * double(l.seq_len) * double(l.plan.balances() ? l.plan.dp : 1);
+  r.batches = 20.0 * (double(l.grad_accum) * double(Tl) + built);
+  // The cp group's attention and, balanced over dp > 1, the ring over the dp x cp ranks
+  // that runs the micro-batches whose documents are spread.
+  const bool spreads = l.plan.balances() && l.plan.dp > 1;
+  const double cp_buffers = cp_attention_bytes(l.plan, mc, Tl, shape.precision) +
+                            (spreads ? cp_attention_bytes(l.plan.spread_plan(), mc, Tl, shape.precision) : 0);
   r.scratch = double(m.scratch) + cp_buffers + zero.scratch;
   // What start-up holds beyond what a step holds. Checkpoints are written and read by parts
   // (each rank its own blocks, straight from and into its own buffers), so neither a write

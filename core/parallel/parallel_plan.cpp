@@ -68,6 +68,15 @@ const char* grad_reduce_name(GradReduce g) {
   return g == GradReduce::Flat ? "flat" : "hierarchical";
 }
 
+const char* balance_name(Balance b) { return b == Balance::None ? "none" : "cost"; }
+
+ParallelPlan ParallelPlan::spread_plan() const {
+  ParallelPlan p = *this;
+  p.cp = dp * cp;
+  p.dp = 1;
+  return p;
+}
+
 CpSplit ParallelPlan::split_for(int64_t window, int64_t seq_len) const {
   if (cp_split == CpSplitChoice::Zigzag) return CpSplit::Zigzag;
   if (cp_split == CpSplitChoice::Contiguous) return CpSplit::Contiguous;

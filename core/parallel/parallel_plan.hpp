@@ -28,11 +28,16 @@ enum class CpSplitChoice { Auto, Zigzag, Contiguous };
 // replica, or hierarchical: inside each node, then across the nodes, then inside again,
 // wherever the replicas sit on several nodes with several on each (elsewhere: flat).
 enum class GradReduce { Hierarchical, Flat };
+// Where a step's tokens go on the dp x cp ranks (model/balance.hpp): placed by their
+// attention work, documents spread over ranks where that evens them out, or each dp rank's
+// own sequences cut by the cp split (none).
+enum class Balance { Cost, None };
 
 const char* cp_algo_name(CpAlgo a);             // "ring", "allgather", "ulysses", "hybrid"
 const char* cp_transport_name(CpTransport t);   // "mpi", "shm", "auto"
 const char* cp_split_choice_name(CpSplitChoice s);
 const char* grad_reduce_name(GradReduce g);     // "hierarchical", "flat"
+const char* balance_name(Balance b);            // "cost", "none"
 
 // A layout rule a plan breaks, so that callers can tell them apart (`plan` counts them).
 enum class PlanRule {
@@ -67,6 +72,7 @@ struct ParallelPlan {
   CpTransport cp_transport = CpTransport::Auto;
   int64_t ulysses_degree = 0;      // hybrid: U, the cp ranks of one all-to-all; 0 = not given
   GradReduce grad_reduce = GradReduce::Hierarchical;
+  Balance balance = Balance::Cost;
 
   int64_t world() const { return dp * cp * tp; }
   int64_t replicas() const { return dp * cp; }  // ranks that sum gradients (a tp group sees the same tokens)
@@ -77,6 +83,12 @@ struct ParallelPlan {
   int64_t ulysses_ranks() const { return cp_algo == CpAlgo::Ulysses ? cp : shard_group(); }
   // The split a sequence of `seq_len` tokens takes under this model's sliding window.
   CpSplit split_for(int64_t window, int64_t seq_len) const;
+  // Whether steps place their tokens by work over the dp x cp ranks: --balance cost, the
+  // ring (its plan follows any placement of the tokens) and more than one such rank.
+  bool balances() const { return balance == Balance::Cost && cp_algo == CpAlgo::Ring && replicas() > 1; }
+  // The ring that runs the micro-batches whose documents the balance spread over the dp x cp
+  // ranks: cp = dp x cp, dp = 1 (with dp = 1, the cp group's own attention).
+  ParallelPlan spread_plan() const;
   // "ring", "hybrid ulysses 2 x ring 2".
   std::string cp_description() const;
 

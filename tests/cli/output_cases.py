@@ -72,24 +72,30 @@ def timing_table_has_one_layout_for_every_rank_count():
 @case
 def predicted_imbalance_follows_the_documents_of_each_rank():
     """dp 2 over documents of 256 to 2,048 tokens: each rank's predicted work is the model FLOPs of
-    its own documents (attention grows with each one's square), so the steps where one rank holds
-    a 2,048-token document and the other shorter ones are predicted uneven; under cp 2 both ranks
-    share every sequence and the prediction is even. The summary gives both figures."""
+    its own tokens (attention grows with each document's square). Under --balance none the steps
+    where one rank holds a 2,048-token document and the other shorter ones are predicted uneven;
+    under --balance cost (the default) the same steps are predicted even, and their
+    unbalanced_imbalance is none's prediction; under cp 2 too. The summary gives the figures."""
     good_model()
     ok("prepare", "--synthetic", "passkey", "--doc-lengths", "256,512,1024,2048", "--num-docs", "64", "-o", "mix.h5")
     common = ["--oversubscribe", "train", "--model", "m.h5", "--data", "mix.h5", "--seq-len", "2048",
               "--steps", "8", "--peak-gflops", "100"]
-    p = ok(*common, "--dp", "2", "--run-dir", "dp", ranks=2)
+    p = ok(*common, "--dp", "2", "--balance", "none", "--run-dir", "dp", ranks=2)
+    q = ok(*common, "--dp", "2", "--run-dir", "dp_cost", ranks=2)
     ok(*common, "--cp", "2", "--run-dir", "cp", ranks=2)
-    dp, cp = timing("dp"), timing("cp")
+    dp, cost, cp = timing("dp"), timing("dp_cost"), timing("cp")
     pred, work = dp[0]["predicted_imbalance"], dp[0]["rank_work_flop"]
     assert np.allclose(pred, work.max(axis=1) / work.mean(axis=1)), (pred, work)
     assert (pred >= 1).all() and pred.max() > 1.2, pred
-    assert (cp[0]["predicted_imbalance"] == 1).all(), cp[0]["predicted_imbalance"]
+    assert (cost[0]["predicted_imbalance"] < 1.01).all(), cost[0]["predicted_imbalance"]
+    assert np.allclose(cost[0]["unbalanced_imbalance"], pred, rtol=1e-9), (cost[0]["unbalanced_imbalance"], pred)
+    assert (cp[0]["predicted_imbalance"] < 1.01).all(), cp[0]["predicted_imbalance"]
     assert dp[1]["median_predicted_imbalance"] >= 1, dp[1]
     assert re.search(r"imbalance [\d.]+ \(the documents predict [\d.]+\)", p.stdout), p.stdout[-1500:]
     assert re.search(r"imb [\d.]+ \(docs [\d.]+\)", p.stdout), p.stdout[-1500:]
-    print("predicted imbalance per step under dp 2:", np.round(pred, 2), "measured:", np.round(dp[0]["imbalance"], 2))
+    assert re.search(r"imbalance [\d.]+ \(the documents predict [\d.]+; unbalanced [\d.]+\)", q.stdout), q.stdout[-1500:]
+    print("predicted imbalance per step under dp 2:", np.round(pred, 2), "measured:", np.round(dp[0]["imbalance"], 2),
+          "balanced:", np.round(cost[0]["predicted_imbalance"], 3), "measured:", np.round(cost[0]["imbalance"], 2))
 
 
 def readme_pandas_block():

@@ -212,6 +212,54 @@ def parallel_dp2_cp2_and_allgather_match_one_rank():
 
 
 @case
+def parallel_balance_cost_trains_the_same_losses_on_uneven_documents_and_resumes_bit_exactly():
+    """Documents of 240, 300 and 600 tokens in turn pack into 600-token sequences of one 600 or
+    of 240 + 300, whose attention work differs 2.4-fold. --balance cost (the default)
+    deals the 600 over the dp ranks (a ring over them): the losses are --balance none's and
+    one rank's to rounding, the documents predict an even step where --balance none's are
+    uneven, and a run stopped at step 3 and resumed trains steps 4-6 bit for bit as the
+    straight run. On dp = 2 x cp = 2 the ring spans the 4 ranks."""
+    parallel_fixture()
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "24", "--doc-lengths", "240,300,600", "-o", "uneven.h5")
+    ok("train", "--model", "m.h5", "--data", "uneven.h5", "--run-dir", "one_u", "--seq-len", "600", "--steps", "6",
+       "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--batch-size", "2")
+    ref = timing("one_u")[0]["loss"]
+    dp2 = ["--dp", "2", "--batch-size", "1", "--checkpoint-every", "3"]
+    mpi_run(2, "none", *dp2, "--balance", "none", steps=6, data="uneven.h5")
+    p = mpi_run(2, "cost", *dp2, steps=6, data="uneven.h5")
+    assert "work balance (--balance cost): each micro-batch's tokens placed by attention work over the 2" in p.stdout
+    assert re.search(r"imb [\d.]+ \(docs 1\.00, unbalanced 1\.[1-9]", p.stdout), p.stdout
+    assert_same_losses(ref, "none", "dp=2 --balance none")
+    assert_same_losses(ref, "cost", "dp=2 --balance cost")
+    (none, none_attrs), (cost, cost_attrs) = timing("none"), timing("cost")
+    print(f"predicted imbalance: none {none['predicted_imbalance']}, cost {cost['predicted_imbalance']}")
+    assert np.all(np.isnan(none["unbalanced_imbalance"])), none["unbalanced_imbalance"]
+    assert np.max(none["predicted_imbalance"]) > 1.05, none["predicted_imbalance"]
+    assert np.all(cost["predicted_imbalance"] < 1.01), cost["predicted_imbalance"]
+    # the same tokens: what cost's steps would have been unbalanced is what none's were
+    assert np.allclose(cost["unbalanced_imbalance"], none["predicted_imbalance"], rtol=1e-9)
+    assert cost_attrs["median_unbalanced_imbalance"] == none_attrs["median_predicted_imbalance"], (cost_attrs, none_attrs)
+    assert np.isnan(none_attrs["median_unbalanced_imbalance"]), none_attrs
+    # stopped at step 3, resumed: steps 4-6 and the last checkpoint bit for bit
+    first = cc.run("--oversubscribe", "train", "--model", "m.h5", "--data", "uneven.h5", "--run-dir", "split",
+                   "--seq-len", "600", "--steps", "6", "--lr", "3e-3", "--warmup-steps", "2", "--block-q", "32",
+                   "--block-k", "32", "--peak-gflops", "100", *dp2, "--stop-at", "3", ranks=2)
+    assert first.returncode == 85, (first.returncode, first.stdout, first.stderr)
+    mpi_run(2, "split", *dp2, "--resume", "auto", steps=6, data="uneven.h5")
+    resumed = timing("split")[0]
+    assert np.array_equal(resumed["loss"][-3:], cost["loss"][3:]), (resumed["loss"], cost["loss"])
+    with h5py.File("cost/checkpoints/step_00000006.h5", "r") as a, h5py.File("split/checkpoints/step_00000006.h5", "r") as b:
+        names = []
+        a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        assert len(names) > 20 and "lm_head.weight" in names
+        differ = [n for n in names if not np.array_equal(a[n][:], b[n][:])]
+        assert not differ, f"not bitwise identical: {differ}"
+    mpi_run(4, "cost4", "--dp", "2", "--cp", "2", "--batch-size", "1", steps=6, data="uneven.h5")
+    assert_same_losses(ref, "cost4", "dp=2 x cp=2 --balance cost")
+    assert np.all(timing("cost4")[0]["predicted_imbalance"] < 1.01)
+
+
+@case
 def parallel_loss_mask_dp2_cp2_matches_one_rank():
     """A loss mask (prepare --loss-on answers): the weighted terms and their normalisation by
     the summed weights of every rank's targets train the single rank's losses on dp=2 x cp=2."""
@@ -660,9 +708,21 @@ def eval_passkey_by_depth_and_length_equals_over_cp_ranks():
     with open("t.txt", "w") as f:
         f.write("some text")
     expect_error(["prepare", "t.txt", "--doc-lengths", "300,400", "-o", "bad.h5"],
-                 "--doc-lengths sets the lengths of --synthetic passkey documents", "drop --doc-lengths")
+                 "--doc-lengths sets the lengths of --synthetic passkey and copy documents", "drop --doc-lengths")
     expect_error(["prepare", "--synthetic", "recall", "--doc-lengths", "700,800", "-o", "bad.h5"],
-                 "--doc-lengths sets the lengths of --synthetic passkey documents", "recall documents take --doc-length")
+                 "--doc-lengths sets the lengths of --synthetic passkey and copy documents",
+                 "recall documents take --doc-length")
+    # Long-tailed lengths (a power law): most documents short, a few long, all in range.
+    for bad in ["powerlaw:128", "powerlaw:300:200", "powerlaw:128:4096:x", "powerlaw:128:4096:1.5:2"]:
+        expect_error(["prepare", "--synthetic", "copy", "--doc-lengths", bad, "-o", "bad.h5"],
+                     f"--doc-lengths '{bad}': give powerlaw:MIN:MAX or powerlaw:MIN:MAX:ALPHA")
+    ok("prepare", "--synthetic", "copy", "--doc-lengths", "powerlaw:128:4096", "--num-docs", "400", "-o", "tail.h5")
+    with h5py.File("tail.h5", "r") as f:
+        lengths = np.diff(f["doc_offsets"][:])
+    print("power-law copy documents: min", lengths.min(), "median", np.median(lengths), "mean", lengths.mean(),
+          "max", lengths.max())
+    assert len(lengths) == 400 and lengths.min() >= 128 and lengths.max() <= 4096, lengths
+    assert np.median(lengths) < 0.7 * lengths.mean(), lengths  # about 370 against 724
 
 
 if __name__ == "__main__":

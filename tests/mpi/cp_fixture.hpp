@@ -23,7 +23,9 @@ namespace lct::cptest {
 inline int rank_of() { int r; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }
 inline int size_of() { int n; MPI_Comm_size(MPI_COMM_WORLD, &n); return n; }
 
-enum class Layout { Causal, Documents, MostlyPadding };
+// LongTail: sequence 0 one document, sequence 1 short ones: the work of the two differs
+// about tenfold (what model/balance.hpp evens out).
+enum class Layout { Causal, Documents, MostlyPadding, LongTail };
 
 struct Full {  // the whole micro-batch and its single-rank results
   int64_t B, S, T, H, KV, D;
@@ -73,7 +75,8 @@ inline Full make_full(Layout layout, int64_t H, int64_t KV, uint32_t seed, int p
     int64_t t = 0;
     const int64_t real = layout == Layout::MostlyPadding ? f.S / 4 : f.S;
     while (t < real) {  // odd document lengths, or one document per sequence
-      const int64_t len = layout == Layout::Causal ? real : std::min<int64_t>(real - t, 1 + 2 * (gen() % 40));
+      const bool whole = layout == Layout::Causal || (layout == Layout::LongTail && b == 0);
+      const int64_t len = whole ? real : std::min<int64_t>(real - t, 1 + 2 * (gen() % (layout == Layout::LongTail ? 12 : 40)));
       for (int64_t i = 0; i < len; ++i) f.doc[size_t(b * f.S + t + i)] = next_doc;
       t += len;
       ++next_doc;
@@ -115,13 +118,13 @@ struct Local {  // this rank's shard and what the context-parallel op computed
 };
 
 // Op on cp = world-size ranks over this rank's shard of f (hybrid: U Ulysses ranks per
-// ring position, sharded by ring position).
+// ring position, sharded by ring position), or over `rows` (the stream indices it holds).
 template <class Op>
 Local run_parallel(const Full& f, CpTransport transport = CpTransport::Auto,
-                   CpSplit split = CpSplit::Zigzag, int U = 1) {
+                   CpSplit split = CpSplit::Zigzag, int U = 1, const std::vector<int64_t>* rows = nullptr) {
   const int N = size_of(), r = rank_of();
   Local L;
-  L.rows = shard_indices(f.B, f.S, N, r, split, std::is_same_v<Op, HybridAttention> ? U : 1);
+  L.rows = rows ? *rows : shard_indices(f.B, f.S, N, r, split, std::is_same_v<Op, HybridAttention> ? U : 1);
   const int64_t Tl = int64_t(L.rows.size());
   auto gather = [&](const std::vector<float>& src, int64_t width) {
     std::vector<float> out(size_t(Tl * width));

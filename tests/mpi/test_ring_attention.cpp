@@ -4,6 +4,7 @@
 // (bf16 activations travelling the ring, bf16 products where the CPU has them, against the
 // single-rank bf16 kernel).
 #include "common/error.hpp"
+#include "model/balance.hpp"
 #include "mpi/cp_fixture.hpp"
 #include "parallel/world.hpp"
 
@@ -111,6 +112,36 @@ TEST(UlyssesAttention, ReplicatedKvHeadsMatchSingleRank) {
   EXPECT_EQ(UlyssesAttention::kv_replicas(2, 4), 1);
   EXPECT_NE(UlyssesAttention::replication_note(8, 8, 2, "Ulysses").find("replicated on 4 ranks"), std::string::npos);
   EXPECT_EQ(UlyssesAttention::replication_note(2, 8, 2, "Ulysses"), "");
+}
+
+// Tokens placed by work (model/balance.hpp, --balance cost) from contiguous slices (as dp
+// ranks take sequences): the long document of sequence 0 spread over the ranks in chunks,
+// the short ones of sequence 1 kept whole, every rank holding a set of tokens no split makes. The ring's plan follows the tags wherever the
+// tokens are: the results are the single rank's, with and without a window, fp32 and bf16.
+TEST(BalancedPlacement, RingOnTokensPlacedByWorkMatchesSingleRank) {
+  const int N = size_of(), r = rank_of();
+  if (N < 2) GTEST_SKIP() << "one rank: nothing to place";
+  for (int64_t window : {int64_t(0), int64_t(70)})
+    for (Precision p : {Precision::Fp32, Precision::Bf16}) {
+      const Full f = make_full(Layout::LongTail, 4, 2, 31, -1, p, window);
+      Batch full;
+      full.B = f.B;
+      full.S = f.S;
+      full.doc = f.doc;
+      full.idx = f.idx;
+      // The baseline: each rank a contiguous 1/N of the stream, as dp ranks take sequences.
+      std::vector<std::vector<int64_t>> baseline(static_cast<size_t>(N));
+      for (int64_t t = 0; t < f.T; ++t) baseline[size_t(t * N / f.T)].push_back(t);
+      const Placement pl = balance_placement(full, baseline, window, {0, 1});
+      const std::string name = cat(p == Precision::Bf16 ? "bf16 " : "", "balanced W=", window);
+      ASSERT_TRUE(pl.balanced) << name;
+      EXPECT_GE(pl.split_docs, 1) << name;
+      EXPECT_LT(predicted_imbalance(pl.pairs, f.T / N, {0, 1}),
+                predicted_imbalance(pl.baseline_pairs, f.T / N, {0, 1})) << name;
+      const std::vector<int64_t>& mine = pl.rows[size_t(r)];
+      compare(f, run_parallel<RingAttention>(f, CpTransport::Shm, CpSplit::Zigzag, 1, &mine), "ring shm " + name);
+      compare(f, run_parallel<RingAttention>(f, CpTransport::Mpi, CpSplit::Zigzag, 1, &mine), "ring mpi " + name);
+    }
 }
 
 // Sliding windows in every cp algorithm, transport and split: W = 30 is narrower than a
