@@ -9,9 +9,10 @@
 #             tokens, S = 32,768, cp = 2 x dp = 2, the tiny model, fp32 (4 ranks: on fewer
 #             than 4 cores they share them)
 #   longtail-dp  the same on dp = 2 alone (2 ranks)
-# Prints each run's figure-of-merit line, then per mix the medians over the rounds: tokens/s,
-# measured imbalance (max/mean busy time), the imbalance the documents predict, the one the
-# same tokens would have had under --balance none, and exposed communication.
+# Prints each run's figure-of-merit line, then bench/balance_table.py's table: per mix the
+# medians over the rounds of each run's throughput (its tokens / its seconds, steps after the
+# first), measured imbalance (max/mean busy time), the imbalance the documents predict, the one
+# the same tokens would have had under --balance none, and exposed communication.
 #   bash bench/balance.sh [MIX ...] [-- STEPS ROUNDS]     (default: extend longtail-dp longtail -- 40 3)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -31,9 +32,9 @@ setup() {  # the mix's model, data and train flags
       ranks=2 flags=(--model "$W/extend.h5" --data "$W/extend-data.h5" --dp 2 --seq-len 2048 --batch-size 1
                      --precision bf16 --rope-scaling yarn --rope-factor 8 --rope-original-max-position-embeddings 256) ;;
     longtail|longtail-dp)
-      $L init -o "$W/longtail.h5" --preset tiny > /dev/null
-      $L prepare --synthetic copy --doc-lengths powerlaw:128:32768 --num-docs 4096 --seq-len 32768 \
-        -o "$W/longtail-data.h5" > /dev/null
+      [ -f "$W/longtail.h5" ] || $L init -o "$W/longtail.h5" --preset tiny > /dev/null
+      [ -f "$W/longtail-data.h5" ] || $L prepare --synthetic copy --doc-lengths powerlaw:128:32768 --num-docs 4096 \
+        --seq-len 32768 -o "$W/longtail-data.h5" > /dev/null
       cp=2; [ "$1" = longtail-dp ] && cp=1
       ranks=$((2 * cp)) flags=(--model "$W/longtail.h5" --data "$W/longtail-data.h5" --cp $cp --dp 2
                                --seq-len 32768 --batch-size 1) ;;
@@ -56,25 +57,4 @@ for mix in "${mixes[@]}"; do
   done
 done
 
-/usr/bin/python3 - "$W" "${mixes[@]}" <<'PY'
-import glob, re, statistics as st, sys
-w, mixes = sys.argv[1], sys.argv[2:]
-num = r"([\d.]+)"
-print("| mix | --balance | tokens/s | imbalance | predicted | under none | exposed comm |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-for mix in mixes:
-    tps = {}
-    for b in ("none", "cost"):
-        rows = []
-        for out in sorted(glob.glob(f"{w}/{mix}_{b}_r*.out")):
-            line = [l for l in open(out) if l.startswith("figure of merit")][0]
-            t = float(re.search(r"merit: " + num, line).group(1))
-            imb = re.search(r"imbalance " + num + r" \(the documents predict " + num + r"(?:; unbalanced " + num + r")?", line)
-            comm = re.search(r"exposed communication " + num + "%", line)
-            rows.append((t, float(imb.group(1)), float(imb.group(2)),
-                         float(imb.group(3)) if imb.group(3) else float(imb.group(2)), float(comm.group(1))))
-        med = [st.median(r[i] for r in rows) for i in range(5)]
-        tps[b] = med[0]
-        print(f"| {mix} | {b} | {med[0]:,.0f} | {med[1]:.3f} | {med[2]:.3f} | {med[3]:.3f} | {med[4]:.1f}% |")
-    print(f"| {mix} | cost / none | {tps['cost'] / tps['none']:.3f}x | | | | |")
-PY
+/usr/bin/python3 bench/balance_table.py "$W" "${mixes[@]}"

@@ -63,9 +63,16 @@ std::vector<Batch> TrainLoop::micro_batches(int64_t step, StepWork& work) {
     }
     seqs = {seqs.begin() + where.dp_rank * B, seqs.begin() + (where.dp_rank + 1) * B};
     Batch full = make_batch(dataset, seqs, S);
-    work.pairs += visible_pairs(full, mc.sliding_window) / double(cp);  // the split balances causal work
-    micro.push_back(cp > 1 ? shard_batch(full, int(cp), int(where.cp_rank), split, plan.shard_group())
-                           : std::move(full));
+    if (cp == 1) {
+      work.pairs += visible_pairs(full, mc.sliding_window);
+      micro.push_back(std::move(full));
+      continue;
+    }
+    // The split evens out causal work within one document, not across packed ones: the
+    // rank's own pairs.
+    const std::vector<int64_t> rows = shard_indices(B, S, cp, where.cp_rank, split, plan.shard_group());
+    work.pairs += pairs_of(full, rows, mc.sliding_window);
+    micro.push_back(take_rows(full, rows, B, S / cp));
   }
   return micro;
 }

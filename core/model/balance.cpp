@@ -122,6 +122,13 @@ std::vector<double> query_keys(const Batch& full, int64_t window) {
   return keys;
 }
 
+double pairs_of(const Batch& full, const std::vector<int64_t>& rows, int64_t window) {
+  const std::vector<double> keys = query_keys(full, window);
+  double sum = 0;
+  for (int64_t i : rows) sum += keys[size_t(i)];
+  return sum;
+}
+
 double predicted_imbalance(const std::vector<double>& pairs, int64_t tokens_per_rank, const WorkModel& m) {
   double most = 0, sum = 0;
   for (double p : pairs) {

@@ -51,6 +51,9 @@ struct Placement {
 // [T] keys each query of `full` sees under the causal document mask (0 on padding).
 std::vector<double> query_keys(const Batch& full, int64_t window);
 
+// The visible pairs of the queries of `full` at stream indices `rows`.
+double pairs_of(const Batch& full, const std::vector<int64_t>& rows, int64_t window);
+
 // `baseline`: R lists of stream indices of `full`, the same length each.
 Placement balance_placement(const Batch& full, const std::vector<std::vector<int64_t>>& baseline,
                             int64_t window, const WorkModel& m);
