@@ -10,6 +10,7 @@
 
 #include "common/bf16.hpp"
 #include "common/provenance.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
 #include "model/checkpointing.hpp"
 #include "parallel/parallel_plan.hpp"
@@ -25,6 +26,7 @@ using Choices = std::vector<std::pair<std::string, E>>;
 const Choices<Precision>& precision_choices();
 const Choices<GradReduce>& grad_reduce_choices();
 const Choices<Balance>& balance_choices();
+const Choices<AttnKernel>& attention_kernel_choices();
 const Choices<Checkpointing>& checkpointing_choices();
 const Choices<GemmLib>& gemm_choices();
 const Choices<std::optional<Isa>>& isa_choices();  // "auto": none forced
@@ -178,6 +180,7 @@ struct BenchOptions {
   int64_t heads, kv_heads, head_dim, repeats, block_q, block_k;
   bool causal, backward;
   Precision precision;  // attention: of the products; gemm: measured in both
+  AttnKernel attention_kernel;  // attention: which path
   std::string sizes;  // ring: message sizes in KiB
   std::string out;
   bool force;

@@ -43,6 +43,11 @@ const Choices<Balance>& balance_choices() {
   return c;
 }
 
+const Choices<AttnKernel>& attention_kernel_choices() {
+  static const Choices<AttnKernel> c = named({AttnKernel::Fused, AttnKernel::OneDnn}, attn_kernel_name);
+  return c;
+}
+
 const Choices<GemmLib>& gemm_choices() {
   static const Choices<GemmLib> c = named({GemmLib::OneDnn, GemmLib::OpenBlas}, gemm_lib_name);
   return c;
@@ -517,6 +522,9 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   declare_flash_blocks(r, c, o.block_q, o.block_k);
   r.add(c, "--causal", o.causal, true, "causal mask (FLOPs halved)");
   r.add(c, "--backward", o.backward, true, "also time forward+backward");
+  r.add_choice(c, "--attention-kernel", o.attention_kernel, AttnKernel::Fused, attention_kernel_choices(),
+               "attention: the fused kernel (the ISA's micro-kernels, softmax in registers) or the tile path "
+               "whose products are oneDNN matmuls (AMX on Xeons that have it), softmax between them");
   r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
                "attention: fp32 or bf16 inputs and products (%peak against that precision's peak)");
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),

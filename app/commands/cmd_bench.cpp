@@ -21,6 +21,7 @@
 #include "io/atomic.hpp"
 #include "io/timing_file.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_onednn.hpp"
 #include "kernels/gemm.hpp"
 #include "model/config.hpp"
 
@@ -97,23 +98,32 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
     const TokenTags tags{idx.data(), doc.data()};
     const AttnDims d{S, S, H, KV, D};
-    FlashAttention flash({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
     const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
-    auto forward = [&] { flash.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
-    auto both = [&] {
-      forward();
-      convert(o_.data(), ox.data(), int64_t(o_.size()));  // o as the model keeps it
-      attention_delta(ox.data(), dout.data(), S, H, D, delta.data());
-      flash.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
-                     tags, dq.data(), dk.data(), dv.data());
+    double f = 0, fb = 0, ws = 0;
+    const auto time = [&](auto& kernel) {  // forward, then forward + backward, medians
+      auto forward = [&] { kernel.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
+      auto both = [&] {
+        forward();
+        convert(o_.data(), ox.data(), int64_t(o_.size()));  // o as the model keeps it
+        attention_delta(ox.data(), dout.data(), S, H, D, delta.data());
+        kernel.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
+                        tags, dq.data(), dk.data(), dv.data());
+      };
+      products = kernel.products();
+      f = median_seconds(o.repeats, forward);
+      fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
+      ws = double(kernel.workspace_bytes()) / double(1 << 20);
     };
     const double g = measure_gemm_gflops(2048, int(o.repeats), precision);
-    used = flash.isa();
-    products = flash.products();
-    const double f = median_seconds(o.repeats, forward);
-    const double fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
+    if (o.attention_kernel == AttnKernel::OneDnn) {
+      OneDnnAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, precision);
+      time(kernel);
+    } else {
+      FlashAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
+      used = kernel.isa();
+      time(kernel);
+    }
     const double gf = fwd_flops / f / 1e9, gfb = o.backward ? 3.5 * fwd_flops / fb / 1e9 : 0.0;
-    const double ws = double(flash.workspace_bytes()) / double(1 << 20);
     std::snprintf(line, sizeof line, "%8lld %9.3f %9.1f %5.1f%% %9.3f %9.1f %5.1f%% %9.1f %7.2f %7.2f %9.1f\n",
                   (long long)S, f, gf, 100 * gf / peak, fb, gfb, 100 * gfb / peak, g, gf / g,
                   gfb / g, ws);
@@ -124,7 +134,10 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
   out << "FLOPs: forward 4 S^2 D H" << (o.causal ? " / 2 (causal)" : "")
       << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << peak_how
       << "); gemm: " << gemm_description() << ", 2048^3 " << precision_name(o.precision)
-      << " on the same threads; attention kernels " << isa_name(used) << ", " << precision_name(o.precision)
+      << " on the same threads; attention: "
+      << (o.attention_kernel == AttnKernel::OneDnn ? cat("oneDNN ", onednn_version(), " matmul tiles")
+                                                   : cat("fused kernels ", isa_name(used)))
+      << ", " << precision_name(o.precision)
       << " inputs, " << precision_name(products) << " products; medians of " << o.repeats << " runs\n";
   write_table(ctx, o, table, peak, peak_how);
   return kExitOk;

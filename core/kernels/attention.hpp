@@ -7,6 +7,7 @@
 //   q, o, dq [Tq, H*D]    k, v, dk, dv [Tk, KV*D]    lse, delta [H, Tq]
 // Query head h reads key/value head h / (H / KV): K/V are never copied per query head.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,6 +59,26 @@ struct AttnBlocks {
   int64_t q = 128;
   int64_t k = 128;
 };
+
+// The tiles of one call, as both attention paths decide them: a (query block, key block)
+// pair is skipped (no pair visible), full (every pair visible: no mask) or masked.
+enum class Tile { Skip, Full, Masked };
+struct TileGrid {
+  std::vector<TagSpan> qs, ks;  // each block's span
+  int64_t nq, nk, BQ, BK, window;
+  TileGrid(const AttnDims& d, TokenTags qt, TokenTags kt, AttnBlocks b);
+  Tile tile(int64_t ib, int64_t jb) const;
+  int64_t rows(int64_t ib, int64_t Tq) const { return std::min(BQ, Tq - ib * BQ); }
+  int64_t cols(int64_t jb, int64_t Tk) const { return std::min(BK, Tk - jb * BK); }
+  // The first key block at or after `from` that query block ib sees (nk if none).
+  int64_t next_visible(int64_t ib, int64_t from) const;
+};
+
+// Which attention path computes the tiles: the fused kernel (FlashAttention: the ISA's
+// micro-kernels with the softmax in registers) or the tile path through oneDNN's matmul
+// (OneDnnAttention, attention_onednn.hpp).
+enum class AttnKernel { Fused, OneDnn };
+inline const char* attn_kernel_name(AttnKernel k) { return k == AttnKernel::OneDnn ? "onednn" : "fused"; }
 
 // The largest call a FlashAttention object serves: its workspace is sized from these once.
 struct AttnLimits {

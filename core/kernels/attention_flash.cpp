@@ -29,11 +29,10 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // Tags of packed tokens: a query of no document and a padding key never match anything.
 constexpr int32_t kQueryNoDoc = INT32_MIN + 1, kKeyPadDoc = INT32_MIN;
 
-enum class Tile { Skip, Full, Masked };
-
-Tile classify(const TagSpan& q, const TagSpan& k, int64_t window) {
-  if (!may_see(q, k, window)) return Tile::Skip;
-  return sees_all(q, k, window) ? Tile::Full : Tile::Masked;
+void pause_cpu() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
 }
 
 std::vector<TagSpan> spans(TokenTags t, int64_t n, int64_t block) {
@@ -42,30 +41,22 @@ std::vector<TagSpan> spans(TokenTags t, int64_t n, int64_t block) {
   return out;
 }
 
-// The tile grid of one call: block spans and what each (query block, key block) pair is.
-struct Grid {
-  std::vector<TagSpan> qs, ks;
-  int64_t nq, nk, BQ, BK, window;
-  Grid(const AttnDims& d, TokenTags qt, TokenTags kt, AttnBlocks b)
-      : qs(spans(qt, d.Tq, b.q)), ks(spans(kt, d.Tk, b.k)), nq(int64_t(qs.size())),
-        nk(int64_t(ks.size())), BQ(b.q), BK(b.k), window(d.window) {}
-  Tile tile(int64_t ib, int64_t jb) const { return classify(qs[size_t(ib)], ks[size_t(jb)], window); }
-  int64_t rows(int64_t ib, int64_t Tq) const { return std::min(BQ, Tq - ib * BQ); }
-  int64_t cols(int64_t jb, int64_t Tk) const { return std::min(BK, Tk - jb * BK); }
-  // The first key block at or after `from` that query block ib sees (nk if none).
-  int64_t next_visible(int64_t ib, int64_t from) const {
-    while (from < nk && tile(ib, from) == Tile::Skip) ++from;
-    return from;
-  }
-};
+}  // namespace
 
-void pause_cpu() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
+TileGrid::TileGrid(const AttnDims& d, TokenTags qt, TokenTags kt, AttnBlocks b)
+    : qs(spans(qt, d.Tq, b.q)), ks(spans(kt, d.Tk, b.k)), nq(int64_t(qs.size())), nk(int64_t(ks.size())),
+      BQ(b.q), BK(b.k), window(d.window) {}
+
+Tile TileGrid::tile(int64_t ib, int64_t jb) const {
+  const TagSpan &q = qs[size_t(ib)], &k = ks[size_t(jb)];
+  if (!may_see(q, k, window)) return Tile::Skip;
+  return sees_all(q, k, window) ? Tile::Full : Tile::Masked;
 }
 
-}  // namespace
+int64_t TileGrid::next_visible(int64_t ib, int64_t from) const {
+  while (from < nk && tile(ib, from) == Tile::Skip) ++from;
+  return from;
+}
 
 TagSpan tag_span(TokenTags t, int64_t begin, int64_t end) {
   TagSpan s;
@@ -337,7 +328,7 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
                              TokenTags kt, float* o, float* lse) {
   check(d);
   const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, np = np_, bqp = bqp_;
-  const Grid grid(d, qt, kt, blocks_);
+  const TileGrid grid(d, qt, kt, blocks_);
   pack_keys(d, k, v, kt, false);
   const Packed& pk = *packed_;
 
@@ -415,7 +406,7 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
   check(d);
   const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, ldk = d.KV * D, np = np_, bqp = bqp_;
   const float scale = 1.0f / std::sqrt(float(D));
-  const Grid grid(d, qt, kt, blocks_);
+  const TileGrid grid(d, qt, kt, blocks_);
   const bool b16 = bf16_tiles_;
   pack_keys(d, k, v, kt, true);
   Packed& pk = *packed_;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kernels/attention.hpp"
+#include "kernels/attention_onednn.hpp"
 #include "test_isa.hpp"
 
 namespace lct {
@@ -323,6 +324,107 @@ TEST(FlashAttention, BackwardIsBitwiseRepeatable) {
     dq.insert(dq.end(), dk.begin(), dk.end());
     if (rep == 0) first = dq;
     else ASSERT_EQ(dq, first);
+  }
+}
+
+// The oneDNN tile path (attention_onednn.hpp) against the definition on the fused kernel's
+// shapes: fp32 products to 1e-5; bf16 products of bf16 inputs, against the definition on the
+// same bf16-rounded values, to 1e-2 (p and dS rounded to bf16, as the fused bf16 tiles do).
+class OneDnnVsReference : public ::testing::TestWithParam<Case> {};
+
+Outputs run_onednn(const Case& c, const Inputs& in, Precision products) {
+  const AttnDims d = c.dims();
+  const TokenTags tags{in.idx.data(), in.doc.data()};
+  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
+  Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
+              std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
+  OneDnnAttention a({c.S, c.S, c.H, c.KV, c.D}, c.blocks, products);
+  if (products == Precision::Fp32) EXPECT_EQ(a.products(), Precision::Fp32);
+  std::vector<float> delta(nl);
+  const auto run = [&](const auto& q, const auto& k, const auto& v, const auto& dout) {
+    a.forward(d, q.data(), k.data(), v.data(), tags, tags, got.o.data(), got.lse.data());
+    attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+    a.backward(d, q.data(), k.data(), v.data(), got.lse.data(), delta.data(), dout.data(), tags, tags,
+               got.dq.data(), got.dk.data(), got.dv.data());
+  };
+  if (products == Precision::Fp32) {
+    run(in.q, in.k, in.v, in.dout);
+  } else {
+    const auto b16 = [](const std::vector<float>& x) {
+      std::vector<bf16> out(x.size());
+      for (size_t i = 0; i < x.size(); ++i) out[i] = to_bf16(x[i]);
+      return out;
+    };
+    run(b16(in.q), b16(in.k), b16(in.v), b16(in.dout));
+  }
+  return got;
+}
+
+Outputs run_reference(const Case& c, const Inputs& in) {
+  const AttnDims d = c.dims();
+  const TokenTags tags{in.idx.data(), in.doc.data()};
+  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
+  Outputs want{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
+               std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
+  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(), want.lse.data());
+  attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags, tags,
+                               want.dq.data(), want.dk.data(), want.dv.data());
+  return want;
+}
+
+TEST_P(OneDnnVsReference, ForwardAndBackwardMatch) {
+  const Case c = GetParam();
+  Inputs in = make_inputs(c, 29);
+  expect_close(c, run_onednn(c, in, Precision::Fp32), run_reference(c, in), 1e-5, "onednn fp32");
+  for (std::vector<float>* x : {&in.q, &in.k, &in.v, &in.dout})
+    for (float& e : *x) e = to_f32(to_bf16(e));
+  // bf16 products round p and dS to 8 bits of mantissa; where oneDNN has no bf16 matmul the
+  // bf16 inputs are multiplied in fp32, and the fp32 bound holds.
+  const bool b16 = OneDnnAttention({1, 1, 1, 1, c.D}, c.blocks, Precision::Bf16).products() == Precision::Bf16;
+  expect_close(c, run_onednn(c, in, Precision::Bf16), run_reference(c, in), b16 ? 1e-2 : 1e-5,
+               b16 ? "onednn bf16 products" : "onednn bf16 inputs, fp32 products");
+}
+
+std::vector<Case> onednn_cases() {
+  std::vector<Case> out;
+  for (int64_t S : {1, 7, 64, 1000})
+    for (bool docs : {false, true})
+      for (int64_t kv : {4, 1}) {
+        if (docs && S < 7) continue;
+        out.push_back({S, 4, kv, 16, docs, S >= 1000 ? AttnBlocks{128, 128} : AttnBlocks{16, 24}});
+      }
+  out.push_back({333, 2, 1, 64, true, {64, 48}});   // blocks that divide nothing
+  out.push_back({130, 4, 2, 128, true, {33, 70}});  // D 128, odd blocks
+  out.push_back({97, 3, 3, 24, false, {13, 9}});    // D not a multiple of 16
+  out.push_back({1000, 4, 1, 16, true, {128, 128}, test_isa(), 100});  // windows
+  out.push_back({333, 2, 2, 32, true, {16, 24}, test_isa(), 7});
+  out.push_back({97, 3, 3, 24, false, {13, 9}, test_isa(), 20});
+  out.push_back({1000, 4, 4, 16, false, {128, 128}, test_isa(), 1});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, OneDnnVsReference, ::testing::ValuesIn(onednn_cases()),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           std::string name = "S" + std::to_string(c.S) + (c.documents ? "_docs" : "_causal") +
+                                              "_gqa" + std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D);
+                           return c.window ? name + "_W" + std::to_string(c.window) : name;
+                         });
+
+// Sums in a fixed order: the same bits on 1 and on every thread, call after call.
+TEST(OneDnnAttention, BackwardIsBitwiseRepeatableOnAnyThreadCount) {
+  const Case c{1000, 4, 1, 32, true, {64, 64}};
+  const Inputs in = make_inputs(c, 9);
+  std::vector<Outputs> runs;
+  const int threads = omp_get_max_threads();
+  for (int t : {threads, 1, threads}) {
+    omp_set_num_threads(t);
+    runs.push_back(run_onednn(c, in, Precision::Fp32));
+  }
+  omp_set_num_threads(threads);
+  for (int t = 0; t < 5; ++t) {
+    EXPECT_EQ(*runs[1].all(t), *runs[0].all(t)) << t;
+    EXPECT_EQ(*runs[2].all(t), *runs[0].all(t)) << t;
   }
 }
 

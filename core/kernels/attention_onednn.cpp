@@ -1,0 +1,358 @@
+#include "kernels/attention_onednn.hpp"
+
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <type_traits>
+
+#include "common/error.hpp"
+
+namespace lct {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// C [M, N] = A [M, K] B [K, N] (accumulate: C +=), each operand with its own row and column
+// strides (a transposed operand is the same memory read with swapped strides); A and B in the
+// product type, C fp32.
+struct Product {
+  int64_t M, N, K;
+  int64_t a_row, a_col, b_row, b_col, c_row;
+  bool accumulate;
+  auto key() const { return std::tuple(M, N, K, a_row, a_col, b_row, b_col, c_row, accumulate); }
+};
+
+// One thread's products: a primitive per shape (a call has a few: whole and edge blocks,
+// strips of 1 to kStripBlocks blocks), its own stream. Called inside our parallel region,
+// oneDNN runs each product on the calling thread.
+class Products {
+ public:
+  explicit Products(bool bf16_products)
+      : bf16_(bf16_products), in_(bf16_products ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32) {}
+  void run(const Product& p, const void* a, const void* b, float* c) {
+    // oneDNN's matmul takes no operand with a dimension of 1 in these strides (an edge block
+    // of one row or one key): those few are summed here.
+    if (p.M == 1 || p.N == 1 || p.K == 1) return bf16_ ? by_hand<bf16>(p, a, b, c) : by_hand<float>(p, a, b, c);
+    Entry& e = entry(p);
+    e.a.set_data_handle(const_cast<void*>(a));
+    e.b.set_data_handle(const_cast<void*>(b));
+    e.c.set_data_handle(c);
+    e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+    stream_.wait();
+  }
+
+ private:
+  struct Entry {
+    dnnl::matmul prim;
+    dnnl::memory a, b, c;
+  };
+  Entry& entry(const Product& p) {
+    const auto k = p.key();
+    if (auto it = cache_.find(k); it != cache_.end()) return it->second;
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::desc a({p.M, p.K}, in_, dims{p.a_row, p.a_col});
+    const dnnl::memory::desc b({p.K, p.N}, in_, dims{p.b_row, p.b_col});
+    const dnnl::memory::desc c({p.M, p.N}, dnnl::memory::data_type::f32, dims{p.c_row, 1});
+    dnnl::primitive_attr attr;
+    if (p.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    try {
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+      Entry e{dnnl::matmul(pd), dnnl::memory(a, engine_, nullptr), dnnl::memory(b, engine_, nullptr),
+              dnnl::memory(c, engine_, nullptr)};
+      return cache_.emplace(k, std::move(e)).first->second;
+    } catch (const dnnl::error& err) {
+      fail("oneDNN cannot build the attention product [", p.M, " x ", p.K, "] x [", p.K, " x ", p.N, "] (",
+           err.what(), "); run with --attention-kernel fused");
+    }
+  }
+  template <class X>
+  static void by_hand(const Product& p, const void* a, const void* b, float* c) {
+    const X* A = static_cast<const X*>(a);
+    const X* B = static_cast<const X*>(b);
+    for (int64_t i = 0; i < p.M; ++i)
+      for (int64_t j = 0; j < p.N; ++j) {
+        float sum = 0;
+        for (int64_t x = 0; x < p.K; ++x) sum += load_f32(A[i * p.a_row + x * p.a_col]) * load_f32(B[x * p.b_row + j * p.b_col]);
+        c[i * p.c_row + j] = p.accumulate ? c[i * p.c_row + j] + sum : sum;
+      }
+  }
+  bool bf16_;
+  dnnl::memory::data_type in_;
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::map<decltype(Product{}.key()), Entry> cache_;
+};
+
+// Whether oneDNN has a bf16 matmul on this CPU (AVX512_BF16 or AMX; oneDNN 2.x has none on
+// AVX2): without one, bf16 operands are widened and the products are fp32, as the fused
+// kernel does.
+bool onednn_has_bf16_products() {
+  static const bool has = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc m({16, 16}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      const dnnl::memory::desc c({16, 16}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(m, m, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+// Whether query (qidx, qdoc) sees key (kidx, kdoc): attention.hpp's rule, one pair.
+inline bool sees(int32_t qidx, int32_t qdoc, int32_t kidx, int32_t kdoc, int64_t window) {
+  return qdoc >= 0 && qdoc == kdoc && kidx <= qidx && (window <= 0 || int64_t(kidx) > int64_t(qidx) - window);
+}
+
+}  // namespace
+
+// The operands packed per head in the product type P (fp32 or bf16): q scaled by 1/sqrt(D)
+// [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles.
+struct OneDnnAttention::Impl {
+  AttnLimits lim;
+  AttnBlocks blocks;
+  bool b16;     // bf16 products
+  size_t elem;  // bytes of an operand
+  Buffer<char> q, k, v, dout;
+  struct Scratch {
+    Buffer<float> s, dp, acc, dk, dv, m, l;  // s [BQ, strip], dp [BQ, BK], acc [BQ, D], dk dv [BK, D], m l [BQ]
+    Buffer<char> p, ds;                      // p [BQ, strip], ds [BQ, BK] in the product type
+    std::unique_ptr<Products> products;
+  };
+  std::vector<Scratch> scratch;
+
+  Impl(const AttnLimits& l, AttnBlocks b, bool bf16_products)
+      : lim(l), blocks(b), b16(bf16_products), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
+        q(size_t(l.max_tq * l.heads * l.head_dim) * elem), k(size_t(l.max_tk * l.kv_heads * l.head_dim) * elem),
+        v(k.size()), dout(q.size()) {
+    const int threads = omp_get_max_threads();
+    scratch.resize(size_t(threads));
+    const size_t strip = size_t(b.q * b.k * kStripBlocks), tile = size_t(b.q * b.k), D = size_t(l.head_dim);
+#pragma omp parallel num_threads(threads)
+    {  // each thread first-touches its own tiles
+      Scratch& s = scratch[size_t(omp_get_thread_num())];
+      s.s = Buffer<float>(strip);
+      s.dp = Buffer<float>(tile);
+      s.acc = Buffer<float>(size_t(b.q) * D);
+      s.dk = Buffer<float>(size_t(b.k) * D);
+      s.dv = Buffer<float>(size_t(b.k) * D);
+      s.m = Buffer<float>(size_t(b.q));
+      s.l = Buffer<float>(size_t(b.q));
+      s.p = Buffer<char>(strip * elem);
+      s.ds = Buffer<char>(tile * elem);
+      s.products = std::make_unique<Products>(b16);
+    }
+  }
+
+  // row r of head h of a packed [heads, T, D] array
+  char* row(Buffer<char>& a, int64_t h, int64_t T, int64_t r, int64_t D) const {
+    return a.data() + size_t((h * T + r) * D) * elem;
+  }
+  void store(char* dst, size_t i, float x) const {
+    if (b16) reinterpret_cast<bf16*>(dst)[i] = to_bf16(x);
+    else reinterpret_cast<float*>(dst)[i] = x;
+  }
+  // src [T, heads*D] (x scale) into [heads, T, D] of the product type
+  template <class T>
+  void pack(const T* src, int64_t T_, int64_t heads, int64_t D, float scale, Buffer<char>& dst) const {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < T_; ++t) {
+        char* out = dst.data() + size_t((h * T_ + t) * D) * elem;
+        for (int64_t x = 0; x < D; ++x) store(out, size_t(x), load_f32(src[(t * heads + h) * D + x]) * scale);
+      }
+  }
+  void to_products(const float* src, int64_t n, char* dst) const {
+    for (int64_t i = 0; i < n; ++i) store(dst, size_t(i), src[i]);
+  }
+
+  void forward_block(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, TokenTags qt, TokenTags kt,
+                     float* o, float* lse);
+  void scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, int64_t jb,
+                                TokenTags qt, TokenTags kt, const float* lse, const float* delta, Scratch& s);
+  void backward_keys(const AttnDims& d, const TileGrid& g, int64_t kvh, int64_t jb, TokenTags qt, TokenTags kt,
+                     const float* lse, const float* delta, float* dk, float* dv);
+  void backward_queries(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, TokenTags qt, TokenTags kt,
+                        const float* lse, const float* delta, float* dq);
+};
+
+OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Precision products)
+    : impl_(std::make_unique<Impl>(limits, blocks, products == Precision::Bf16 && onednn_has_bf16_products())) {}
+OneDnnAttention::~OneDnnAttention() = default;
+
+size_t OneDnnAttention::workspace_bytes() const {
+  const Impl& m = *impl_;
+  size_t bytes = m.q.size() + m.k.size() + m.v.size() + m.dout.size();
+  for (const Impl::Scratch& s : m.scratch)
+    bytes += (s.s.size() + s.dp.size() + s.acc.size() + s.dk.size() + s.dv.size() + s.m.size() + s.l.size()) *
+                 sizeof(float) + s.p.size() + s.ds.size();
+  return bytes;
+}
+
+Precision OneDnnAttention::products() const { return impl_->b16 ? Precision::Bf16 : Precision::Fp32; }
+
+// One query block of one head: strips of consecutive visible key blocks, each S = Q K^T, the
+// mask, the online softmax, then acc += P V.
+void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib,
+                                          TokenTags qt, TokenTags kt, float* o, float* lse) {
+  Scratch& s = scratch[size_t(omp_get_thread_num())];
+  const int64_t D = d.D, kvh = h / (d.H / d.KV), r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
+  for (int64_t i = 0; i < R; ++i) s.m[size_t(i)] = kNegInf, s.l[size_t(i)] = 0;
+  std::fill(s.acc.data(), s.acc.data() + R * D, 0.0f);
+  for (int64_t jb = g.next_visible(ib, 0); jb < g.nk;) {
+    int64_t je = jb + 1;  // the strip: visible blocks jb .. je - 1
+    while (je < g.nk && je - jb < kStripBlocks && g.tile(ib, je) != Tile::Skip) ++je;
+    const int64_t c0 = jb * g.BK, N = std::min(je * g.BK, d.Tk) - c0;
+    s.products->run({R, N, D, D, 1, 1, D, N, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
+    for (int64_t b = jb; b < je; ++b)
+      if (g.tile(ib, b) == Tile::Masked)
+        for (int64_t i = 0; i < R; ++i)
+          for (int64_t c = b * g.BK; c < b * g.BK + g.cols(b, d.Tk); ++c)
+            if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c], kt.doc[c], d.window))
+              s.s[size_t(i * N + c - c0)] = kNegInf;
+    for (int64_t i = 0; i < R; ++i) {  // online softmax: rescale what is there, add the strip
+      float* srow = s.s.data() + i * N;
+      const float mx = *std::max_element(srow, srow + N), m = std::max(s.m[size_t(i)], mx);
+      float sum = 0;
+      for (int64_t c = 0; c < N; ++c) sum += srow[c] = m == kNegInf ? 0.0f : std::exp(srow[c] - m);
+      const float alpha = s.m[size_t(i)] == kNegInf ? 0.0f : std::exp(s.m[size_t(i)] - m);
+      s.l[size_t(i)] = s.l[size_t(i)] * alpha + sum;
+      s.m[size_t(i)] = m;
+      for (int64_t x = 0; x < D; ++x) s.acc[size_t(i * D + x)] *= alpha;
+    }
+    to_products(s.s.data(), R * N, s.p.data());
+    s.products->run({R, D, N, N, 1, D, 1, D, true}, s.p.data(), row(v, kvh, d.Tk, c0, D), s.acc.data());
+    jb = je < g.nk ? g.next_visible(ib, je) : g.nk;
+  }
+  for (int64_t i = 0; i < R; ++i) {
+    const float l = s.l[size_t(i)];
+    for (int64_t x = 0; x < D; ++x) o[((r0 + i) * d.H + h) * D + x] = l > 0 ? s.acc[size_t(i * D + x)] / l : 0.0f;
+    lse[h * d.Tq + r0 + i] = l > 0 ? s.m[size_t(i)] + std::log(l) : kNegInf;
+  }
+}
+
+template <class T>
+void OneDnnAttention::forward(const AttnDims& d, const T* q, const T* k, const T* v, TokenTags qt, TokenTags kt,
+                              float* o, float* lse) {
+  Impl& m = *impl_;
+  if (d.Tq > m.lim.max_tq || d.Tk > m.lim.max_tk || d.H > m.lim.heads || d.KV > m.lim.kv_heads ||
+      d.D != m.lim.head_dim || d.H % d.KV != 0)
+    fail("OneDnnAttention: a call of ", d.Tq, " x ", d.Tk, " tokens, ", d.H, "/", d.KV, " heads of ", d.D,
+         " beyond its limits");
+  m.pack(q, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), m.q);
+  m.pack(k, d.Tk, d.KV, d.D, 1.0f, m.k);
+  m.pack(v, d.Tk, d.KV, d.D, 1.0f, m.v);
+  const TileGrid g(d, qt, kt, m.blocks);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t h = 0; h < d.H; ++h)
+    for (int64_t ib = 0; ib < g.nq; ++ib) m.forward_block(d, g, h, ib, qt, kt, o, lse);
+}
+
+// Tile (ib, jb) of head h into the thread's scratch: s.s = P [R, C] (fp32) and s.p (the
+// product type), s.dp = dP = dO V^T then dS = P (dP - delta), s.ds (the product type).
+void OneDnnAttention::Impl::scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib,
+                                                     int64_t jb, TokenTags qt, TokenTags kt, const float* lse,
+                                                     const float* delta, Scratch& s) {
+  const int64_t D = d.D, kvh = h / (d.H / d.KV), r0 = ib * g.BQ, R = g.rows(ib, d.Tq), c0 = jb * g.BK,
+                C = g.cols(jb, d.Tk);
+  const bool masked = g.tile(ib, jb) == Tile::Masked;
+  s.products->run({R, C, D, D, 1, 1, D, C, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
+  s.products->run({R, C, D, D, 1, 1, D, C, false}, row(dout, h, d.Tq, r0, D), row(v, kvh, d.Tk, c0, D),
+                  s.dp.data());
+  for (int64_t i = 0; i < R; ++i) {
+    const float row_lse = lse[h * d.Tq + r0 + i], row_delta = delta[h * d.Tq + r0 + i];
+    for (int64_t c = 0; c < C; ++c) {
+      const size_t at = size_t(i * C + c);
+      const bool seen = row_lse != kNegInf &&
+                        (!masked || sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window));
+      const float p = seen ? std::exp(s.s[at] - row_lse) : 0.0f;
+      s.s[at] = p;
+      s.dp[at] = p * (s.dp[at] - row_delta);
+    }
+  }
+  to_products(s.s.data(), R * C, s.p.data());
+  to_products(s.dp.data(), R * C, s.ds.data());
+}
+
+// dK and dV of one key block of one KV head: over every query head of its group and every
+// query block that sees it, dV += P^T dO and dK += dS^T (q / sqrt(D)).
+void OneDnnAttention::Impl::backward_keys(const AttnDims& d, const TileGrid& g, int64_t kvh, int64_t jb,
+                                          TokenTags qt, TokenTags kt, const float* lse, const float* delta,
+                                          float* dk, float* dv) {
+  Scratch& s = scratch[size_t(omp_get_thread_num())];
+  const int64_t D = d.D, group = d.H / d.KV, c0 = jb * g.BK, C = g.cols(jb, d.Tk);
+  std::fill(s.dk.data(), s.dk.data() + C * D, 0.0f);
+  std::fill(s.dv.data(), s.dv.data() + C * D, 0.0f);
+  for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+    for (int64_t ib = 0; ib < g.nq; ++ib) {
+      if (g.tile(ib, jb) == Tile::Skip) continue;
+      const int64_t r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
+      scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
+      s.products->run({C, D, R, 1, C, D, 1, D, true}, s.p.data(), row(dout, h, d.Tq, r0, D), s.dv.data());
+      s.products->run({C, D, R, 1, C, D, 1, D, true}, s.ds.data(), row(q, h, d.Tq, r0, D), s.dk.data());
+    }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t x = 0; x < D; ++x) {
+      dk[((c0 + c) * d.KV + kvh) * D + x] += s.dk[size_t(c * D + x)];
+      dv[((c0 + c) * d.KV + kvh) * D + x] += s.dv[size_t(c * D + x)];
+    }
+}
+
+// dQ of one query block of one head: over the key blocks it sees, dQ += dS K / sqrt(D).
+void OneDnnAttention::Impl::backward_queries(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib,
+                                             TokenTags qt, TokenTags kt, const float* lse, const float* delta,
+                                             float* dq) {
+  Scratch& s = scratch[size_t(omp_get_thread_num())];
+  const int64_t D = d.D, kvh = h / (d.H / d.KV), r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
+  std::fill(s.acc.data(), s.acc.data() + R * D, 0.0f);
+  for (int64_t jb = g.next_visible(ib, 0); jb < g.nk; jb = g.next_visible(ib, jb + 1)) {
+    const int64_t C = g.cols(jb, d.Tk);
+    scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
+    s.products->run({R, D, C, C, 1, D, 1, D, true}, s.ds.data(), row(k, kvh, d.Tk, jb * g.BK, D), s.acc.data());
+  }
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t x = 0; x < D; ++x) dq[((r0 + i) * d.H + h) * D + x] += scale * s.acc[size_t(i * D + x)];
+}
+
+template <class T>
+void OneDnnAttention::backward(const AttnDims& d, const T* q, const T* k, const T* v, const float* lse,
+                               const float* delta, const T* dout, TokenTags qt, TokenTags kt, float* dq, float* dk,
+                               float* dv) {
+  Impl& m = *impl_;
+  m.pack(q, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), m.q);
+  m.pack(k, d.Tk, d.KV, d.D, 1.0f, m.k);
+  m.pack(v, d.Tk, d.KV, d.D, 1.0f, m.v);
+  m.pack(dout, d.Tq, d.H, d.D, 1.0f, m.dout);
+  const TileGrid g(d, qt, kt, m.blocks);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t kvh = 0; kvh < d.KV; ++kvh)
+    for (int64_t jb = 0; jb < g.nk; ++jb) m.backward_keys(d, g, kvh, jb, qt, kt, lse, delta, dk, dv);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t h = 0; h < d.H; ++h)
+    for (int64_t ib = 0; ib < g.nq; ++ib) m.backward_queries(d, g, h, ib, qt, kt, lse, delta, dq);
+}
+
+#define LCT_ONEDNN_ATTENTION(T)                                                                              \
+  template void OneDnnAttention::forward<T>(const AttnDims&, const T*, const T*, const T*, TokenTags,        \
+                                            TokenTags, float*, float*);                                      \
+  template void OneDnnAttention::backward<T>(const AttnDims&, const T*, const T*, const T*, const float*,    \
+                                             const float*, const T*, TokenTags, TokenTags, float*, float*, \
+                                             float*);
+LCT_ONEDNN_ATTENTION(float)
+LCT_ONEDNN_ATTENTION(bf16)
+#undef LCT_ONEDNN_ATTENTION
+
+}  // namespace lct

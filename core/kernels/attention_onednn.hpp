@@ -1,0 +1,60 @@
+// The attention's products through oneDNN's matmul: the tile path beside the fused kernel
+// (attention.hpp's FlashAttention), same layouts, masks and contracts. On a Xeon with AMX
+// oneDNN runs bf16 tiles on the matrix engine, where the fused kernel's bf16 operands are
+// widened to fp32 (AVX512_BF16 runs at half the fp32 rate there); elsewhere it is what
+// oneDNN's brgemm does on the ISA at hand. Which path trains is measured at start-up.
+//
+// What is oneDNN's and what is ours:
+//   oneDNN  every product of a tile: S = Q K^T and O += P V forward; S, dP = dO V^T,
+//           dV += P^T dO, dK += dS^T Q and dQ += dS K backward; fp32 accumulation, bf16 or
+//           fp32 operands (Precision `products`);
+//   ours    which tiles exist (the same block decisions as the fused kernel: tag spans,
+//           skipped, full or masked), the mask inside masked tiles, the online softmax
+//           between the products, and the order of every sum.
+//
+// Forward: one task per (query head, query block); the visible key blocks are taken in
+// strips of up to kStripBlocks consecutive blocks (one product each way per strip), with the
+// online softmax (natural exp, the max subtracted) over each strip.
+// Backward: two passes, both in a fixed order, so the bits do not depend on the thread count:
+// one task per (KV head, key block) sums its dK and dV over the query blocks (and the query
+// heads of its group) that see it; one task per (query head, query block) sums its dQ over
+// the key blocks it sees. The scores and probabilities are computed in both (7 products per
+// tile instead of 5) so that no task writes another's rows.
+#pragma once
+#include <memory>
+
+#include "kernels/attention.hpp"
+
+namespace lct {
+
+class OneDnnAttention {
+ public:
+  // Buffers for the largest call (`limits`) allocated once: the operands packed per head in
+  // the product type, and each thread's tiles.
+  OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Precision products = Precision::Fp32);
+  ~OneDnnAttention();
+
+  // As FlashAttention::forward: o and lse overwritten; a row that sees no key gets o = 0,
+  // lse = -inf.
+  template <class T>
+  void forward(const AttnDims& d, const T* q, const T* k, const T* v, TokenTags qt, TokenTags kt,
+               float* o, float* lse);
+
+  // As FlashAttention::backward: adds the gradients to dq, dk, dv.
+  template <class T>
+  void backward(const AttnDims& d, const T* q, const T* k, const T* v, const float* lse,
+                const float* delta, const T* dout, TokenTags qt, TokenTags kt, float* dq,
+                float* dk, float* dv);
+
+  // bf16 only where oneDNN has bf16 matmuls on this CPU (AVX512_BF16, AMX); elsewhere bf16
+  // operands are widened and multiplied in fp32.
+  Precision products() const;
+  size_t workspace_bytes() const;  // packed operands and every thread's tiles
+  static constexpr int64_t kStripBlocks = 4;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lct
