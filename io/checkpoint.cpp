@@ -93,6 +93,7 @@ void write_contents(const h5::File& f, const CheckpointView& c, const Checkpoint
   h5::write_attr(g, "data_source", c.state.data.source);
   h5::write_attr(g, "seq_len_schedule", c.run.seq_len_schedule);
   h5::write_attr(g, "packing_rule", c.state.packing_rule);
+  h5::write_attr(g, "attention_kernel", c.state.attention_kernel);
   const InitOrigin& o = c.state.init_from;
   h5::write_attr(g, "init_from", o.path);
   h5::write_attr(g, "init_from_step", o.step);
@@ -165,6 +166,7 @@ TrainState read_state(const h5::Handle& g, const std::string& w) {
   // Checkpoints from before lineages, data identities and origins have none: "" (unknown).
   if (h5::has_attr(g, "run_id")) s.run_id = h5::read_string(g, "run_id", w);
   s.packing_rule = h5::has_attr(g, "packing_rule") ? h5::read_int(g, "packing_rule", w) : 1;
+  if (h5::has_attr(g, "attention_kernel")) s.attention_kernel = h5::read_string(g, "attention_kernel", w);
   if (h5::has_attr(g, "data_fingerprint"))
     s.data = {h5::read_int(g, "data_documents", w), h5::read_int(g, "data_tokens", w),
               h5::read_string(g, "data_fingerprint", w), h5::read_string(g, "data_source", w)};

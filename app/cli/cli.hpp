@@ -27,6 +27,7 @@ const Choices<Precision>& precision_choices();
 const Choices<GradReduce>& grad_reduce_choices();
 const Choices<Balance>& balance_choices();
 const Choices<AttnKernel>& attention_kernel_choices();
+const Choices<std::optional<AttnKernel>>& attention_kernel_auto_choices();  // "auto": none forced
 const Choices<Checkpointing>& checkpointing_choices();
 const Choices<GemmLib>& gemm_choices();
 const Choices<std::optional<Isa>>& isa_choices();  // "auto": none forced
@@ -147,6 +148,7 @@ struct TrainOptions {
   int64_t zero;               // 0: optimizer replicated; 1: AdamW moments sharded over all ranks
   GradReduce grad_reduce;     // the gradient all-reduce: hierarchical across nodes, or flat
   Balance balance;            // where a step's tokens go on the dp x cp ranks: by work, or fixed slices
+  std::optional<AttnKernel> attention_kernel;  // the attention path; none: timed at start-up ("auto")
   Precision precision;        // of matrix products
   int64_t eval_every;         // evaluate on eval_data every N steps and at the last; 0 = never
   std::string eval_data;      // held-out dataset file for --eval-every

@@ -48,6 +48,13 @@ const Choices<AttnKernel>& attention_kernel_choices() {
   return c;
 }
 
+const Choices<std::optional<AttnKernel>>& attention_kernel_auto_choices() {
+  static const Choices<std::optional<AttnKernel>> c = named<std::optional<AttnKernel>>(
+      {std::nullopt, AttnKernel::Fused, AttnKernel::OneDnn},
+      [](const std::optional<AttnKernel>& k) { return k ? attn_kernel_name(*k) : "auto"; });
+  return c;
+}
+
 const Choices<GemmLib>& gemm_choices() {
   static const Choices<GemmLib> c = named({GemmLib::OneDnn, GemmLib::OpenBlas}, gemm_lib_name);
   return c;
@@ -446,6 +453,12 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   declare_optimizer(r, c, o);
   r.add_choice(c, "--checkpointing", o.checkpointing, Checkpointing::None, checkpointing_choices(),
                "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)");
+  r.add_choice(c, "--attention-kernel", o.attention_kernel, std::optional<AttnKernel>(),
+               attention_kernel_auto_choices(),
+               "the attention path: fused (the ISA's micro-kernels, softmax in registers), onednn (every "
+               "product of a tile a oneDNN matmul: AMX on Xeons that have it) or auto (a resume takes its "
+               "checkpoint's; otherwise both are timed on a forward and backward of this rank's shape at "
+               "start-up and the faster trains); recorded in every checkpoint");
   declare_flash_blocks(r, c, o.block_q, o.block_k);
   r.add(c, "--seed", o.seed, int64_t(1), "data order seed")
       ->check(count(0));

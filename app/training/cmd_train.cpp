@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "app/cli/context.hpp"
+#include "app/training/attention_choice.hpp"
 #include "app/training/curriculum.hpp"
 #include "app/cli/parallel_options.hpp"
 #include "app/training/train_checkpoint.hpp"
@@ -252,6 +253,7 @@ int cmd_train(Context& ctx) {
   progress.phase("reading the model and the data");
   TrainInputs in = read_train_inputs(ctx, plan, out);
   report_train_inputs(out, o, plan, in);
+  const AttnKernel attention = choose_attention_kernel(ctx, plan, in, out);
   const ModelConfig& mc = in.config();
   check_memory(out, o, plan, mc, in.shape, ctx.topo.threads, world.node_size, world.size, process_bytes);
   if (o.dry_run) return dry_run(world, o, plan, in, out);
@@ -275,6 +277,7 @@ int cmd_train(Context& ctx) {
   TrainState state = start_state(world, out, o, run.get(),
                                  {o.resume, o.run_dir, &mc, &in.init.layout, parts->checkpoint_targets(), layout, where},
                                  identify(*in.dataset), in.origin, tokenizer_info(in.dataset->info()), record);
+  state.attention_kernel = attn_kernel_name(attention);
   const DataLoader& loader = position_data(out, data, state);
   if (state.step >= o.steps) {
     out << "the run is already complete: step " << state.step << " of --steps " << o.steps << "\n";

@@ -132,6 +132,10 @@ struct OneDnnAttention::Impl {
     std::unique_ptr<Products> products;
   };
   std::vector<Scratch> scratch;
+  std::function<void()> progress;  // thread 0's, between tasks
+  void between_tasks() const {
+    if (progress && omp_get_thread_num() == 0) progress();
+  }
 
   Impl(const AttnLimits& l, AttnBlocks b, bool bf16_products)
       : lim(l), blocks(b), b16(bf16_products), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
@@ -192,14 +196,19 @@ OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Pr
     : impl_(std::make_unique<Impl>(limits, blocks, products == Precision::Bf16 && onednn_has_bf16_products())) {}
 OneDnnAttention::~OneDnnAttention() = default;
 
-size_t OneDnnAttention::workspace_bytes() const {
-  const Impl& m = *impl_;
-  size_t bytes = m.q.size() + m.k.size() + m.v.size() + m.dout.size();
-  for (const Impl::Scratch& s : m.scratch)
-    bytes += (s.s.size() + s.dp.size() + s.acc.size() + s.dk.size() + s.dv.size() + s.m.size() + s.l.size()) *
-                 sizeof(float) + s.p.size() + s.ds.size();
-  return bytes;
+size_t OneDnnAttention::workspace_bytes_for(const AttnLimits& l, AttnBlocks b, int threads, Precision products) {
+  const size_t elem = products == Precision::Bf16 && onednn_has_bf16_products() ? sizeof(bf16) : sizeof(float);
+  const size_t packed = 2 * size_t(l.max_tq * l.heads * l.head_dim) + 2 * size_t(l.max_tk * l.kv_heads * l.head_dim);
+  const size_t strip = size_t(b.q * b.k * kStripBlocks), tile = size_t(b.q * b.k), D = size_t(l.head_dim);
+  const size_t floats = strip + tile + size_t(b.q) * D + 2 * size_t(b.k) * D + 2 * size_t(b.q);
+  return packed * elem + size_t(threads) * (floats * sizeof(float) + (strip + tile) * elem);
 }
+
+size_t OneDnnAttention::workspace_bytes() const {
+  return workspace_bytes_for(impl_->lim, impl_->blocks, int(impl_->scratch.size()), products());
+}
+
+void OneDnnAttention::set_progress(std::function<void()> hook) { impl_->progress = std::move(hook); }
 
 Precision OneDnnAttention::products() const { return impl_->b16 ? Precision::Bf16 : Precision::Fp32; }
 
@@ -257,7 +266,10 @@ void OneDnnAttention::forward(const AttnDims& d, const T* q, const T* k, const T
   const TileGrid g(d, qt, kt, m.blocks);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t ib = 0; ib < g.nq; ++ib) m.forward_block(d, g, h, ib, qt, kt, o, lse);
+    for (int64_t ib = 0; ib < g.nq; ++ib) {
+      m.forward_block(d, g, h, ib, qt, kt, o, lse);
+      m.between_tasks();
+    }
 }
 
 // Tile (ib, jb) of head h into the thread's scratch: s.s = P [R, C] (fp32) and s.p (the
@@ -339,10 +351,16 @@ void OneDnnAttention::backward(const AttnDims& d, const T* q, const T* k, const 
   const TileGrid g(d, qt, kt, m.blocks);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t kvh = 0; kvh < d.KV; ++kvh)
-    for (int64_t jb = 0; jb < g.nk; ++jb) m.backward_keys(d, g, kvh, jb, qt, kt, lse, delta, dk, dv);
+    for (int64_t jb = 0; jb < g.nk; ++jb) {
+      m.backward_keys(d, g, kvh, jb, qt, kt, lse, delta, dk, dv);
+      m.between_tasks();
+    }
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t ib = 0; ib < g.nq; ++ib) m.backward_queries(d, g, h, ib, qt, kt, lse, delta, dq);
+    for (int64_t ib = 0; ib < g.nq; ++ib) {
+      m.backward_queries(d, g, h, ib, qt, kt, lse, delta, dq);
+      m.between_tasks();
+    }
 }
 
 #define LCT_ONEDNN_ATTENTION(T)                                                                              \

@@ -21,6 +21,7 @@
 // the key blocks it sees. The scores and probabilities are computed in both (7 products per
 // tile instead of 5) so that no task writes another's rows.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "kernels/attention.hpp"
@@ -50,6 +51,9 @@ class OneDnnAttention {
   // operands are widened and multiplied in fp32.
   Precision products() const;
   size_t workspace_bytes() const;  // packed operands and every thread's tiles
+  static size_t workspace_bytes_for(const AttnLimits& limits, AttnBlocks blocks, int threads, Precision products);
+  // Called by thread 0 between tasks while a kernel runs (a ring's transfers progress).
+  void set_progress(std::function<void()> hook);
   static constexpr int64_t kStripBlocks = 4;
 
  private:

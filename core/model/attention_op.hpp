@@ -8,6 +8,7 @@
 
 #include "common/clock.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_kernel.hpp"
 
 namespace lct {
 
@@ -82,29 +83,30 @@ class AttentionOpOf : public AttentionOp {
   Impl& self() { return static_cast<Impl&>(*this); }
 };
 
-// Single rank: the flash kernel on the local tokens.
+// Single rank: the attention kernel (fused or oneDNN's tiles: attention_kernel.hpp) on the
+// local tokens.
 class LocalAttention : public AttentionOpOf<LocalAttention> {
  public:
   LocalAttention(int64_t max_tokens, int64_t H, int64_t KV, int64_t D, AttnBlocks blocks, Isa isa,
                  Precision products)
-      : flash_({max_tokens, max_tokens, H, KV, D}, blocks, isa, products),
+      : kernel_({max_tokens, max_tokens, H, KV, D}, blocks, isa, products),
         delta_(size_t(H * max_tokens)) {}
   template <class X>
   void fwd(const AttnDims& d, const X* q, const X* k, const X* v, TokenTags tags, float* o,
            float* lse, PhaseClock& clock) {
-    flash_.forward(d, q, k, v, tags, tags, o, lse);
+    kernel_.forward(d, q, k, v, tags, tags, o, lse);
     clock.lap(Phase::AttnFwd);
   }
   template <class X>
   void bwd(const AttnDims& d, const X* q, const X* k, const X* v, const X* o, const float* lse,
            const X* dout, TokenTags tags, float* dq, float* dk, float* dv, PhaseClock& clock) {
     attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
-    flash_.backward(d, q, k, v, lse, delta_.data(), dout, tags, tags, dq, dk, dv);
+    kernel_.backward(d, q, k, v, lse, delta_.data(), dout, tags, tags, dq, dk, dv);
     clock.lap(Phase::AttnBwd);
   }
 
  private:
-  FlashAttention flash_;
+  AttentionKernel kernel_;
   Buffer<float> delta_;
 };
 

@@ -543,7 +543,7 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
   m.params_grads = 2 * params * f + (b16 ? params * sizeof(bf16) : 0);
   m.optimizer = 2 * params * f;
   const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
-  const size_t kernels = FlashAttention::workspace_bytes_for(lim, shape.blocks, threads) +
+  const size_t kernels = AttentionKernel::workspace_bytes_for(attention_kernel(), lim, shape.blocks, threads, shape.precision) +
                          LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size / tp, shape.precision);
   if (b16) {
     Activations<bf16> a;

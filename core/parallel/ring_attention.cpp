@@ -60,14 +60,14 @@ RingAttention::RingAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64_t KV, int
                              CpTransport transport)
     : comm_(cp), transport_(transport), n_(comm_size(cp)), tl_(Tl), kvd_(KV * D),
       sizes_(sizes(Tl, H, KV, D, activations)),
-      flash_({Tl, Tl, H, KV, D}, blocks, isa, activations), steps_(n_), sees_(size_t(n_), 1),
+      kernel_({Tl, Tl, H, KV, D}, blocks, isa, activations), steps_(n_), sees_(size_t(n_), 1),
       kv_ring_(make_ring_transport(transport, cp, 11, sizes_.kv_slot)),
       dkv_ring_(make_ring_transport(transport, cp, 12, sizes_.dkv * sizeof(float), 1)),
       kv_(Tl, KV * D, elem_size(activations), kv_ring_->slot(0), kv_ring_->slot(1)),
       o_part_(sizes_.o_part), lse_part_(sizes_.lse), delta_(sizes_.lse),
       dkv_{Buffer<float>(sizes_.dkv), Buffer<float>(sizes_.dkv)},
       dkv_in_(reinterpret_cast<float*>(dkv_ring_->slot(0))) {
-  flash_.set_progress([this] {
+  kernel_.set_progress([this] {
     kv_ring_->progress();
     dkv_ring_->progress();
   });
@@ -135,9 +135,9 @@ void RingAttention::fwd(const AttnDims& d, const X* q, const X* k, const X* v, T
     if (more) kv_ring_->start(kv_.block(cur), 1 - cur, kv_.bytes());  // next block
     slow_down(*kv_ring_, *dkv_ring_);
     if (step == 0) {
-      flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o, lse);
+      kernel_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o, lse);
     } else if (sees_[size_t(step)]) {
-      flash_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o_part_.data(), lse_part_.data());
+      kernel_.forward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), tags, kv_.tags(cur), o_part_.data(), lse_part_.data());
       attention_merge(o, lse, o_part_.data(), lse_part_.data(), d.Tq, d.H, d.D);
     }
     clock.lap(Phase::AttnFwd);
@@ -165,7 +165,7 @@ void RingAttention::bwd(const AttnDims& d, const X* q, const X* k, const X* v, c
     zero(acc, 2 * n);
     slow_down(*kv_ring_, *dkv_ring_);
     if (sees_[size_t(step)])
-      flash_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
+      kernel_.backward(d, q, kv_.k<X>(cur), kv_.v<X>(cur), lse, delta_.data(), dout, tags,
                       kv_.tags(cur), dq, acc, acc + n);
     clock.lap(Phase::AttnBwd);
     if (step > 0) {  // the ranks before us in the ring added theirs: it has arrived
@@ -205,7 +205,7 @@ AllGatherAttention::AllGatherAttention(MPI_Comm cp, int64_t Tl, int64_t H, int64
                                        AttnBlocks blocks, Isa isa, Precision activations)
     : comm_(cp), n_(comm_size(cp)), kvd_(KV * D), elem_(elem_size(activations)),
       sizes_(sizes(n_, Tl, H, KV, D, activations)),
-      flash_({Tl, comm_size(cp) * Tl, H, KV, D}, blocks, isa, activations),
+      kernel_({Tl, comm_size(cp) * Tl, H, KV, D}, blocks, isa, activations),
       own_(Tl, KV * D, 1, elem_), gathered_(Tl, KV * D, n_, elem_),
       k_all_(sizes_.all * elem_), v_all_(sizes_.all * elem_), dk_all_(sizes_.all), dv_all_(sizes_.all),
       dkv_send_(2 * sizes_.all), dkv_own_(sizes_.dkv_own), delta_(sizes_.delta),
@@ -240,7 +240,7 @@ void AllGatherAttention::fwd(const AttnDims& d, const X* q, const X* k, const X*
   clock.lap(Phase::Comm);
   AttnDims all = d;  // our queries, everyone's keys
   all.Tk = d.Tk * n_;
-  flash_.forward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
+  kernel_.forward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
                  tags, {idx_all_.data(), doc_all_.data()}, o, lse);
   clock.lap(Phase::AttnFwd);
 }
@@ -257,7 +257,7 @@ void AllGatherAttention::bwd(const AttnDims& d, const X* q, const X* k, const X*
   zero(dk_all_.data(), n_ * f);
   zero(dv_all_.data(), n_ * f);
   attention_delta(o, dout, d.Tq, d.H, d.D, delta_.data());
-  flash_.backward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
+  kernel_.backward(all, q, reinterpret_cast<const X*>(k_all_.data()), reinterpret_cast<const X*>(v_all_.data()),
                   lse, delta_.data(), dout, tags, {idx_all_.data(), doc_all_.data()}, dq,
                   dk_all_.data(), dv_all_.data());
   for (int r = 0; r < n_; ++r) {  // [dk_r | dv_r] per owner, for the reduce-scatter

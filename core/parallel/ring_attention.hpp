@@ -108,7 +108,7 @@ class RingAttention : public AttentionOpOf<RingAttention> {
   int n_;
   int64_t tl_, kvd_;                   // local tokens (at most), K/V width
   Sizes sizes_;
-  FlashAttention flash_;
+  AttentionKernel kernel_;
   int home_shift_ = 0;                 // dkv_home_'s
   RingCounters home_retired_;          // of the dkv_home_s a plan with another shift replaced
   int steps_;                          // ring steps of the current tokens (n_ without a plan)
@@ -161,7 +161,7 @@ class AllGatherAttention : public AttentionOpOf<AllGatherAttention> {
   size_t elem_;
   Sizes sizes_;
   size_t bytes_sent_ = 0;
-  FlashAttention flash_;
+  AttentionKernel kernel_;
   KvBlocks own_, gathered_;
   Buffer<char> k_all_, v_all_;   // [n * Tl, KV*D] in the activation type
   Buffer<float> dk_all_, dv_all_, dkv_send_, dkv_own_, delta_;

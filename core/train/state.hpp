@@ -38,6 +38,9 @@ struct TrainState {
   // The packing rule the data order was drawn under (data/packing.hpp); 1 for checkpoints
   // from before rules were recorded.
   int64_t packing_rule = kPackingRule;
+  // The attention path it trained with ("fused", "onednn": kernels/attention_kernel.hpp); a
+  // resume takes it again. "" for checkpoints from before it was recorded.
+  std::string attention_kernel;
 };
 
 // A new lineage id: 16 random hex digits.

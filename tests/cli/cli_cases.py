@@ -504,6 +504,42 @@ def every_kernel_path_and_gemm_library_trains_to_the_same_losses():
 
 
 @case
+def attention_kernel_onednn_trains_the_fused_losses_and_a_resume_keeps_it():
+    """--attention-kernel onednn (every product of a tile a oneDNN matmul) trains the fused
+    kernel's losses to rounding, in fp32 and bf16; the path is recorded in every checkpoint, and
+    a resume under auto takes it again (steps 4-6 bit for bit as the straight run) where a
+    fresh auto run times both and says so."""
+    good_model()
+    good_dataset()
+    for precision in ("fp32", "bf16"):
+        paths = {}
+        for kernel in ("fused", "onednn"):
+            p = tiny_run(f"{kernel}_{precision}", "--attention-kernel", kernel, "--precision", precision)
+            assert f"attention kernel: {kernel} (--attention-kernel)" in p.stdout, p.stdout
+            paths[kernel] = timing(f"{kernel}_{precision}")[0]["loss"]
+        print(precision, "losses fused", paths["fused"], "onednn", paths["onednn"])
+        assert np.allclose(paths["onednn"], paths["fused"], rtol=2e-5 if precision == "fp32" else 2e-3, atol=0)
+    with h5py.File("onednn_fp32/checkpoints/step_00000006.h5", "r") as f:
+        assert f["train_state"].attrs["attention_kernel"] == "onednn", dict(f["train_state"].attrs)
+    first = run(*command_of_tiny_run("split", "--attention-kernel", "onednn", "--checkpoint-every", "3",
+                                     "--stop-at", "3"))
+    assert first.returncode == 85, (first.returncode, first.stdout, first.stderr)
+    p = tiny_run("split", "--checkpoint-every", "3", "--resume", "auto")
+    assert "attention kernel: onednn (--attention-kernel auto: the checkpoint's" in p.stdout, p.stdout
+    assert np.array_equal(timing("split")[0]["loss"][-3:], timing("onednn_fp32")[0]["loss"][3:])
+    p = tiny_run("split", "--attention-kernel", "fused", "--resume", "auto", steps=7)
+    assert "the checkpoint it resumes from was trained with onednn" in p.stdout, p.stdout
+    p = tiny_run("auto")
+    m = re.search(r"attention kernel: (fused|onednn) \(--attention-kernel auto: a forward and backward of 600 "
+                  r"tokens, 4 heads, took ([\d.]+) ms fused and ([\d.]+) ms through oneDNN", p.stdout)
+    assert m, p.stdout
+    faster = "onednn" if float(m.group(3)) < float(m.group(2)) else "fused"
+    assert m.group(1) == faster, m.groups()
+    with h5py.File("auto/checkpoints/step_00000006.h5", "r") as f:
+        assert f["train_state"].attrs["attention_kernel"] == faster
+
+
+@case
 def bf16_without_bf16_products_warns_and_still_trains():
     """On the avx2 path (or a CPU without AVX512_BF16/AMX) bf16 is widened to fp32: one warning
     line, the same training to bf16's precision."""
