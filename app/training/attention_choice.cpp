@@ -16,6 +16,8 @@ namespace lct {
 
 namespace {
 
+constexpr double kClearlyFaster = 0.9;  // oneDNN's time at most this share of the fused kernel's
+
 // The path recorded by the checkpoint a --resume would start from ("" when none is, or when
 // the run starts fresh): rank 0 looks, every rank gets its answer. An unreadable checkpoint
 // says nothing here; the resume itself reports it.
@@ -94,11 +96,18 @@ AttnKernel choose_attention_kernel(const Context& ctx, const ParallelPlan& plan,
       ms = {time(AttnKernel::Fused), time(AttnKernel::OneDnn)};
     }
     ms = broadcast_ints(ms, ctx.world.comm);
-    k = ms[1] < ms[0] ? AttnKernel::OneDnn : AttnKernel::Fused;
+    // oneDNN's path only where it has a matrix engine to run (bf16 on AMX) and is clearly
+    // faster there: elsewhere its matmuls use the same FMA units as the fused kernel, and a
+    // choice made on timings alone could differ between two runs of one command near a tie,
+    // where lctrain's runs repeat bit for bit.
+    const bool engine = in.shape.precision == Precision::Bf16 && ctx.topo.cpu.amx_bf16;
+    k = engine && double(ms[1]) < kClearlyFaster * double(ms[0]) ? AttnKernel::OneDnn : AttnKernel::Fused;
     out << std::fixed << std::setprecision(1) << "attention kernel: " << attn_kernel_name(k)
         << " (--attention-kernel auto: a forward and backward of " << T << " tokens, " << H << " heads, took "
         << double(ms[0]) / 1e3 << " ms fused and " << double(ms[1]) / 1e3 << " ms through oneDNN on rank 0's "
-        << ctx.topo.threads << " threads)\n";
+        << ctx.topo.threads << " threads; "
+        << (engine ? "the faster, oneDNN's only at 0.9x or less" : "oneDNN's path is taken only in bf16 on AMX")
+        << ")\n";
   }
   attention_kernel_setup(k);
   return k;

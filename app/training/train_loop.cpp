@@ -137,7 +137,8 @@ double TrainLoop::peer_wait_s() const {
 
 double TrainLoop::bytes_sent() const {
   return (parts.cp_attention ? double(parts.cp_attention->bytes_sent()) : 0) +
-         (parts.spread_attention ? double(parts.spread_attention->bytes_sent()) : 0) + double(parts.reducer->bytes_sent) +
+         (parts.spread_attention ? double(parts.spread_attention->bytes_sent()) : 0) +
+         double(parts.reducer->bytes_sent) +
          (parts.model->tp() ? double(parts.model->tp()->bytes_sent()) : 0) +
          (parts.model->param_shards() ? double(parts.model->param_shards()->bytes_sent()) : 0);
 }

@@ -82,7 +82,8 @@ class Products {
     for (int64_t i = 0; i < p.M; ++i)
       for (int64_t j = 0; j < p.N; ++j) {
         float sum = 0;
-        for (int64_t x = 0; x < p.K; ++x) sum += load_f32(A[i * p.a_row + x * p.a_col]) * load_f32(B[x * p.b_row + j * p.b_col]);
+        for (int64_t x = 0; x < p.K; ++x)
+          sum += load_f32(A[i * p.a_row + x * p.a_col]) * load_f32(B[x * p.b_row + j * p.b_col]);
         c[i * p.c_row + j] = p.accumulate ? c[i * p.c_row + j] + sum : sum;
       }
   }
@@ -178,6 +179,27 @@ struct OneDnnAttention::Impl {
         for (int64_t x = 0; x < D; ++x) store(out, size_t(x), load_f32(src[(t * heads + h) * D + x]) * scale);
       }
   }
+  // A call's q (scaled by 1/sqrt(D)), k and v, packed; refused beyond the limits.
+  template <class T>
+  void take(const AttnDims& d, const T* q_, const T* k_, const T* v_) {
+    if (d.Tq > lim.max_tq || d.Tk > lim.max_tk || d.H > lim.heads || d.KV > lim.kv_heads || d.D != lim.head_dim ||
+        d.H % d.KV != 0)
+      fail("OneDnnAttention: a call of ", d.Tq, " x ", d.Tk, " tokens, ", d.H, "/", d.KV, " heads of ", d.D,
+           " beyond its limits");
+    pack(q_, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), q);
+    pack(k_, d.Tk, d.KV, d.D, 1.0f, k);
+    pack(v_, d.Tk, d.KV, d.D, 1.0f, v);
+  }
+  // fn(a, b) for every a < na, b < nb: tasks of a dynamic schedule, the progress hook between.
+  template <class F>
+  void for_each_task(int64_t na, int64_t nb, const F& fn) const {
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int64_t a = 0; a < na; ++a)
+      for (int64_t b = 0; b < nb; ++b) {
+        fn(a, b);
+        between_tasks();
+      }
+  }
   void to_products(const float* src, int64_t n, char* dst) const {
     for (int64_t i = 0; i < n; ++i) store(dst, size_t(i), src[i]);
   }
@@ -256,20 +278,9 @@ template <class T>
 void OneDnnAttention::forward(const AttnDims& d, const T* q, const T* k, const T* v, TokenTags qt, TokenTags kt,
                               float* o, float* lse) {
   Impl& m = *impl_;
-  if (d.Tq > m.lim.max_tq || d.Tk > m.lim.max_tk || d.H > m.lim.heads || d.KV > m.lim.kv_heads ||
-      d.D != m.lim.head_dim || d.H % d.KV != 0)
-    fail("OneDnnAttention: a call of ", d.Tq, " x ", d.Tk, " tokens, ", d.H, "/", d.KV, " heads of ", d.D,
-         " beyond its limits");
-  m.pack(q, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), m.q);
-  m.pack(k, d.Tk, d.KV, d.D, 1.0f, m.k);
-  m.pack(v, d.Tk, d.KV, d.D, 1.0f, m.v);
+  m.take(d, q, k, v);
   const TileGrid g(d, qt, kt, m.blocks);
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t ib = 0; ib < g.nq; ++ib) {
-      m.forward_block(d, g, h, ib, qt, kt, o, lse);
-      m.between_tasks();
-    }
+  m.for_each_task(d.H, g.nq, [&](int64_t h, int64_t ib) { m.forward_block(d, g, h, ib, qt, kt, o, lse); });
 }
 
 // Tile (ib, jb) of head h into the thread's scratch: s.s = P [R, C] (fp32) and s.p (the
@@ -344,23 +355,13 @@ void OneDnnAttention::backward(const AttnDims& d, const T* q, const T* k, const 
                                const float* delta, const T* dout, TokenTags qt, TokenTags kt, float* dq, float* dk,
                                float* dv) {
   Impl& m = *impl_;
-  m.pack(q, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), m.q);
-  m.pack(k, d.Tk, d.KV, d.D, 1.0f, m.k);
-  m.pack(v, d.Tk, d.KV, d.D, 1.0f, m.v);
+  m.take(d, q, k, v);
   m.pack(dout, d.Tq, d.H, d.D, 1.0f, m.dout);
   const TileGrid g(d, qt, kt, m.blocks);
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t kvh = 0; kvh < d.KV; ++kvh)
-    for (int64_t jb = 0; jb < g.nk; ++jb) {
-      m.backward_keys(d, g, kvh, jb, qt, kt, lse, delta, dk, dv);
-      m.between_tasks();
-    }
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t ib = 0; ib < g.nq; ++ib) {
-      m.backward_queries(d, g, h, ib, qt, kt, lse, delta, dq);
-      m.between_tasks();
-    }
+  m.for_each_task(d.KV, g.nk,
+                  [&](int64_t kvh, int64_t jb) { m.backward_keys(d, g, kvh, jb, qt, kt, lse, delta, dk, dv); });
+  m.for_each_task(d.H, g.nq,
+                  [&](int64_t h, int64_t ib) { m.backward_queries(d, g, h, ib, qt, kt, lse, delta, dq); });
 }
 
 #define LCT_ONEDNN_ATTENTION(T)                                                                              \
