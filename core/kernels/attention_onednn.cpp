@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "kernels/vexp.hpp"
 
 namespace lct {
 
@@ -200,14 +201,23 @@ struct OneDnnAttention::Impl {
         between_tasks();
       }
   }
-  void to_products(const float* src, int64_t n, char* dst) const {
-    for (int64_t i = 0; i < n; ++i) store(dst, size_t(i), src[i]);
+  // src [n] as a product operand: itself in fp32, else rounded into dst.
+  const char* as_products(const float* src, int64_t n, char* dst) const {
+    if (!b16) return reinterpret_cast<const char*>(src);
+    bf16* out = reinterpret_cast<bf16*>(dst);
+    for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(src[i]);
+    return dst;
   }
 
   void forward_block(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, TokenTags qt, TokenTags kt,
                      float* o, float* lse);
-  void scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, int64_t jb,
-                                TokenTags qt, TokenTags kt, const float* lse, const float* delta, Scratch& s);
+  struct TileOperands {
+    const char* p;   // P [R, C] in the product type
+    const char* ds;  // dS [R, C] in the product type
+  };
+  TileOperands scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, int64_t jb,
+                                        TokenTags qt, TokenTags kt, const float* lse, const float* delta,
+                                        Scratch& s);
   void backward_keys(const AttnDims& d, const TileGrid& g, int64_t kvh, int64_t jb, TokenTags qt, TokenTags kt,
                      const float* lse, const float* delta, float* dk, float* dv);
   void backward_queries(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, TokenTags qt, TokenTags kt,
@@ -255,16 +265,17 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
               s.s[size_t(i * N + c - c0)] = kNegInf;
     for (int64_t i = 0; i < R; ++i) {  // online softmax: rescale what is there, add the strip
       float* srow = s.s.data() + i * N;
-      const float mx = *std::max_element(srow, srow + N), m = std::max(s.m[size_t(i)], mx);
+      const float m = std::max(s.m[size_t(i)], row_max(srow, N));
       float sum = 0;
-      for (int64_t c = 0; c < N; ++c) sum += srow[c] = m == kNegInf ? 0.0f : std::exp(srow[c] - m);
+      if (m == kNegInf) std::fill(srow, srow + N, 0.0f);  // nothing seen yet
+      else sum = exp_shift_sum(srow, N, m);
       const float alpha = s.m[size_t(i)] == kNegInf ? 0.0f : std::exp(s.m[size_t(i)] - m);
       s.l[size_t(i)] = s.l[size_t(i)] * alpha + sum;
       s.m[size_t(i)] = m;
       for (int64_t x = 0; x < D; ++x) s.acc[size_t(i * D + x)] *= alpha;
     }
-    to_products(s.s.data(), R * N, s.p.data());
-    s.products->run({R, D, N, N, 1, D, 1, D, true}, s.p.data(), row(v, kvh, d.Tk, c0, D), s.acc.data());
+    const char* p = as_products(s.s.data(), R * N, s.p.data());
+    s.products->run({R, D, N, N, 1, D, 1, D, true}, p, row(v, kvh, d.Tk, c0, D), s.acc.data());
     jb = je < g.nk ? g.next_visible(ib, je) : g.nk;
   }
   for (int64_t i = 0; i < R; ++i) {
@@ -283,9 +294,9 @@ void OneDnnAttention::forward(const AttnDims& d, const T* q, const T* k, const T
   m.for_each_task(d.H, g.nq, [&](int64_t h, int64_t ib) { m.forward_block(d, g, h, ib, qt, kt, o, lse); });
 }
 
-// Tile (ib, jb) of head h into the thread's scratch: s.s = P [R, C] (fp32) and s.p (the
-// product type), s.dp = dP = dO V^T then dS = P (dP - delta), s.ds (the product type).
-void OneDnnAttention::Impl::scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib,
+// Tile (ib, jb) of head h into the thread's scratch: s.s = P [R, C] (fp32), s.dp = dP = dO V^T
+// then dS = P (dP - delta); both also as product operands (s.p and s.ds in bf16).
+OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib,
                                                      int64_t jb, TokenTags qt, TokenTags kt, const float* lse,
                                                      const float* delta, Scratch& s) {
   const int64_t D = d.D, kvh = h / (d.H / d.KV), r0 = ib * g.BQ, R = g.rows(ib, d.Tq), c0 = jb * g.BK,
@@ -296,17 +307,20 @@ void OneDnnAttention::Impl::scores_and_probabilities(const AttnDims& d, const Ti
                   s.dp.data());
   for (int64_t i = 0; i < R; ++i) {
     const float row_lse = lse[h * d.Tq + r0 + i], row_delta = delta[h * d.Tq + r0 + i];
-    for (int64_t c = 0; c < C; ++c) {
-      const size_t at = size_t(i * C + c);
-      const bool seen = row_lse != kNegInf &&
-                        (!masked || sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window));
-      const float p = seen ? std::exp(s.s[at] - row_lse) : 0.0f;
-      s.s[at] = p;
-      s.dp[at] = p * (s.dp[at] - row_delta);
+    float* p = s.s.data() + i * C;
+    float* ds = s.dp.data() + i * C;
+    if (row_lse == kNegInf) {  // a query that sees nothing (padding)
+      std::fill(p, p + C, 0.0f);
+      std::fill(ds, ds + C, 0.0f);
+      continue;
     }
+    exp_shift_sum(p, C, row_lse);
+    if (masked)
+      for (int64_t c = 0; c < C; ++c)
+        if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window)) p[c] = 0.0f;
+    for (int64_t c = 0; c < C; ++c) ds[c] = p[c] * (ds[c] - row_delta);
   }
-  to_products(s.s.data(), R * C, s.p.data());
-  to_products(s.dp.data(), R * C, s.ds.data());
+  return {as_products(s.s.data(), R * C, s.p.data()), as_products(s.dp.data(), R * C, s.ds.data())};
 }
 
 // dK and dV of one key block of one KV head: over every query head of its group and every
@@ -322,9 +336,9 @@ void OneDnnAttention::Impl::backward_keys(const AttnDims& d, const TileGrid& g, 
     for (int64_t ib = 0; ib < g.nq; ++ib) {
       if (g.tile(ib, jb) == Tile::Skip) continue;
       const int64_t r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
-      scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
-      s.products->run({C, D, R, 1, C, D, 1, D, true}, s.p.data(), row(dout, h, d.Tq, r0, D), s.dv.data());
-      s.products->run({C, D, R, 1, C, D, 1, D, true}, s.ds.data(), row(q, h, d.Tq, r0, D), s.dk.data());
+      const TileOperands t = scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
+      s.products->run({C, D, R, 1, C, D, 1, D, true}, t.p, row(dout, h, d.Tq, r0, D), s.dv.data());
+      s.products->run({C, D, R, 1, C, D, 1, D, true}, t.ds, row(q, h, d.Tq, r0, D), s.dk.data());
     }
   for (int64_t c = 0; c < C; ++c)
     for (int64_t x = 0; x < D; ++x) {
@@ -342,8 +356,8 @@ void OneDnnAttention::Impl::backward_queries(const AttnDims& d, const TileGrid& 
   std::fill(s.acc.data(), s.acc.data() + R * D, 0.0f);
   for (int64_t jb = g.next_visible(ib, 0); jb < g.nk; jb = g.next_visible(ib, jb + 1)) {
     const int64_t C = g.cols(jb, d.Tk);
-    scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
-    s.products->run({R, D, C, C, 1, D, 1, D, true}, s.ds.data(), row(k, kvh, d.Tk, jb * g.BK, D), s.acc.data());
+    const TileOperands t = scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
+    s.products->run({R, D, C, C, 1, D, 1, D, true}, t.ds, row(k, kvh, d.Tk, jb * g.BK, D), s.acc.data());
   }
   const float scale = 1.0f / std::sqrt(float(D));
   for (int64_t i = 0; i < R; ++i)
