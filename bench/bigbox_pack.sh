@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs lctrain for a bigger x86-64 machine without Debian 12 (../shared/tools/bigbox): a
 # portable build (kernels chosen at run time, -march=x86-64-v3), the libraries that tree's
-# package set lacks (oneDNN, SentencePiece) and bench/cp_sweep.sh, into DIR/root.tar.xz plus
-# enter.sh. DIR should be ignored by git (e.g. build-bigbox: /build*/ is) and carried.
+# package set lacks (oneDNN, SentencePiece), bench/cp_sweep.sh and bench/xeon_bf16.sh, into
+# DIR/root.tar.xz plus enter.sh and the PyTorch peer torch2_train.py. DIR should be ignored by
+# git (e.g. build-bigbox: /build*/ is) and carried.
 #   bash bench/bigbox_pack.sh [DIR]
 # There (as root), from the checkout:
 #   bash DIR/enter.sh DIR/root.tar.xz            # unpacks to /tmp/root; /work = /tmp/lct_work
@@ -19,13 +20,13 @@ mkdir -p "$DIR/extra"
 cmake -S "$here" -B "$B" -DCMAKE_BUILD_TYPE=Release -DLCT_NATIVE=OFF -DLCT_BUILD_TESTS=OFF \
   -DCMAKE_CXX_FLAGS=-march=x86-64-v3 > /dev/null
 cmake --build "$B" -j"$(nproc)" --target lctrain > /dev/null
-cp "$here/bench/cp_sweep.sh" "$DIR/extra/"
+cp "$here/bench/cp_sweep.sh" "$here/bench/xeon_bf16.sh" "$DIR/extra/"
 # Libraries of lctrain from packages the tree does not hold (mkroot.sh's list)
 for lib in libdnnl.so.2 libsentencepiece.so.0 libsentencepiece_train.so.0; do
   path=$(ldd "$B/app/lctrain" | awk -v l="$lib" '$1 == l {print $3}')
   [ -n "$path" ] && cp -L "$path" "$DIR/extra/"
 done
 bash "$TOOLS/mkroot.sh" "$B/app/lctrain" "$DIR/extra" "$DIR/root.tar.xz"
-cp "$TOOLS/enter.sh" "$DIR/"
+cp "$TOOLS/enter.sh" "$TOOLS/torch2_train.py" "$DIR/"  # the PyTorch peer runs outside the tree
 rm -rf "$DIR/extra"  # only what travels stays
 ls -l "$DIR"
