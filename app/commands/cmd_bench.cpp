@@ -116,7 +116,7 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     };
     const double g = measure_gemm_gflops(2048, int(o.repeats), precision);
     if (o.attention_kernel == AttnKernel::OneDnn) {
-      OneDnnAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, precision);
+      OneDnnAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
       time(kernel);
     } else {
       FlashAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);

@@ -13,7 +13,7 @@ AttnKernel attention_kernel() { return g_kernel; }
 
 AttentionKernel::AttentionKernel(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products,
                                  AttnKernel which) {
-  if (which == AttnKernel::OneDnn) onednn_ = std::make_unique<OneDnnAttention>(limits, blocks, products);
+  if (which == AttnKernel::OneDnn) onednn_ = std::make_unique<OneDnnAttention>(limits, blocks, isa, products);
   else flash_ = std::make_unique<FlashAttention>(limits, blocks, isa, products);
 }
 

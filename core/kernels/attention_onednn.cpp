@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
-#include "kernels/vexp.hpp"
+#include "kernels/isa/kernels.hpp"
 
 namespace lct {
 
@@ -126,6 +126,7 @@ struct OneDnnAttention::Impl {
   AttnLimits lim;
   AttnBlocks blocks;
   bool b16;     // bf16 products
+  const IsaKernels* kern;  // the softmax's row pieces
   size_t elem;  // bytes of an operand
   Buffer<char> q, k, v, dout;
   struct Scratch {
@@ -139,10 +140,11 @@ struct OneDnnAttention::Impl {
     if (progress && omp_get_thread_num() == 0) progress();
   }
 
-  Impl(const AttnLimits& l, AttnBlocks b, bool bf16_products)
-      : lim(l), blocks(b), b16(bf16_products), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
+  Impl(const AttnLimits& l, AttnBlocks b, Isa isa, bool bf16_products)
+      : lim(l), blocks(b), b16(bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
         q(size_t(l.max_tq * l.heads * l.head_dim) * elem), k(size_t(l.max_tk * l.kv_heads * l.head_dim) * elem),
         v(k.size()), dout(q.size()) {
+    if (!kern) fail("this build of lctrain has no '", int(isa), "' kernels");
     const int threads = omp_get_max_threads();
     scratch.resize(size_t(threads));
     const size_t strip = size_t(b.q * b.k * kStripBlocks), tile = size_t(b.q * b.k), D = size_t(l.head_dim);
@@ -224,8 +226,8 @@ struct OneDnnAttention::Impl {
                         const float* lse, const float* delta, float* dq);
 };
 
-OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Precision products)
-    : impl_(std::make_unique<Impl>(limits, blocks, products == Precision::Bf16 && onednn_has_bf16_products())) {}
+OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products)
+    : impl_(std::make_unique<Impl>(limits, blocks, isa, products == Precision::Bf16 && onednn_has_bf16_products())) {}
 OneDnnAttention::~OneDnnAttention() = default;
 
 size_t OneDnnAttention::workspace_bytes_for(const AttnLimits& l, AttnBlocks b, int threads, Precision products) {
@@ -265,10 +267,10 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
               s.s[size_t(i * N + c - c0)] = kNegInf;
     for (int64_t i = 0; i < R; ++i) {  // online softmax: rescale what is there, add the strip
       float* srow = s.s.data() + i * N;
-      const float m = std::max(s.m[size_t(i)], row_max(srow, N));
+      const float m = std::max(s.m[size_t(i)], kern->row_max(srow, N));
       float sum = 0;
       if (m == kNegInf) std::fill(srow, srow + N, 0.0f);  // nothing seen yet
-      else sum = exp_shift_sum(srow, N, m);
+      else sum = kern->exp_shift_sum(srow, N, m);
       const float alpha = s.m[size_t(i)] == kNegInf ? 0.0f : std::exp(s.m[size_t(i)] - m);
       s.l[size_t(i)] = s.l[size_t(i)] * alpha + sum;
       s.m[size_t(i)] = m;
@@ -314,7 +316,7 @@ OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilit
       std::fill(ds, ds + C, 0.0f);
       continue;
     }
-    exp_shift_sum(p, C, row_lse);
+    kern->exp_shift_sum(p, C, row_lse);
     if (masked)
       for (int64_t c = 0; c < C; ++c)
         if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window)) p[c] = 0.0f;

@@ -32,7 +32,8 @@ class OneDnnAttention {
  public:
   // Buffers for the largest call (`limits`) allocated once: the operands packed per head in
   // the product type, and each thread's tiles.
-  OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Precision products = Precision::Fp32);
+  // isa: the vector path of the softmax between the products
+  OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products = Precision::Fp32);
   ~OneDnnAttention();
 
   // As FlashAttention::forward: o and lse overwritten; a row that sees no key gets o = 0,

@@ -73,20 +73,4 @@ inline float sum_exp_shift(const float* x, int64_t n, float shift) {
   return sum;
 }
 
-// max of x[0 .. n) (n >= 1); -inf where all are -inf. NaN is not looked for: a NaN score
-// becomes NaN probabilities through exp either way.
-inline float row_max(const float* x, int64_t n) {
-  int64_t i = 0;
-  float m = -INFINITY;
-#if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc = _mm256_set1_ps(-INFINITY);
-  for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(x + i));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc);
-  for (float l : lanes) m = l > m ? l : m;
-#endif
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-}
-
 }  // namespace lct

@@ -338,8 +338,10 @@ Outputs run_onednn(const Case& c, const Inputs& in, Precision products) {
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
   Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
               std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
-  OneDnnAttention a({c.S, c.S, c.H, c.KV, c.D}, c.blocks, products);
-  if (products == Precision::Fp32) EXPECT_EQ(a.products(), Precision::Fp32);
+  OneDnnAttention a({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa, products);
+  if (products == Precision::Fp32) {
+    EXPECT_EQ(a.products(), Precision::Fp32);
+  }
   std::vector<float> delta(nl);
   const auto run = [&](const auto& q, const auto& k, const auto& v, const auto& dout) {
     a.forward(d, q.data(), k.data(), v.data(), tags, tags, got.o.data(), got.lse.data());
@@ -380,7 +382,7 @@ TEST_P(OneDnnVsReference, ForwardAndBackwardMatch) {
     for (float& e : *x) e = to_f32(to_bf16(e));
   // bf16 products round p and dS to 8 bits of mantissa; where oneDNN has no bf16 matmul the
   // bf16 inputs are multiplied in fp32, and the fp32 bound holds.
-  const bool b16 = OneDnnAttention({1, 1, 1, 1, c.D}, c.blocks, Precision::Bf16).products() == Precision::Bf16;
+  const bool b16 = OneDnnAttention({1, 1, 1, 1, c.D}, c.blocks, c.isa, Precision::Bf16).products() == Precision::Bf16;
   expect_close(c, run_onednn(c, in, Precision::Bf16), run_reference(c, in), b16 ? 1e-2 : 1e-5,
                b16 ? "onednn bf16 products" : "onednn bf16 inputs, fp32 products");
 }
@@ -400,6 +402,7 @@ std::vector<Case> onednn_cases() {
   out.push_back({333, 2, 2, 32, true, {16, 24}, test_isa(), 7});
   out.push_back({97, 3, 3, 24, false, {13, 9}, test_isa(), 20});
   out.push_back({1000, 4, 4, 16, false, {128, 128}, test_isa(), 1});
+  out.push_back({333, 2, 1, 64, true, {64, 48}, Isa::Generic});  // the softmax's scalar row pieces
   return out;
 }
 
@@ -408,6 +411,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, OneDnnVsReference, ::testing::ValuesIn(onednn_ca
                            const Case& c = info.param;
                            std::string name = "S" + std::to_string(c.S) + (c.documents ? "_docs" : "_causal") +
                                               "_gqa" + std::to_string(c.H / c.KV) + "_D" + std::to_string(c.D);
+                           if (c.isa == Isa::Generic) name += "_generic";
                            return c.window ? name + "_W" + std::to_string(c.window) : name;
                          });
 

@@ -14,11 +14,13 @@ struct Shape {
 
 #include "kernels/isa/flash_tiles.hpp"
 #include "kernels/isa/probe.hpp"
+#include "kernels/isa/softmax_rows.hpp"
 
 namespace lct {
 const IsaKernels* isa_kernels_avx2() {
   using namespace avx2;
-  static const IsaKernels k{Isa::Avx2, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile};
+  static const IsaKernels k{Isa::Avx2, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile,
+                            row_max, exp_shift_sum};
   return &k;
 }
 }  // namespace lct

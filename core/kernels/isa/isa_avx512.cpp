@@ -12,11 +12,13 @@ struct Shape {
 
 #include "kernels/isa/flash_tiles.hpp"
 #include "kernels/isa/probe.hpp"
+#include "kernels/isa/softmax_rows.hpp"
 
 namespace lct {
 const IsaKernels* isa_kernels_avx512() {
   using namespace avx512;
-  static const IsaKernels k{Isa::Avx512, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile};
+  static const IsaKernels k{Isa::Avx512, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile,
+                            row_max, exp_shift_sum};
   return &k;
 }
 }  // namespace lct

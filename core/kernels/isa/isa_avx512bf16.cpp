@@ -13,6 +13,7 @@ struct Shape {
 #include "kernels/isa/flash_tiles.hpp"
 #include "kernels/isa/flash_tiles_bf16.hpp"
 #include "kernels/isa/probe.hpp"
+#include "kernels/isa/softmax_rows.hpp"
 
 namespace lct::LCT_ISA_NS {
 
@@ -35,7 +36,8 @@ namespace lct {
 const IsaKernels* isa_kernels_avx512bf16() {
   using namespace avx512bf16;
   static const IsaKernels k{Isa::Avx512Bf16, W, R, NC, fma_probe, bf16_probe, flash_fwd_tile,
-                            flash_bwd_tile, flash_fwd_tile_bf16, flash_bwd_tile_bf16};
+                            flash_bwd_tile, row_max, exp_shift_sum, flash_fwd_tile_bf16,
+                            flash_bwd_tile_bf16};
   return &k;
 }
 }  // namespace lct

@@ -89,6 +89,9 @@ struct IsaKernels {
   double (*bf16_probe)(int64_t iters);  // vdpbf16ps; null where the ISA has none
   void (*flash_fwd_tile)(const FlashFwdTile& t);
   void (*flash_bwd_tile)(const FlashBwdTile& t);
+  // The softmax's row pieces between products of the oneDNN tile path (softmax_rows.hpp)
+  float (*row_max)(const float* x, int64_t n);
+  float (*exp_shift_sum)(float* x, int64_t n, float shift);  // x = e^(x - shift); returns the sum
   // bf16 operands (vdpbf16ps); null where the ISA has no bf16 dot product
   void (*flash_fwd_tile_bf16)(const FlashFwdTileBf16& t) = nullptr;
   void (*flash_bwd_tile_bf16)(const FlashBwdTileBf16& t) = nullptr;
