@@ -453,6 +453,11 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
   declare_optimizer(r, c, o);
   r.add_choice(c, "--checkpointing", o.checkpointing, Checkpointing::None, checkpointing_choices(),
                "activation checkpointing: none, attention (recompute attention), full (keep layer inputs)");
+  r.add(c, "--offload-activations", o.offload_activations, std::string(),
+        "where the activations kept for the backward pass wait, all but the last 3 layers' (what "
+        "--checkpointing keeps): a directory on a local disk (a private file there, removed at exit) "
+        "or numa:N (NUMA node N's memory); an I/O thread saves each layer's during the forward pass "
+        "and loads them back ahead of the backward pass; the same bits as in memory (empty = in memory)");
   r.add_choice(c, "--attention-kernel", o.attention_kernel, std::optional<AttnKernel>(),
                attention_kernel_auto_choices(),
                "the attention path: fused (the ISA's micro-kernels, softmax in registers), onednn (every "

@@ -75,7 +75,8 @@ TrainInputs read_train_inputs(const Context& ctx, const ParallelPlan& plan, std:
   in.precision = o.precision;
   in.shape = ModelShape{o.batch_size * o.seq_len / plan.cp, o.seq_len, o.checkpointing,
                         {o.block_q, o.block_k}, ctx.attention_isa(in.precision), in.precision,
-                        plan.sequence_parallel};
+                        plan.sequence_parallel,
+                        TierSpec::parse(o.offload_activations, "--offload-activations")};
   return in;
 }
 

@@ -56,6 +56,7 @@ const ColumnSpec kColumns[] = {
     {"eval_accuracy", "", "--eval-every: share of its targets whose argmax is the target (greedy next token)"},
     {"eval_retrieval", "", "--eval-every: share of its passkeys retrieved exactly (NaN: no passkeys)"},
     {"peer_wait_frac", "", "of exposed_comm_frac, the part spent waiting for a slower rank (shared-memory ring hops)"},
+    {"offload_s", "s", "waiting for --offload-activations' tier: the part of its saves and loads that compute did not hide (rank 0)"},
 };
 // One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kBytesSent).
 const ColumnSpec kRankColumns[] = {
@@ -180,7 +181,8 @@ void TrainRecord::add(const StepFigures& f) {
                         phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
                         f.ranks->exposed_comm_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance(), f.unbalanced_imbalance, peak_rss_mib(),
-                        f.eval_loss, f.eval_accuracy, f.eval_retrieval, f.ranks->peer_wait_frac()};
+                        f.eval_loss, f.eval_accuracy, f.eval_retrieval, f.ranks->peer_wait_frac(),
+                        phase(Phase::Offload)};
   static_assert(std::size(row) == std::size(kColumns));
   static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);  // kSeconds .. kWork
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);

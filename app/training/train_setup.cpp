@@ -11,6 +11,7 @@
 #include "app/cli/progress.hpp"
 #include "common/error.hpp"
 #include "io/atomic.hpp"
+#include "model/activation_offload.hpp"
 #include "parallel/layout_model.hpp"
 #include "parallel/zero/zero_variant.hpp"
 #include "sys/memory.hpp"
@@ -89,7 +90,13 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
       << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << to_string(o.checkpointing) << ", "
-      << shape.max_tokens << " tokens per rank), micro-batches " << gib(mem.batches) << ", scratch "
+      << shape.max_tokens << " tokens per rank"
+      << (mem.offloaded > 0 ? cat("; ", gib(mem.offloaded), " more on ", shape.offload_activations.describe()) : "")
+      << (shape.offload_activations.on() && mem.offloaded == 0
+              ? cat("; --offload-activations moves nothing: a model of ", mc.num_hidden_layers, " layers keeps the last ",
+                    ActivationOffload::kSlots, " in memory")
+              : "")
+      << "), micro-batches " << gib(mem.batches) << ", scratch "
       << gib(mem.scratch) << ", at start-up " << gib(mem.transient) << ", the process "
       << gib(mem.process) << "; " << gib(avail) << " available per rank (" << budget.source
       << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << ")\n";

@@ -8,9 +8,9 @@
 
 namespace lct {
 
-enum class Phase { AttnFwd, AttnBwd, Gemm, Other, Optimizer, IO, Comm, Allreduce, Count };
+enum class Phase { AttnFwd, AttnBwd, Gemm, Other, Optimizer, IO, Comm, Allreduce, Offload, Count };
 inline constexpr const char* kPhaseNames[] = {"attn_fwd", "attn_bwd", "gemm", "other",
-                                              "optimizer", "io", "comm", "allreduce"};
+                                              "optimizer", "io", "comm", "allreduce", "offload"};
 
 class PhaseClock {
  public:

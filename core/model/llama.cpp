@@ -7,6 +7,7 @@
 #include "common/knobs.hpp"
 #include "common/progress_mark.hpp"
 #include "kernels/gemm.hpp"
+#include "model/activation_offload.hpp"
 #include "model/rope.hpp"
 #include "model/tp_exchange.hpp"
 
@@ -24,6 +25,7 @@ struct Carver {
     used += (size_t(n) * sizeof(T) + 63) / 64 * 64;
     return p;
   }
+  void align(size_t a) { used = (used + a - 1) / a * a; }
 };
 
 // The sizes one rank computes with: the whole model's, or its tensor-parallel slices (tp.hpp:
@@ -72,27 +74,44 @@ LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o) {
   return a;
 }
 
-// What the forward pass keeps: layer inputs always (fp32: the residual stream); per-layer
-// sets unless the whole layer is recomputed; the attention output per layer only with no
-// checkpointing (else one shared, recomputed per layer in backward).
+// What the forward pass keeps, as one set per layer (activation_offload.hpp): its input
+// (fp32: the residual stream) and, unless the whole layer is recomputed, what its forward
+// made, the attention output only with no checkpointing (else one shared, recomputed per
+// layer in backward). Each set is contiguous, in a slot of its own or, with a tier, in one of
+// a few slots it shares with other layers' sets.
 template <class X>
 struct Activations {
-  std::vector<float*> x_in;         // [L+1] layer inputs [Tr, C]; x_in[L] feeds the final norm
-  std::vector<LayerActs<X>> stored; // per layer, or one shared set when recomputed
-  X* lnf = nullptr;                 // [T, C] final norm output (sequence-parallel: gathered)
-  float* rstdf = nullptr;           // [Tr]
+  std::vector<float*> x_in;          // [slots] the slot's layer input [Tr, C]
+  std::vector<LayerActs<X>> stored;  // [slots], or one shared set when recomputed
+  std::vector<char*> slot_base;      // [slots] where each slot's set starts
+  size_t set_bytes = 0;
+  float* x_final = nullptr;          // [Tr, C] the last layer's output, the final norm's input
+  X* lnf = nullptr;                  // [T, C] final norm output (sequence-parallel: gathered)
+  float* rstdf = nullptr;            // [Tr]
 };
 
 template <class X>
 size_t carve_activations(Carver c, const Dims& config, const ModelShape& shape, Activations<X>& a) {
   const int64_t T = shape.max_tokens, C = config.C, L = config.L, HD = config.H * config.D;
   const int64_t Tr = T / config.sd;
-  a.x_in.assign(size_t(L + 1), nullptr);
-  for (auto& x : a.x_in) x = c.take<float>(Tr * C);
-  a.stored.clear();
   const bool per_layer = shape.checkpointing != Checkpointing::Full;
   const bool keep_o = shape.checkpointing == Checkpointing::None;
-  for (int64_t l = 0; l < (per_layer ? L : 1); ++l) a.stored.push_back(carve_layer<X>(c, T, config, keep_o));
+  a.x_in.clear();
+  a.stored.clear();
+  a.slot_base.clear();
+  // With a tier, sets start and end on TierStore::kAlign for direct I/O.
+  const bool tier = shape.offload_activations.on();
+  for (int64_t s = 0; s < ActivationOffload::slots(L, tier); ++s) {
+    if (tier) c.align(TierStore::kAlign);
+    const size_t start = c.used;
+    a.slot_base.push_back(c.base ? c.base + start : nullptr);
+    a.x_in.push_back(c.take<float>(Tr * C));
+    if (per_layer) a.stored.push_back(carve_layer<X>(c, T, config, keep_o));
+    if (tier) c.align(TierStore::kAlign);
+    a.set_bytes = c.used - start;
+  }
+  a.x_final = c.take<float>(Tr * C);
+  if (!per_layer) a.stored.push_back(carve_layer<X>(c, T, config, keep_o));
   if (!keep_o) {
     X* o = c.take<X>(T * HD);
     for (auto& s : a.stored) s.o = o;
@@ -181,14 +200,20 @@ class LlamaPassesOf final : public LlamaPasses {
       wcopy_ = Buffer<bf16>(m.layout_.total);
       wx_ = carve(m.layout_, m.config_, wcopy_.data());
     }
-    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_));
+    acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_),
+                             m.shape_.offload_activations.on() ? TierStore::kAlign : 64);
     carve_activations(Carver{acts_buf_.data()}, dims_, m.shape_, acts_);
+    const int64_t L = m.config_.num_hidden_layers, moved = ActivationOffload::moved(L, m.shape_.offload_activations.on());
+    offload_ = std::make_unique<ActivationOffload>(
+        moved ? std::make_unique<TierStore>(m.shape_.offload_activations, acts_.set_bytes, moved, "--offload-activations")
+              : nullptr,
+        L, acts_.slot_base, acts_.set_bytes);
     scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, dims_, m.shape_.max_tokens, sp_));
     carve_scratch(Carver{scratch_buf_.data()}, dims_, m.shape_.max_tokens, sp_);
   }
 
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
-    embed_and_layers_forward(b, clock);
+    embed_and_layers_forward(b, false, clock);
     const HeadWeights h = head_weights(-1, false, clock);
     final_norm_forward(h, b, clock);
     const double loss = xent_.run(acts_.lnf, h.lm_head, b.targets.data(), T(b),
@@ -203,7 +228,7 @@ class LlamaPassesOf final : public LlamaPasses {
     const int64_t n = T(b), C = m_.config_.hidden_size, L = m_.config_.num_hidden_layers;
     const int64_t nr = tpx_.rows(n);  // this rank's rows of the residual stream
     tpx_.norm_grads_begin(norm_grads());
-    embed_and_layers_forward(b, clock);
+    embed_and_layers_forward(b, true, clock);
     const HeadWeights h = head_weights(int(L), true, clock);  // ZeRO-3: fetch the last layer again
     final_norm_forward(h, b, clock);
     // The loss gradient needs nothing downstream: LM head forward and backward in one pass.
@@ -211,16 +236,18 @@ class LlamaPassesOf final : public LlamaPasses {
                                   sp_.dln, h.g_lm_head, nullptr, nullptr, weights_of(b));
     clock.lap(Phase::Gemm);
     if (tpx_.sequence_parallel()) tpx_.sum(sp_.dln, n, clock);  // (else summed by the LM head)
-    rmsnorm_backward(sp_.dx, h.g_final_norm, sp_.dln, acts_.x_in.back(), acts_.rstdf, h.final_norm,
+    rmsnorm_backward(sp_.dx, h.g_final_norm, sp_.dln, acts_.x_final, acts_.rstdf, h.final_norm,
                      nr, C, false);
     clock.lap(Phase::Other);
     head_done(true, clock);
     for (int64_t l = L - 1; l >= 0; --l) {
+      offload_->before_backward(l);
+      lap_offload(clock);
       const LayerActs<X> a = layer_acts(l);
       const LayerWeights lw = layer_weights(l, l > 0 ? int(l) : -1, true, clock);
       if (m_.shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
-        layer_forward(lw, a, acts_.x_in[size_t(l)], sp_.tmp, b, clock);
-      layer_backward(lw, a, acts_.x_in[size_t(l)], sp_.dx, b, clock);
+        layer_forward(lw, a, x_in(l), sp_.tmp, b, clock);
+      layer_backward(lw, a, x_in(l), sp_.dx, b, clock);
       layer_done(l, true, clock);
       progress_mark("backward, layer", L - l, L);
     }
@@ -317,13 +344,19 @@ class LlamaPassesOf final : public LlamaPasses {
 
   void final_norm_forward(const HeadWeights& h, const Batch& b, PhaseClock& clock) {
     const int64_t n = T(b), C = m_.config_.hidden_size;
-    rmsnorm_forward(acts_.lnf + tpx_.first_row(n) * C, acts_.rstdf, acts_.x_in.back(), h.final_norm,
+    rmsnorm_forward(acts_.lnf + tpx_.first_row(n) * C, acts_.rstdf, acts_.x_final, h.final_norm,
                     tpx_.rows(n), C, float(m_.config_.rms_norm_eps));
     clock.lap(Phase::Other);
     tpx_.gather(acts_.lnf, n, clock);
   }
   LayerActs<X> layer_acts(int64_t l) {
-    return m_.shape_.checkpointing == Checkpointing::Full ? acts_.stored[0] : acts_.stored[size_t(l)];
+    return m_.shape_.checkpointing == Checkpointing::Full ? acts_.stored[0] : acts_.stored[size_t(offload_->slot(l))];
+  }
+  void lap_offload(PhaseClock& clock) {  // the wait for the tier, where there is one
+    if (offload_->store()) clock.lap(Phase::Offload);
+  }
+  float* x_in(int64_t l) {  // layer l's input; l = L: the final norm's
+    return l == m_.config_.num_hidden_layers ? acts_.x_final : acts_.x_in[size_t(offload_->slot(l))];
   }
 
   // bf16: the copy of the master weights the products read, when the master has changed.
@@ -335,7 +368,8 @@ class LlamaPassesOf final : public LlamaPasses {
     }
   }
 
-  void embed_and_layers_forward(const Batch& b, PhaseClock& clock) {
+  // `saving`: a backward pass follows (what it reads is kept, on the tier if there is one).
+  void embed_and_layers_forward(const Batch& b, bool saving, PhaseClock& clock) {
     const int64_t n = T(b), C = m_.config_.hidden_size;
     if (n > m_.shape_.max_tokens) fail("micro-batch of ", n, " tokens exceeds the model's ", m_.shape_.max_tokens);
     if (n % sp_ranks_ != 0)
@@ -346,15 +380,20 @@ class LlamaPassesOf final : public LlamaPasses {
     const float* embed = units_.acquire(0, 1);
     units_.lap(clock);
     // tp: zero rows for the tokens of the other ranks' vocabulary rows, then summed
-    float* e = tpx_.sequence_parallel() ? sp_.tmp : acts_.x_in[0];
+    offload_->begin_forward(saving);
+    lap_offload(clock);
+    float* e = tpx_.sequence_parallel() ? sp_.tmp : x_in(0);
     embedding_forward(e, b.tokens.data(), embed, n, C, m_.dims_.v0, m_.dims_.V);
     units_.release(0);
     clock.lap(Phase::Other);
     tpx_.sum(e, n, clock);
-    if (e != acts_.x_in[0]) std::copy(e, e + tpx_.rows(n) * C, acts_.x_in[0]);  // this rank's rows
+    if (e != x_in(0)) std::copy(e, e + tpx_.rows(n) * C, x_in(0));  // this rank's rows
     for (int64_t l = 0; l < L; ++l) {
       const LayerWeights lw = layer_weights(l, int(l) + 2, false, clock);  // unit l + 2: the next
-      layer_forward(lw, layer_acts(l), acts_.x_in[size_t(l)], acts_.x_in[size_t(l + 1)], b, clock);
+      offload_->before_forward(l);
+      lap_offload(clock);
+      layer_forward(lw, layer_acts(l), x_in(l), x_in(l + 1), b, clock);
+      offload_->after_forward(l);
       layer_done(l, false, clock);
       progress_mark("forward, layer", l + 1, L);
     }
@@ -492,6 +531,7 @@ class LlamaPassesOf final : public LlamaPasses {
   Scratch<X> sp_;
   LmHeadXent xent_;
   UnitWeights units_;  // the weights and gradients unit by unit (ZeRO-3: gathered)
+  std::unique_ptr<ActivationOffload> offload_;  // last: its I/O stops before acts_buf_ goes
 };
 
 namespace {
@@ -545,15 +585,18 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
   const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
   const size_t kernels = AttentionKernel::workspace_bytes_for(attention_kernel(), lim, shape.blocks, threads, shape.precision) +
                          LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size / tp, shape.precision);
+  const size_t moved = size_t(ActivationOffload::moved(config.num_hidden_layers, shape.offload_activations.on()));
   if (b16) {
     Activations<bf16> a;
     Scratch<bf16> s;
     m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
+    m.offloaded = moved * a.set_bytes;
     m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
   } else {
     Activations<float> a;
     Scratch<float> s;
     m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
+    m.offloaded = moved * a.set_bytes;
     m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
   }
   return m;

@@ -26,6 +26,7 @@
 #include "model/params.hpp"
 #include "model/tp.hpp"
 #include "sys/memory.hpp"
+#include "sys/tier_store.hpp"
 
 namespace lct {
 
@@ -41,11 +42,15 @@ struct ModelShape {
   // the tp group by tokens (Megatron's sequence parallelism; reduce-scatter + all-gather in
   // place of each all-reduce). max_tokens must be divisible by the tp degree.
   bool sequence_parallel = false;
+  // Where the saved activations of all but a few layers wait between the forward and the
+  // backward pass (activation_offload.hpp); none: in memory.
+  TierSpec offload_activations = {};
 };
 
 // Bytes a model of this shape needs, computed without allocating anything.
 struct ModelMemory {
   size_t params_grads = 0, optimizer = 0, activations = 0, scratch = 0;
+  size_t offloaded = 0;  // activations on --offload-activations' tier (not in memory)
   size_t total() const { return params_grads + optimizer + activations + scratch; }
 };
 

@@ -34,6 +34,7 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   r.params_grads = zero.params_grads;
   r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
   r.activations = double(m.activations);
+  r.offloaded = double(m.offloaded);
   // A step's micro-batches are all built before its first forward pass (the loss is
   // normalised by the whole step's targets): 5 int32 per token each, plus the whole
   // sequences of the one being split over cp.

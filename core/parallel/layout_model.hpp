@@ -40,6 +40,7 @@ struct RankMemory {
   double transient = 0;     // held at start-up beyond what a step holds: the model file's
                             // weights (and under tp their slices) before the moments exist
   double process = 0;       // Layout::process_bytes
+  double offloaded = 0;     // activations on --offload-activations' tier: not in memory, not in total()
   double total() const { return params_grads + optimizer + activations + batches + scratch + transient + process; }
 };
 

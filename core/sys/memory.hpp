@@ -1,4 +1,4 @@
-// Big buffers: 64-byte aligned, allocated once, and first touched by the OpenMP threads that
+// Big buffers: 64-byte aligned (or more), allocated once, and first touched by the OpenMP threads that
 // will work on them (static schedule), so pages land on those threads' NUMA nodes.
 #pragma once
 #include <cstddef>
@@ -15,10 +15,11 @@ template <class T>
 class Buffer {
  public:
   Buffer() = default;
-  explicit Buffer(size_t n) : n_(n) {
+  // align: a power of two >= 64 (4096 for buffers that direct I/O reads and writes)
+  explicit Buffer(size_t n, size_t align = 64) : n_(n) {
     if (n == 0) return;
-    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+    const size_t bytes = (n * sizeof(T) + align - 1) / align * align;
+    p_ = static_cast<T*>(std::aligned_alloc(align, bytes));
     if (!p_) throw std::bad_alloc();
     const int64_t m = int64_t(n);
     T* p = p_;

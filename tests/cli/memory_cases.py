@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Memory tiers: the activations kept for the backward pass waiting on a local disk or another
+NUMA node's memory (--offload-activations), against the same runs in memory; what is refused.
+
+Each case is one ctest test. Helpers and the runner come from cli_cases.py.
+Run by hand: /usr/bin/python3 tests/cli/memory_cases.py --lctrain build/app/lctrain CASE
+"""
+import os
+import sys
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_cases as cc  # noqa: E402
+from cli_cases import case, command_of_tiny_run, expect_error, ok, run, timing  # noqa: E402
+
+
+def fixture():
+    """The tiny preset with 6 layers (3 stay in memory, 3 move), 8 documents of 300 tokens."""
+    ok("init", "-o", "m.h5", "--preset", "tiny", "--num-hidden-layers", "6")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "8", "--doc-length", "300", "-o", "d.h5")
+    os.mkdir("tier")
+
+
+def train(run_dir, *extra, steps=4, ranks=None):
+    args = command_of_tiny_run(run_dir, "--batch-size", "2", "--grad-accum", "2", *extra, steps=steps)
+    return ok("--oversubscribe", *args, ranks=ranks) if ranks else ok(*args)
+
+
+def weights(run_dir, step):
+    with h5py.File(f"{run_dir}/checkpoints/step_{step:08d}.h5", "r") as f:
+        return {k: f[k][:] for k in f if isinstance(f[k], h5py.Dataset)}
+
+
+def assert_same_bits(a, b, step=4):
+    la, lb = timing(a)[0]["loss"], timing(b)[0]["loss"]
+    assert np.array_equal(la, lb), (a, la, b, lb)
+    wa, wb = weights(a, step), weights(b, step)
+    assert wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa), (a, b)
+
+
+@case
+def offloaded_activations_train_the_same_bits_on_disk_and_numa():
+    """Every checkpointing policy, fp32 and bf16, on disk and on NUMA node 0: the losses and the
+    checkpoint are bitwise those of the run in memory; the disk's file is gone afterwards, and
+    the start-up line says how much went where."""
+    fixture()
+    for precision in ("fp32", "bf16"):
+        for policy in ("none", "attention", "full"):
+            base = f"{precision}_{policy}"
+            flags = ["--precision", precision, "--checkpointing", policy]
+            train(base, *flags)
+            for tier in ("tier", "numa:0"):
+                p = train(f"{base}_{tier[:4]}", *flags, "--offload-activations", tier)
+                assert_same_bits(base, f"{base}_{tier[:4]}")
+                where = "disk tier" if tier == "tier" else "NUMA node 0"
+                assert f"GiB more on {where})" in p.stdout, p.stdout
+                offload_s = timing(f"{base}_{tier[:4]}")[0]["offload_s"]
+                assert np.all(offload_s >= 0) and np.all(offload_s < timing(base)[0]["seconds"] * 10), offload_s
+            assert os.listdir("tier") == [], os.listdir("tier")
+    assert np.all(timing("fp32_none")[0]["offload_s"] == 0)
+
+
+@case
+def offloaded_activations_resume_bit_exactly_and_follow_the_ring():
+    """A run on disk stopped at step 2 and resumed ends with the uninterrupted run's bits; with
+    cp = 2 (each rank its own file) it trains the in-memory cp = 2 run's bits."""
+    fixture()
+    train("whole", "--checkpointing", "attention")
+    p = run(*command_of_tiny_run("split", "--batch-size", "2", "--grad-accum", "2", "--checkpointing", "attention",
+                                 "--offload-activations", "tier", "--checkpoint-every", "2", "--stop-at", "2",
+                                 steps=4))
+    assert p.returncode == 85, (p.returncode, p.stderr)
+    train("split", "--checkpointing", "attention", "--offload-activations", "tier", "--checkpoint-every", "2",
+          "--resume", "auto")
+    assert_same_bits("whole", "split")
+    train("cp_mem", "--cp", "2", "--checkpointing", "full", ranks=2)
+    train("cp_disk", "--cp", "2", "--checkpointing", "full", "--offload-activations", "tier", ranks=2)
+    assert_same_bits("cp_mem", "cp_disk")
+    assert os.listdir("tier") == []
+
+
+@case
+def offload_with_three_layers_or_fewer_moves_nothing():
+    ok("init", "-o", "m.h5", "--preset", "tiny")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "4", "--doc-length", "300", "-o", "d.h5")
+    os.mkdir("tier")
+    p = ok("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600",
+           "--offload-activations", "tier", "--dry-run")
+    assert "--offload-activations moves nothing: a model of 2 layers keeps the last 3 in memory" in p.stdout, p.stdout
+
+
+@case
+def bad_offload_tier_is_refused_before_training():
+    fixture()
+    base = ["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600"]
+    expect_error(base + ["--offload-activations", "nowhere"], "--offload-activations 'nowhere' is not a directory",
+                 "numa:N")
+    expect_error(base + ["--offload-activations", "numa:x"], "numa:N takes a NUMA node number")
+    expect_error(base + ["--offload-activations", "numa:4096"], "--offload-activations numa:4096: this machine's NUMA nodes are 0-")
+    assert not os.path.exists("r")
+
+
+if __name__ == "__main__":
+    sys.exit(cc.main())
