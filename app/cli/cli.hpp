@@ -133,6 +133,7 @@ struct TrainOptions {
   double grad_clip;
   Checkpointing checkpointing;
   std::string offload_activations;  // "" (none), a directory, or numa:N (TierSpec)
+  std::string offload_optimizer;    // the same, for the AdamW moments
   int64_t block_q, block_k;
   int64_t seed, checkpoint_every, keep_checkpoints, keep_every, log_every;
   std::string resume;         // none | auto | checkpoint path

@@ -362,6 +362,11 @@ void declare_optimizer(Registry& r, CLI::App* c, TrainOptions& o) {
         "also decay RMSNorm weights and embeddings");
   r.add(c, "--grad-clip", o.grad_clip, 1.0, "clip the global gradient norm to this (0 = off)")
       ->check(nonnegative());
+  r.add(c, "--offload-optimizer", o.offload_optimizer, std::string(),
+        "where the AdamW moments live (this rank's share under --zero): a directory on a local disk "
+        "(a private file there, mapped, removed at exit) or numa:N (NUMA node N's memory); the update "
+        "streams them through 16 MiB at a time, reading ahead and writing back; the same bits as in "
+        "memory (empty = in memory)");
 }
 
 // Checkpoints, resume, stopping and failing safely.

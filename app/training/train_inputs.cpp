@@ -77,6 +77,7 @@ TrainInputs read_train_inputs(const Context& ctx, const ParallelPlan& plan, std:
                         {o.block_q, o.block_k}, ctx.attention_isa(in.precision), in.precision,
                         plan.sequence_parallel,
                         TierSpec::parse(o.offload_activations, "--offload-activations")};
+  in.optimizer_tier = TierSpec::parse(o.offload_optimizer, "--offload-optimizer");
   return in;
 }
 

@@ -28,6 +28,7 @@ struct TrainInputs {
   InitOrigin origin;                       // where the weights come from
   Precision precision = Precision::Fp32;
   ModelShape shape{};                      // of one rank's micro-batch
+  TierSpec optimizer_tier;                 // --offload-optimizer: where the AdamW moments live
   const ModelConfig& config() const { return init.config; }
 };
 

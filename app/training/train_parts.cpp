@@ -96,7 +96,7 @@ std::unique_ptr<TrainParts> build_train_parts(const TrainOptions& o, const Paral
         << "ranks of the same place, inside again\n";
   StepReducer* reducer = p->replica_count > 1 ? p->reducer.get() : nullptr;
   const AdamWConfig ac{o.lr, o.min_lr, o.warmup_steps, o.steps, o.beta1, o.beta2, o.eps,
-                       o.weight_decay, o.decay_norms_embeddings, o.grad_clip};
+                       o.weight_decay, o.decay_norms_embeddings, o.grad_clip, in.optimizer_tier};
   p->trainer = std::make_unique<Trainer>(*p->model, ac, reducer,
                                          p->zero->sync(*p->model, reducer, p->replica_count, p->replica_rank));
   return p;

@@ -5,6 +5,7 @@
 
 #include "parallel/cp_attention.hpp"
 #include "parallel/zero/zero_variant.hpp"
+#include "train/optimizer.hpp"
 
 namespace lct {
 
@@ -33,6 +34,10 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
   const ZeroCost zero = zero_cost(mc, l, shape.precision, double(m.params_grads), double(l.grad_accum));
   r.params_grads = zero.params_grads;
   r.optimizer = double(m.optimizer) / double(l.ranks_sharing_state());
+  if (l.optimizer_offloaded) {  // in memory: the chunks streaming through the update
+    r.optimizer_offloaded = r.optimizer;
+    r.optimizer = std::min(r.optimizer, double(AdamW::kStreamWindowBytes));
+  }
   r.activations = double(m.activations);
   r.offloaded = double(m.offloaded);
   // A step's micro-batches are all built before its first forward pass (the loss is

@@ -24,6 +24,7 @@ struct Layout {
   int64_t grad_accum = 1;           // micro-batches per step
   Checkpointing checkpointing = Checkpointing::None;
   Precision precision = Precision::Fp32;
+  bool optimizer_offloaded = false; // --offload-optimizer: the moments stream from a tier
   int64_t world() const { return nodes * ranks_per_node; }
   int64_t local_tokens() const { return micro_batch * seq_len / plan.cp; }  // T of one rank's micro-batch
   int64_t replicas() const { return world() / plan.tp; }  // the dp x cp ranks gradients are summed over
@@ -41,6 +42,7 @@ struct RankMemory {
                             // weights (and under tp their slices) before the moments exist
   double process = 0;       // Layout::process_bytes
   double offloaded = 0;     // activations on --offload-activations' tier: not in memory, not in total()
+  double optimizer_offloaded = 0;  // AdamW moments on --offload-optimizer's tier (optimizer: its window)
   double total() const { return params_grads + optimizer + activations + batches + scratch + transient + process; }
 };
 

@@ -64,7 +64,7 @@ std::string TierSpec::describe() const {
 TierStore::TierStore(const TierSpec& spec, size_t block_bytes, int64_t blocks, const std::string& option)
     : option_(option), where_(spec.describe()), block_bytes_(block_bytes), blocks_(blocks) {
   if (spec.kind == TierSpec::Kind::Disk) {
-    open_file(spec);
+    fd_ = open_tier_file(spec, bytes(), option_, &direct_);
   } else if (spec.kind == TierSpec::Kind::Numa) {  // (parse() checked the node)
     numa_ = static_cast<char*>(numa_alloc_onnode(bytes(), spec.node));
     if (!numa_) fail(option_, " numa:", spec.node, ": could not take ", gib(double(bytes())), " there");
@@ -77,24 +77,24 @@ TierStore::TierStore(const TierSpec& spec, size_t block_bytes, int64_t blocks, c
 
 // A file with no name (O_TMPFILE), or one unlinked at once where the file system has no
 // O_TMPFILE: private to this process and gone when it exits, however it exits.
-void TierStore::open_file(const TierSpec& spec) {
-  fd_ = open(spec.dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
-  direct_ = fd_ >= 0;
-  if (fd_ < 0) fd_ = open(spec.dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);  // (tmpfs: no O_DIRECT)
-  if (fd_ < 0) {
+int open_tier_file(const TierSpec& spec, size_t bytes, const std::string& option, bool* direct) {
+  int fd = direct ? open(spec.dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | O_DIRECT, 0600) : -1;
+  if (direct) *direct = fd >= 0;
+  if (fd < 0) fd = open(spec.dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);  // (tmpfs: no O_DIRECT)
+  if (fd < 0) {
     std::string name = spec.dir + "/lctrain-tier-XXXXXX";
-    fd_ = mkostemp(name.data(), O_CLOEXEC);
-    if (fd_ < 0) fail(option_, " '", spec.dir, "': cannot make a file there (", std::strerror(errno), ")");
+    fd = mkostemp(name.data(), O_CLOEXEC);
+    if (fd < 0) fail(option, " '", spec.dir, "': cannot make a file there (", std::strerror(errno), ")");
     unlink(name.c_str());
   }
-  if (const int e = posix_fallocate(fd_, 0, off_t(bytes())); e != 0) {
-    close(fd_);
-    fd_ = -1;
+  if (const int e = posix_fallocate(fd, 0, off_t(bytes)); e != 0) {
+    close(fd);
     const double free = free_bytes(spec.dir);
-    fail(option_, " '", spec.dir, "': needs ", gib(double(bytes())), " there",
+    fail(option, " '", spec.dir, "': needs ", gib(double(bytes)), " there",
          free >= 0 ? cat(" and its file system has ", gib(free), " free") : std::string(), " (",
          std::strerror(e), "); free space there, choose another directory, or offload less");
   }
+  return fd;
 }
 
 TierStore::~TierStore() {

@@ -25,6 +25,10 @@ struct TierSpec {
   std::string describe() const;  // "disk /scratch/x" or "NUMA node 1"
 };
 
+// A private file of `bytes` in spec.dir (zeros, its room taken: a disk without it is refused,
+// naming `option`); `direct`: ask for direct I/O and say whether it was granted.
+int open_tier_file(const TierSpec& spec, size_t bytes, const std::string& option, bool* direct = nullptr);
+
 class TierStore {
  public:
   // Memory and sizes on this boundary go to and from disk by direct I/O (no page cache, the
@@ -59,7 +63,6 @@ class TierStore {
     char* mem;
     size_t bytes;
   };
-  void open_file(const TierSpec& spec);
   void run();  // the I/O thread
   void copy(const Job& j);  // throws Error
   Ticket queue(Job j);

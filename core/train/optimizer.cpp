@@ -40,8 +40,19 @@ std::vector<size_t> shard_bounds(size_t total, int n) {
 }
 
 AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard)
-    : layout_(layout), config_(config),
-      shard_(shard.end == 0 ? Shard{0, layout.total} : shard), m_(shard_.size()), v_(shard_.size()) {}
+    : layout_(layout), config_(config), shard_(shard.end == 0 ? Shard{0, layout.total} : shard) {
+  take_moments(shard_.size());
+}
+
+void AdamW::take_moments(size_t n) {
+  if (config_.moments_tier.on()) {
+    mt_ = std::make_unique<TierArray>(config_.moments_tier, n, "--offload-optimizer");
+    vt_ = std::make_unique<TierArray>(config_.moments_tier, n, "--offload-optimizer");
+  } else {
+    m_ = Buffer<float>(n);
+    v_ = Buffer<float>(n);
+  }
+}
 
 namespace {
 size_t total_size(const std::vector<Shard>& pieces) {
@@ -52,8 +63,9 @@ size_t total_size(const std::vector<Shard>& pieces) {
 }  // namespace
 
 AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<Shard> pieces)
-    : layout_(layout), config_(config), pieces_(std::move(pieces)), m_(total_size(pieces_)),
-      v_(total_size(pieces_)) {}
+    : layout_(layout), config_(config), pieces_(std::move(pieces)) {
+  take_moments(total_size(pieces_));
+}
 
 void AdamW::step(float* params, const float* grads, int64_t step, double lr, double grad_mult) {
   const double bc1 = 1.0 - std::pow(config_.beta1, double(step));
@@ -75,19 +87,36 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
       const size_t at = local + (lo - r.begin);
       float* p = params + (packed ? at : lo);
       const float* g = grads + (packed ? at : lo);
-      float* m = m_.data() + at;
-      float* v = v_.data() + at;
-      const int64_t n = int64_t(hi - lo);
+      float* m = this->m() + at;
+      float* v = this->v() + at;
+      // On a tier the moments stream through in chunks: the next one read ahead, the
+      // finished one written back. The elements and their arithmetic are the same.
+      const int64_t n = int64_t(hi - lo), chunk = mt_ ? kStreamChunk : n;
+      for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        const int64_t c1 = std::min(n, c0 + chunk);
+        if (mt_) {
+          mt_->ahead(at + size_t(c1), at + size_t(std::min(n, c1 + chunk)));
+          vt_->ahead(at + size_t(c1), at + size_t(std::min(n, c1 + chunk)));
+        }
 #pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * gm;
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-        p[i] = p[i] * keep - step_size * m[i] / denom;
+        for (int64_t i = c0; i < c1; ++i) {
+          const float gi = g[i] * gm;
+          m[i] = b1 * m[i] + (1.0f - b1) * gi;
+          v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+          const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
+          p[i] = p[i] * keep - step_size * m[i] / denom;
+        }
+        if (mt_) {
+          mt_->done(at + size_t(c0), at + size_t(c1));
+          vt_->done(at + size_t(c0), at + size_t(c1));
+        }
       }
     }
     local += r.size();
+  }
+  if (mt_) {
+    mt_->flush();
+    vt_->flush();
   }
 }
 

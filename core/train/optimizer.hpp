@@ -1,10 +1,12 @@
 // AdamW over the flat parameter array, global-norm clipping and the learning-rate schedule.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/params.hpp"
 #include "sys/memory.hpp"
+#include "sys/tier_array.hpp"
 
 namespace lct {
 
@@ -17,6 +19,7 @@ struct AdamWConfig {
   double weight_decay = 0.1;
   bool decay_norms_and_embeddings = false;  // by default only linear weights decay
   double grad_clip = 1.0;     // global L2 norm; <= 0 disables clipping
+  TierSpec moments_tier = {}; // where the moments live (--offload-optimizer); none: in memory
 };
 
 // lr at `step` (1-based): linear warmup, then cosine from lr to min_lr at total_steps.
@@ -33,6 +36,11 @@ std::vector<size_t> shard_bounds(size_t total, int n);
 
 class AdamW {
  public:
+  // Moments on a tier move through the update kStreamChunk floats of each at a time; about
+  // kStreamWindowBytes of them are in memory meanwhile (two arrays, three chunks each: the
+  // one updated, the one read ahead, the one being written back).
+  static constexpr int64_t kStreamChunk = int64_t(4) << 20;
+  static constexpr size_t kStreamWindowBytes = 2 * 3 * size_t(kStreamChunk) * sizeof(float);
   // Moments for `shard` only (default: the whole array); step() reads and writes the
   // whole-layout arrays at the shard's offsets.
   AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard = {});
@@ -43,8 +51,8 @@ class AdamW {
   // `grad_mult` first (the clipping factor), of the shard's parameters only. Same
   // arithmetic as torch.optim.AdamW.
   void step(float* params, const float* grads, int64_t step, double lr, double grad_mult);
-  float* m() { return m_.data(); }  // the shard's first and second moments
-  float* v() { return v_.data(); }
+  float* m() { return mt_ ? mt_->data() : m_.data(); }  // the shard's first and second moments
+  float* v() { return vt_ ? vt_->data() : v_.data(); }
   const Shard& shard() const { return shard_; }
   const AdamWConfig& config() const { return config_; }
 
@@ -53,7 +61,9 @@ class AdamW {
   AdamWConfig config_;
   Shard shard_;                // the one range (ZeRO-0/1/2); {0, 0} with pieces
   std::vector<Shard> pieces_;  // ZeRO-3: the ranges whose state is held back to back
-  Buffer<float> m_, v_;
+  Buffer<float> m_, v_;                   // in memory, or
+  std::unique_ptr<TierArray> mt_, vt_;    // on config.moments_tier, streamed through step()
+  void take_moments(size_t n);
 };
 
 }  // namespace lct

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Memory tiers: the activations kept for the backward pass waiting on a local disk or another
-NUMA node's memory (--offload-activations), against the same runs in memory; what is refused.
+"""Memory tiers: the activations kept for the backward pass (--offload-activations) and the AdamW
+moments (--offload-optimizer) on a local disk or another NUMA node's memory, against the same
+runs in memory; what is refused.
 
 Each case is one ctest test. Helpers and the runner come from cli_cases.py.
 Run by hand: /usr/bin/python3 tests/cli/memory_cases.py --lctrain build/app/lctrain CASE
@@ -29,8 +30,12 @@ def train(run_dir, *extra, steps=4, ranks=None):
 
 
 def weights(run_dir, step):
+    """Every dataset of the checkpoint: the weights and the AdamW moments."""
+    out = {}
     with h5py.File(f"{run_dir}/checkpoints/step_{step:08d}.h5", "r") as f:
-        return {k: f[k][:] for k in f if isinstance(f[k], h5py.Dataset)}
+        f.visititems(lambda name, obj: out.update({name: obj[()]}) if isinstance(obj, h5py.Dataset) else None)
+    assert any("exp_avg" in k or "moment" in k or k.startswith("optimizer") for k in out), list(out)[:20]
+    return out
 
 
 def assert_same_bits(a, b, step=4):
@@ -82,6 +87,31 @@ def offloaded_activations_resume_bit_exactly_and_follow_the_ring():
 
 
 @case
+def offloaded_optimizer_trains_the_same_bits_and_resumes():
+    """The AdamW moments on disk and on NUMA node 0 train the in-memory run's bits (losses,
+    weights, moments); with the activations offloaded too and --zero 1 over 2 ranks (each
+    rank its share), the in-memory run's; a disk run stopped at step 2 and resumed, the
+    uninterrupted run's. The disk's files are gone afterwards."""
+    fixture()
+    train("mem")
+    for tier in ("tier", "numa:0"):
+        p = train(f"opt_{tier[:4]}", "--offload-optimizer", tier)
+        assert_same_bits("mem", f"opt_{tier[:4]}")
+        where = "disk tier" if tier == "tier" else "NUMA node 0"
+        assert f"streaming through the update (0.00 GiB on {where})" in p.stdout, p.stdout
+    p = run(*command_of_tiny_run("split", "--batch-size", "2", "--grad-accum", "2", "--offload-optimizer", "tier",
+                                 "--checkpoint-every", "2", "--stop-at", "2", steps=4))
+    assert p.returncode == 85, (p.returncode, p.stderr)
+    train("split", "--offload-optimizer", "tier", "--checkpoint-every", "2", "--resume", "auto")
+    assert_same_bits("mem", "split")
+    train("z1_mem", "--dp", "2", "--zero", "1", ranks=2)
+    train("z1_tier", "--dp", "2", "--zero", "1", "--offload-optimizer", "tier", "--offload-activations", "tier",
+          ranks=2)
+    assert_same_bits("z1_mem", "z1_tier")
+    assert os.listdir("tier") == [], os.listdir("tier")
+
+
+@case
 def offload_with_three_layers_or_fewer_moves_nothing():
     ok("init", "-o", "m.h5", "--preset", "tiny")
     ok("prepare", "--synthetic", "passkey", "--num-docs", "4", "--doc-length", "300", "-o", "d.h5")
@@ -99,6 +129,7 @@ def bad_offload_tier_is_refused_before_training():
                  "numa:N")
     expect_error(base + ["--offload-activations", "numa:x"], "numa:N takes a NUMA node number")
     expect_error(base + ["--offload-activations", "numa:4096"], "--offload-activations numa:4096: this machine's NUMA nodes are 0-")
+    expect_error(base + ["--offload-optimizer", "nowhere"], "--offload-optimizer 'nowhere' is not a directory")
     assert not os.path.exists("r")
 
 

@@ -1,14 +1,16 @@
-// The slower tier under activation offload: blocks come back as they went, in the order asked,
-// on disk and on a NUMA node; a tier without room is refused when it is made.
+// The slower tiers of activation and optimizer offload: blocks and arrays come back as they
+// went, on disk and on a NUMA node; a tier without room is refused when it is made.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <numeric>
 #include <vector>
 
 #include "common/error.hpp"
+#include "sys/tier_array.hpp"
 #include "sys/tier_store.hpp"
 
 namespace lct {
@@ -61,6 +63,38 @@ TEST(TierStore, ADiskWithoutRoomIsRefusedWhenTheTierIsMade) {
     EXPECT_NE(m.find("--test-tier '" + d.path.string() + "': needs "), std::string::npos) << m;
     EXPECT_NE(m.find("free space there, choose another directory, or offload less"), std::string::npos) << m;
   }
+  EXPECT_TRUE(fs::is_empty(d.path));
+}
+
+// The optimizer's tier: written in chunks that are then dropped from memory, read back in
+// another order, every value as written; it starts at zero, like the in-memory moments.
+void array_round_trip(const TierSpec& spec) {
+  constexpr size_t kN = 3 * 1048576 + 17;  // not a whole number of pages
+  TierArray a(spec, kN, "--test-tier");
+  float* p = a.data();
+  EXPECT_EQ(std::count(p, p + kN, 0.0f), ptrdiff_t(kN));
+  for (size_t c0 = 0; c0 < kN; c0 += 1000003) {
+    const size_t c1 = std::min(kN, c0 + 1000003);
+    a.ahead(c1, std::min(kN, c1 + 1000003));
+    for (size_t i = c0; i < c1; ++i) p[i] = float(i) * 0.5f;
+    a.done(c0, c1);
+  }
+  a.flush();
+  for (size_t i = kN; i-- > 0;)
+    if (p[i] != float(i) * 0.5f) FAIL() << "element " << i << " is " << p[i];
+}
+
+TEST(TierArray, ValuesSurviveBeingWrittenBackAndDroppedOnDisk) {
+  TempDir d;
+  array_round_trip(TierSpec::parse(d.path.string(), "--test-tier"));
+  EXPECT_TRUE(fs::is_empty(d.path));
+}
+
+TEST(TierArray, ValuesStayOnNumaNodeZero) { array_round_trip(TierSpec::parse("numa:0", "--test-tier")); }
+
+TEST(TierArray, ADiskWithoutRoomIsRefused) {
+  TempDir d;
+  EXPECT_THROW(TierArray(TierSpec::parse(d.path.string(), "--test-tier"), size_t(1) << 60, "--test-tier"), Error);
   EXPECT_TRUE(fs::is_empty(d.path));
 }
 

@@ -1,0 +1,41 @@
+// An fp32 array that lives on a slower tier but is addressed like memory: a private unnamed
+// file on a local disk mapped into the address space, or memory of a NUMA node. Walked in
+// order (the optimizer's update), only a window of it stays in this node's memory: ahead()
+// starts reading the next part, done() writes back what is finished and drops it.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "sys/tier_store.hpp"
+
+namespace lct {
+
+class TierArray {
+ public:
+  // n floats, zero, taken now: a disk without room is refused here (`option` names the flag).
+  TierArray(const TierSpec& spec, size_t n, const std::string& option);
+  ~TierArray();
+  TierArray(const TierArray&) = delete;
+  TierArray& operator=(const TierArray&) = delete;
+
+  float* data() { return p_; }
+  const float* data() const { return p_; }
+  size_t size() const { return n_; }
+  // Elements [begin, end) will be read soon (disk: read ahead, asynchronously).
+  void ahead(size_t begin, size_t end);
+  // Elements [begin, end) are done with for now (disk: their writing starts; the range
+  // before it, written by now, leaves memory). Correctness never depends on it: a page
+  // touched again is read back.
+  void done(size_t begin, size_t end);
+  void flush();  // every done() range written and dropped
+
+ private:
+  void drop(size_t begin, size_t end);
+  size_t n_;
+  float* p_ = nullptr;
+  size_t bytes_ = 0;
+  int fd_ = -1;                    // disk; -1: NUMA memory
+  size_t pending_b_ = 0, pending_e_ = 0;  // the last done() range, being written
+};
+
+}  // namespace lct
