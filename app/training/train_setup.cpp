@@ -1,5 +1,6 @@
 #include "app/training/train_setup.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -80,15 +81,22 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
   l.seq_len = o.seq_len;
   l.micro_batch = o.batch_size;
   l.grad_accum = o.grad_accum;
+  l.optimizer_offloaded = !o.offload_optimizer.empty();
   const RankMemory mem = estimate_rank_memory(mc, shape, l);
   const double need = mem.total();
   const MemoryBudget budget = available_memory();
-  const double avail = budget.bytes / double(node_size);
+  // What this rank took since it started (the model file's weights) is in the estimate and
+  // no longer in the budget: it counts as available to the rank.
+  const double held = std::max(0.0, resident_bytes() - process_bytes);
+  const double avail = budget.bytes / double(node_size) + held;
   out << "memory estimate per rank (" << precision_name(o.precision) << "): " << gib(need) << " = parameters+gradients"
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
       << (zero_variant(plan.zero, l.replicas()).weights ? cat(" (1/", l.replicas(), " of them + gathered units: --zero ", plan.zero, ")") : "")
       << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
+      << (l.optimizer_offloaded ? cat(" streaming through the update (", gib(mem.optimizer_offloaded), " on ",
+                                      TierSpec::parse(o.offload_optimizer, "--offload-optimizer").describe(), ")")
+                                : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << to_string(o.checkpointing) << ", "
       << shape.max_tokens << " tokens per rank"
       << (mem.offloaded > 0 ? cat("; ", gib(mem.offloaded), " more on ", shape.offload_activations.describe()) : "")
@@ -99,11 +107,12 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
       << "), micro-batches " << gib(mem.batches) << ", scratch "
       << gib(mem.scratch) << ", at start-up " << gib(mem.transient) << ", the process "
       << gib(mem.process) << "; " << gib(avail) << " available per rank (" << budget.source
-      << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << ")\n";
+      << (node_size > 1 ? cat(" / ", node_size, " ranks") : "") << (held >= 0.01 * (1 << 30) ? cat(", plus the ", gib(held), " this rank already holds") : "") << ")\n";
   if (avail > 0 && need > 0.95 * avail)
     fail("this run needs about ", gib(need), " per rank but ", gib(avail), " are available (",
-         budget.source, "); use --checkpointing full, a shorter --seq-len, a smaller --batch-size ",
-         "or --grad-accum, a larger --cp, or ask the job for more memory");
+         budget.source, "); use --checkpointing full, --offload-activations or --offload-optimizer DIR ",
+         "(a local disk), a shorter --seq-len, a smaller --batch-size or --grad-accum, a larger --cp, or ask ",
+         "the job for more memory");
 }
 
 bool continues_run(const RunDirectory& run, const TrainOptions& o) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <unistd.h>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -18,6 +19,15 @@ double peak_rss_mib() {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+double resident_bytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  const bool ok = std::fscanf(f, "%ld %ld", &pages, &resident) == 2;
+  std::fclose(f);
+  return ok ? double(resident) * double(sysconf(_SC_PAGESIZE)) : 0.0;
 }
 
 // HDF5 allocates and frees a buffer for every chunk it writes or reads (4 MiB here). With

@@ -51,6 +51,7 @@ class Buffer {
 
 namespace lct {
 double peak_rss_mib();  // the process's high-water resident set, MiB
+double resident_bytes();  // the process's resident set now
 // Once, first thing in main: keeps glibc from handing the pages of freed mid-size buffers
 // back to the kernel (see memory.cpp). Leaves a user's own malloc settings alone.
 void tune_allocator();
