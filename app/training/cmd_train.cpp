@@ -255,7 +255,8 @@ int cmd_train(Context& ctx) {
   report_train_inputs(out, o, plan, in);
   const AttnKernel attention = choose_attention_kernel(ctx, plan, in, out);
   const ModelConfig& mc = in.config();
-  check_memory(out, o, plan, mc, in.shape, ctx.topo.threads, world.node_size, world.size, process_bytes);
+  check_memory(out, o, plan, mc, in.shape, in.optimizer_tier, ctx.topo.threads, world.node_size, world.size,
+               process_bytes);
   if (o.dry_run) return dry_run(world, o, plan, in, out);
 
   // 2. The run directory (rank 0's; the others wait to agree).

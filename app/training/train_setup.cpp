@@ -70,8 +70,8 @@ void check_inputs(const TrainOptions& o, const ParallelPlan& plan, const ModelCo
 }
 
 void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& plan,
-                  const ModelConfig& mc, const ModelShape& shape, int threads, int node_size,
-                  int world_size, double process_bytes) {
+                  const ModelConfig& mc, const ModelShape& shape, const TierSpec& optimizer_tier, int threads,
+                  int node_size, int world_size, double process_bytes) {
   Layout l;  // the node split does not change memory: the world as one node
   l.process_bytes = process_bytes;
   l.ranks_per_node = world_size;
@@ -81,7 +81,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
   l.seq_len = o.seq_len;
   l.micro_batch = o.batch_size;
   l.grad_accum = o.grad_accum;
-  l.optimizer_offloaded = !o.offload_optimizer.empty();
+  l.optimizer_offloaded = optimizer_tier.on();
   const RankMemory mem = estimate_rank_memory(mc, shape, l);
   const double need = mem.total();
   const MemoryBudget budget = available_memory();
@@ -94,9 +94,9 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
       << (zero_variant(plan.zero, l.replicas()).weights ? cat(" (1/", l.replicas(), " of them + gathered units: --zero ", plan.zero, ")") : "")
       << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
-      << (l.optimizer_offloaded ? cat(" streaming through the update (", gib(mem.optimizer_offloaded), " on ",
-                                      TierSpec::parse(o.offload_optimizer, "--offload-optimizer").describe(), ")")
-                                : "")
+      << (l.optimizer_offloaded
+              ? cat(" streaming through the update (", gib(mem.optimizer_offloaded), " on ", optimizer_tier.describe(), ")")
+              : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << to_string(o.checkpointing) << ", "
       << shape.max_tokens << " tokens per rank"
       << (mem.offloaded > 0 ? cat("; ", gib(mem.offloaded), " more on ", shape.offload_activations.describe()) : "")

@@ -11,6 +11,7 @@
 #include "data/dataset.hpp"
 #include "io/run_dir.hpp"
 #include "model/config.hpp"
+#include "sys/tier_store.hpp"
 #include "model/llama.hpp"
 #include "model/shard.hpp"
 #include "parallel/parallel_plan.hpp"
@@ -31,10 +32,11 @@ void check_inputs(const TrainOptions& o, const ParallelPlan& plan, const ModelCo
 // use: the node's available memory, or its cgroup's limit (Slurm --mem), shared by the
 // `node_size` ranks of the node. The world size and --zero decide the ranks the AdamW moments
 // are split over. `process_bytes`: what the process held before it read anything (code,
-// libraries, MPI). The estimate is `lctrain plan`'s too (parallel/layout_model.hpp).
+// libraries, MPI); `optimizer_tier`: where the AdamW moments live (--offload-optimizer). The
+// estimate is `lctrain plan`'s too (parallel/layout_model.hpp).
 void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& plan,
-                  const ModelConfig& mc, const ModelShape& shape, int threads, int node_size,
-                  int world_size, double process_bytes);
+                  const ModelConfig& mc, const ModelShape& shape, const TierSpec& optimizer_tier, int threads,
+                  int node_size, int world_size, double process_bytes);
 
 // Whether this run continues the one in its run directory (--resume auto, or one of its own
 // checkpoints), and the refusal of a previous run it does not continue (unless --force).
