@@ -10,3 +10,27 @@ bench_setup() {
   W=$(mktemp -d "/tmp/lct_$1.XXXXXX")
   if [ "${KEEP:-0}" = 1 ]; then echo "runs in $W"; else trap 'rm -rf "$W"' EXIT; fi
 }
+
+# in_memory_cgroup GIB CMD...: runs CMD in a fresh memory cgroup limited to GIB GiB (cgroup v2,
+# else v1's memory controller; swap limited alike where v1 accounts it), as a smaller node
+# would hold it; GIB 0 runs CMD as it is. Needs root. Returns CMD's exit status.
+in_memory_cgroup() {
+  local gib=$1
+  shift
+  if [ "$gib" = 0 ]; then "$@"; return; fi
+  local bytes dir
+  bytes=$(/usr/bin/python3 -c "print(int($gib * 2**30))")
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    dir=/sys/fs/cgroup/lct_bench_$$
+    mkdir "$dir" && echo "$bytes" > "$dir/memory.max" && echo 0 > "$dir/memory.swap.max" 2>/dev/null || true
+  else
+    dir=/sys/fs/cgroup/memory/lct_bench_$$
+    mkdir "$dir" && echo "$bytes" > "$dir/memory.limit_in_bytes"
+    [ -f "$dir/memory.memsw.limit_in_bytes" ] && echo "$bytes" > "$dir/memory.memsw.limit_in_bytes"
+  fi
+  local rc=0
+  # shellcheck disable=SC2016  # $$ and $1 belong to the inner shell
+  bash -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$dir" "$@" || rc=$?
+  rmdir "$dir" 2>/dev/null || true
+  return "$rc"
+}

@@ -134,6 +134,8 @@ struct TrainOptions {
   Checkpointing checkpointing;
   std::string offload_activations;  // "" (none), a directory, or numa:N (TierSpec)
   std::string offload_optimizer;    // the same, for the AdamW moments
+  int64_t mlp_tile;                  // tokens per MLP tile; 0 = untiled (ModelShape::mlp_tile)
+  int64_t offload_layers;            // of --offload-activations: the first N layers; -1 = all that can
   int64_t block_q, block_k;
   int64_t seed, checkpoint_every, keep_checkpoints, keep_every, log_every;
   std::string resume;         // none | auto | checkpoint path
@@ -196,6 +198,9 @@ struct PlanOptions {
   double mem_per_node_gib;
   std::string precision, checkpointing, zero, cp_algo;  // comma-separated candidates
   double intra_gbs, inter_gbs, inter_latency_us;
+  std::string offload_activations;  // a tier to consider ("" none), as train's flag
+  double tier_gbs;                  // its GB/s per node each way; 0 = measured
+  std::string mlp_tile;             // comma-separated --mlp-tile candidates
   int64_t top;
 };
 

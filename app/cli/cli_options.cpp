@@ -463,6 +463,17 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
         "--checkpointing keeps): a directory on a local disk (a private file there, removed at exit) "
         "or numa:N (NUMA node N's memory); an I/O thread saves each layer's during the forward pass "
         "and loads them back ahead of the backward pass; the same bits as in memory (empty = in memory)");
+  r.add(c, "--offload-layers", o.offload_layers, int64_t(-1),
+        "with --offload-activations: only the first N layers' activations go to the tier, the later "
+        "layers' stay in memory (lctrain plan chooses N by the tier's bandwidth and the memory left); "
+        "-1 = all but the last 3")
+      ->check(CLI::Range(int64_t(-1), INT64_MAX));
+  r.add(c, "--mlp-tile", o.mlp_tile, int64_t(0),
+        "run each layer's MLP over tiles of this many tokens (ALST's tiled MLP): no [tokens, intermediate] "
+        "array is kept or made whole, the gate and up products are made again per tile in the backward "
+        "pass (2/9 more MLP work), and the MLP's memory stops growing with --seq-len; equal to the untiled "
+        "run to rounding (0 = untiled)")
+      ->check(count(0));
   r.add_choice(c, "--attention-kernel", o.attention_kernel, std::optional<AttnKernel>(),
                attention_kernel_auto_choices(),
                "the attention path: fused (the ISA's micro-kernels, softmax in registers), onednn (every "
@@ -586,6 +597,16 @@ void declare_plan(Registry& r, CLI::App* c, PlanOptions& o) {
       ->check(positive());
   r.add(c, "--inter-latency-us", o.inter_latency_us, 2.0, "microseconds per message between nodes")
       ->check(nonnegative());
+  r.add(c, "--offload-activations", o.offload_activations, std::string(),
+        "a tier the activations may wait on (a local disk's directory, or numa:N), as train takes it: "
+        "a layout that does not fit in memory moves its first layers' activations there, as few as "
+        "fit, their moves costed at the tier's rate (empty = no tier)");
+  r.add(c, "--tier-gbs", o.tier_gbs, 0.0,
+        "GB/s that --offload-activations' tier moves per node, each way (0 = measured here: 256 MiB "
+        "written and read back the way train moves them)")
+      ->check(nonnegative());
+  r.add(c, "--mlp-tile", o.mlp_tile, std::string("0"),
+        "--mlp-tile values to consider (tokens per MLP tile, 0 = untiled), comma-separated");
   r.add(c, "--top", o.top, int64_t(10), "layouts to show")
       ->check(count(1));
 }

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "io/checkpoint.hpp"
 #include "io/dataset_file.hpp"
+#include "model/activation_offload.hpp"
 
 namespace lct {
 
@@ -38,6 +39,19 @@ std::unique_ptr<TokenSource> open_eval_data(const TrainOptions& o, const ModelDa
     fail("--until-retrieval ", o.until_retrieval, " needs passkeys to retrieve, but --eval-data '", o.eval_data,
          "' has none (its evaluations measure loss only); give passkey or recall data, or drop --until-retrieval");
   return eval_data;
+}
+
+// --offload-layers names layers that can move to --offload-activations' tier.
+void check_offload_layers(const TrainOptions& o, const ModelShape& shape, const ModelConfig& mc) {
+  if (o.offload_layers < 0) return;
+  if (!shape.offload_activations.on())
+    fail("--offload-layers ", o.offload_layers, " says how many layers' activations go to --offload-activations' ",
+         "tier, but no tier is given: add --offload-activations DIR|numa:N, or drop --offload-layers");
+  const int64_t most = ActivationOffload::movable(mc.num_hidden_layers);
+  if (o.offload_layers > most)
+    fail("--offload-layers ", o.offload_layers, ": a model of ", mc.num_hidden_layers, " layers can move at most ",
+         most, " (the last ", ActivationOffload::kSlots, " layers' activations stay in memory); give 0 to ", most,
+         ", or -1 for all of them");
 }
 
 }  // namespace
@@ -76,7 +90,9 @@ TrainInputs read_train_inputs(const Context& ctx, const ParallelPlan& plan, std:
   in.shape = ModelShape{o.batch_size * o.seq_len / plan.cp, o.seq_len, o.checkpointing,
                         {o.block_q, o.block_k}, ctx.attention_isa(in.precision), in.precision,
                         plan.sequence_parallel,
-                        TierSpec::parse(o.offload_activations, "--offload-activations")};
+                        TierSpec::parse(o.offload_activations, "--offload-activations"), o.offload_layers,
+                        o.mlp_tile};
+  check_offload_layers(o, in.shape, in.init.config);
   in.optimizer_tier = TierSpec::parse(o.offload_optimizer, "--offload-optimizer");
   return in;
 }

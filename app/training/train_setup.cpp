@@ -98,9 +98,10 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
               ? cat(" streaming through the update (", gib(mem.optimizer_offloaded), " on ", optimizer_tier.describe(), ")")
               : "")
       << ", activations " << gib(mem.activations) << " (checkpointing " << to_string(o.checkpointing) << ", "
-      << shape.max_tokens << " tokens per rank"
+      << shape.max_tokens << " tokens per rank" << (shape.mlp_tiled() ? cat(", MLP in tiles of ", shape.mlp_tile) : "")
       << (mem.offloaded > 0 ? cat("; ", gib(mem.offloaded), " more on ", shape.offload_activations.describe()) : "")
-      << (shape.offload_activations.on() && mem.offloaded == 0
+      << (shape.offload_layers > 0 && mem.offloaded > 0 ? cat(", the first ", shape.offload_layers, " layers'") : "")
+      << (shape.offload_activations.on() && mem.offloaded == 0 && shape.offload_layers < 0
               ? cat("; --offload-activations moves nothing: a model of ", mc.num_hidden_layers, " layers keeps the last ",
                     ActivationOffload::kSlots, " in memory")
               : "")

@@ -8,6 +8,7 @@
 #include "common/progress_mark.hpp"
 #include "kernels/gemm.hpp"
 #include "model/activation_offload.hpp"
+#include "model/mlp.hpp"
 #include "model/rope.hpp"
 #include "model/tp_exchange.hpp"
 
@@ -51,12 +52,12 @@ struct LayerActs {
   float* x_mid;   // [Tr, C]  residual after attention
   X* ln2;         // [T, C]
   float* rstd2;   // [Tr]
-  X* gate;        // [T, I]
+  X* gate;        // [T, I] (null with a tiled MLP: made again per tile, mlp.hpp)
   X* up;          // [T, I]
 };
 
 template <class X>
-LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o) {
+LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o, bool with_mlp) {
   const int64_t C = m.C, I = m.I, HD = m.H * m.D, KVD = m.KV * m.D, Tr = T / m.sd;
   LayerActs<X> a;
   a.ln1 = c.take<X>(T * C);
@@ -69,8 +70,8 @@ LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o) {
   a.x_mid = c.take<float>(Tr * C);
   a.ln2 = c.take<X>(T * C);
   a.rstd2 = c.take<float>(Tr);
-  a.gate = c.take<X>(T * I);
-  a.up = c.take<X>(T * I);
+  a.gate = with_mlp ? c.take<X>(T * I) : nullptr;
+  a.up = with_mlp ? c.take<X>(T * I) : nullptr;
   return a;
 }
 
@@ -101,17 +102,18 @@ size_t carve_activations(Carver c, const Dims& config, const ModelShape& shape, 
   a.slot_base.clear();
   // With a tier, sets start and end on TierStore::kAlign for direct I/O.
   const bool tier = shape.offload_activations.on();
-  for (int64_t s = 0; s < ActivationOffload::slots(L, tier); ++s) {
+  const int64_t moved = ActivationOffload::moved(L, tier, shape.offload_layers);
+  for (int64_t s = 0; s < ActivationOffload::slots(L, moved); ++s) {
     if (tier) c.align(TierStore::kAlign);
     const size_t start = c.used;
     a.slot_base.push_back(c.base ? c.base + start : nullptr);
     a.x_in.push_back(c.take<float>(Tr * C));
-    if (per_layer) a.stored.push_back(carve_layer<X>(c, T, config, keep_o));
+    if (per_layer) a.stored.push_back(carve_layer<X>(c, T, config, keep_o, !shape.mlp_tiled()));
     if (tier) c.align(TierStore::kAlign);
     a.set_bytes = c.used - start;
   }
   a.x_final = c.take<float>(Tr * C);
-  if (!per_layer) a.stored.push_back(carve_layer<X>(c, T, config, keep_o));
+  if (!per_layer) a.stored.push_back(carve_layer<X>(c, T, config, keep_o, !shape.mlp_tiled()));
   if (!keep_o) {
     X* o = c.take<X>(T * HD);
     for (auto& s : a.stored) s.o = o;
@@ -127,8 +129,9 @@ template <class X>
 struct Scratch {
   float *dx, *dln, *tmp;  // [T, C] residual gradient ([Tr, C] used), norm-input gradient, a product's output
   X* dy;                  // [T, C] the residual gradient as a product operand
-  X* h;                   // [T, I] swiglu output, then its gradient
-  X *dgate, *dup;         // [T, I]
+  X* h;                   // [R, I] swiglu output, then its gradient (R: the MLP's rows per tile)
+  X *dgate, *dup;         // [R, I]
+  X *gate, *up;           // [R, I] a tiled MLP's (else kept with the layer's activations)
   X* do_;                 // [T, H*D] attention output gradient
   float* o32;             // [T, H*D] bf16: q before RoPE, then the kernel's fp32 attention output
   float *dq, *dk, *dv;    // [T, H*D], [T, KV*D] (dk also holds k before RoPE in forward)
@@ -136,15 +139,18 @@ struct Scratch {
 };
 
 template <class X>
-size_t carve_scratch(Carver c, const Dims& config, int64_t T, Scratch<X>& p) {
+size_t carve_scratch(Carver c, const Dims& config, const ModelShape& shape, Scratch<X>& p) {
   constexpr bool b16 = std::is_same_v<X, bf16>;
   const int64_t C = config.C, I = config.I, HD = config.H * config.D, KVD = config.KV * config.D;
+  const int64_t T = shape.max_tokens, R = shape.mlp_rows();
   p.dx = c.take<float>(T * C);
   p.dln = c.take<float>(T * C);
   p.tmp = c.take<float>(T * C);
-  p.h = c.take<X>(T * I);
-  p.dgate = c.take<X>(T * I);
-  p.dup = c.take<X>(T * I);
+  p.h = c.take<X>(R * I);
+  p.dgate = c.take<X>(R * I);
+  p.dup = c.take<X>(R * I);
+  p.gate = shape.mlp_tiled() ? c.take<X>(R * I) : nullptr;
+  p.up = shape.mlp_tiled() ? c.take<X>(R * I) : nullptr;
   p.do_ = c.take<X>(T * HD);
   p.dq = c.take<float>(T * HD);
   p.dk = c.take<float>(T * KVD);
@@ -203,13 +209,14 @@ class LlamaPassesOf final : public LlamaPasses {
     acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_),
                              m.shape_.offload_activations.on() ? TierStore::kAlign : 64);
     carve_activations(Carver{acts_buf_.data()}, dims_, m.shape_, acts_);
-    const int64_t L = m.config_.num_hidden_layers, moved = ActivationOffload::moved(L, m.shape_.offload_activations.on());
+    const int64_t L = m.config_.num_hidden_layers;
+    const int64_t moved = ActivationOffload::moved(L, m.shape_.offload_activations.on(), m.shape_.offload_layers);
     offload_ = std::make_unique<ActivationOffload>(
         moved ? std::make_unique<TierStore>(m.shape_.offload_activations, acts_.set_bytes, moved, "--offload-activations")
               : nullptr,
-        L, acts_.slot_base, acts_.set_bytes);
-    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, dims_, m.shape_.max_tokens, sp_));
-    carve_scratch(Carver{scratch_buf_.data()}, dims_, m.shape_.max_tokens, sp_);
+        moved, acts_.slot_base, acts_.set_bytes);
+    scratch_buf_ = Buffer<char>(carve_scratch(Carver{nullptr}, dims_, m.shape_, sp_));
+    carve_scratch(Carver{scratch_buf_.data()}, dims_, m.shape_, sp_);
   }
 
   double forward(const Batch& b, PhaseClock& clock, int32_t* argmax, float* token_loss) override {
@@ -246,7 +253,7 @@ class LlamaPassesOf final : public LlamaPasses {
       const LayerActs<X> a = layer_acts(l);
       const LayerWeights lw = layer_weights(l, l > 0 ? int(l) : -1, true, clock);
       if (m_.shape_.checkpointing == Checkpointing::Full)  // rebuild this layer's activations
-        layer_forward(lw, a, x_in(l), sp_.tmp, b, clock);
+        layer_forward(lw, a, x_in(l), nullptr, b, clock);
       layer_backward(lw, a, x_in(l), sp_.dx, b, clock);
       layer_done(l, true, clock);
       progress_mark("backward, layer", L - l, L);
@@ -413,6 +420,15 @@ class LlamaPassesOf final : public LlamaPasses {
     }
   }
 
+  // The MLP's weights, gradients and buffers: gate and up kept with the layer's activations,
+  // or (tiled) made per tile in scratch.
+  MlpWeights<X> mlp_weights(const LayerTensorsOf<X>& wx) const { return {wx.w_gate, wx.w_up, wx.w_down}; }
+  MlpBuffers<X> mlp_buffers(const LayerActs<X>& a) const {
+    const bool kept = a.gate != nullptr;
+    return {m_.shape_.mlp_rows(), kept, kept ? a.gate : sp_.gate, kept ? a.up : sp_.up, sp_.h, sp_.dgate, sp_.dup};
+  }
+
+  // x_out null: rebuild only what layer_backward reads (--checkpointing full).
   void layer_forward(const LayerWeights& lw, const LayerActs<X>& a, const float* x_in, float* x_out,
                      const Batch& b, PhaseClock& clock) {
     const ModelConfig& c = m_.config_;
@@ -449,14 +465,9 @@ class LlamaPassesOf final : public LlamaPasses {
     rmsnorm_forward(a.ln2 + r0 * C, a.rstd2, a.x_mid, w.post_norm, nr, C, eps);
     clock.lap(Phase::Other);
     tpx_.gather(a.ln2, n, clock);
-    linear_forward(a.gate, a.ln2, wx.w_gate, n, C, I);
-    linear_forward(a.up, a.ln2, wx.w_up, n, C, I);
-    clock.lap(Phase::Gemm);
-    swiglu_forward(sp_.h, a.gate, a.up, n * I);
-    clock.lap(Phase::Other);
-    linear_forward(sp_.tmp, sp_.h, wx.w_down, n, I, C);  // tp: a partial sum over I
-    clock.lap(Phase::Gemm);
-    tpx_.sum(sp_.tmp, n, clock);
+    mlp_forward(x_out ? sp_.tmp : nullptr, a.ln2, mlp_weights(wx), mlp_buffers(a), n, C, I, clock);
+    if (!x_out) return;
+    tpx_.sum(sp_.tmp, n, clock);  // tp: the MLP's output was a partial sum over I
     add(x_out, a.x_mid, sp_.tmp, nr * C);
     clock.lap(Phase::Other);
   }
@@ -471,20 +482,11 @@ class LlamaPassesOf final : public LlamaPasses {
     const int64_t nr = tpx_.rows(n);  // dx: this rank's rows (sequence parallelism), else all n
 
     // MLP: x_out = x_mid + down(silu(gate) * up)
-    swiglu_forward(sp_.h, a.gate, a.up, n * I);  // recomputed: cheaper than storing [T, I]
     const X* dy = as_operand(tpx_.whole_rows(dx, sp_.tmp, n, clock), sp_.dy, n * C);
     clock.lap(Phase::Other);
-    linear_backward_weight(g.w_down, dy, sp_.h, n, I, C);
-    linear_backward_input(sp_.h, dy, wx.w_down, n, I, C, false);  // h now holds dh
-    clock.lap(Phase::Gemm);
-    swiglu_backward(sp_.dgate, sp_.dup, sp_.h, a.gate, a.up, n * I);
-    clock.lap(Phase::Other);
-    linear_backward_weight(g.w_gate, sp_.dgate, a.ln2, n, C, I);
-    linear_backward_weight(g.w_up, sp_.dup, a.ln2, n, C, I);
-    linear_backward_input(sp_.dln, sp_.dgate, wx.w_gate, n, C, I, false);
-    linear_backward_input(sp_.dln, sp_.dup, wx.w_up, n, C, I, true);  // tp: partial over I
-    clock.lap(Phase::Gemm);
-    tpx_.sum(sp_.dln, n, clock);
+    mlp_backward(sp_.dln, dy, a.ln2, mlp_weights(wx), MlpGrads{g.w_gate, g.w_up, g.w_down}, mlp_buffers(a),
+                 n, C, I, clock);
+    tpx_.sum(sp_.dln, n, clock);  // tp: partial over I
     rmsnorm_backward(dx, g.post_norm, sp_.dln, a.x_mid, a.rstd2, w.post_norm, nr, C, true);
     clock.lap(Phase::Other);
 
@@ -585,19 +587,20 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
   const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
   const size_t kernels = AttentionKernel::workspace_bytes_for(attention_kernel(), lim, shape.blocks, threads, shape.precision) +
                          LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size / tp, shape.precision);
-  const size_t moved = size_t(ActivationOffload::moved(config.num_hidden_layers, shape.offload_activations.on()));
+  const size_t moved =
+      size_t(ActivationOffload::moved(config.num_hidden_layers, shape.offload_activations.on(), shape.offload_layers));
   if (b16) {
     Activations<bf16> a;
     Scratch<bf16> s;
     m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
     m.offloaded = moved * a.set_bytes;
-    m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
+    m.scratch = carve_scratch(Carver{nullptr}, dims, shape, s) + kernels;
   } else {
     Activations<float> a;
     Scratch<float> s;
     m.activations = carve_activations(Carver{nullptr}, dims, shape, a);
     m.offloaded = moved * a.set_bytes;
-    m.scratch = carve_scratch(Carver{nullptr}, dims, shape.max_tokens, s) + kernels;
+    m.scratch = carve_scratch(Carver{nullptr}, dims, shape, s) + kernels;
   }
   return m;
 }

@@ -45,6 +45,11 @@ struct ModelShape {
   // Where the saved activations of all but a few layers wait between the forward and the
   // backward pass (activation_offload.hpp); none: in memory.
   TierSpec offload_activations = {};
+  int64_t offload_layers = -1;  // the first N layers' sets move there (-1: all but the last 3)
+  // Tokens per tile of the MLP (mlp.hpp): 0, or at least max_tokens, runs it untiled.
+  int64_t mlp_tile = 0;
+  bool mlp_tiled() const { return mlp_tile > 0 && mlp_tile < max_tokens; }
+  int64_t mlp_rows() const { return mlp_tiled() ? mlp_tile : max_tokens; }  // rows of its [R, I] buffers
 };
 
 // Bytes a model of this shape needs, computed without allocating anything.

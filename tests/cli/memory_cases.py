@@ -24,8 +24,8 @@ def fixture():
     os.mkdir("tier")
 
 
-def train(run_dir, *extra, steps=4, ranks=None):
-    args = command_of_tiny_run(run_dir, "--batch-size", "2", "--grad-accum", "2", *extra, steps=steps)
+def train(run_dir, *extra, steps=4, ranks=None, model="m.h5"):
+    args = command_of_tiny_run(run_dir, "--batch-size", "2", "--grad-accum", "2", *extra, steps=steps, model=model)
     return ok("--oversubscribe", *args, ranks=ranks) if ranks else ok(*args)
 
 
@@ -69,10 +69,15 @@ def offloaded_activations_train_the_same_bits_on_disk_and_numa():
 
 @case
 def offloaded_activations_resume_bit_exactly_and_follow_the_ring():
-    """A run on disk stopped at step 2 and resumed ends with the uninterrupted run's bits; with
-    cp = 2 (each rank its own file) it trains the in-memory cp = 2 run's bits."""
+    """A run on disk stopped at step 2 and resumed ends with the uninterrupted run's bits; so do
+    runs moving only the first 1 or 2 layers (--offload-layers); with cp = 2 (each rank its own
+    file) it trains the in-memory cp = 2 run's bits."""
     fixture()
     train("whole", "--checkpointing", "attention")
+    for n in ("1", "2"):
+        p = train(f"first{n}", "--checkpointing", "attention", "--offload-activations", "tier", "--offload-layers", n)
+        assert f"more on disk tier, the first {n} layers')" in p.stdout, p.stdout
+        assert_same_bits("whole", f"first{n}")
     p = run(*command_of_tiny_run("split", "--batch-size", "2", "--grad-accum", "2", "--checkpointing", "attention",
                                  "--offload-activations", "tier", "--checkpoint-every", "2", "--stop-at", "2",
                                  steps=4))
@@ -121,6 +126,41 @@ def offload_with_three_layers_or_fewer_moves_nothing():
     assert "--offload-activations moves nothing: a model of 2 layers keeps the last 3 in memory" in p.stdout, p.stdout
 
 
+def estimate_gib(*flags):
+    """The activations' and the scratch's GiB of the memory estimate of 256 sequences a micro-batch."""
+    p = ok("train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "est", "--seq-len", "600",
+           "--batch-size", "256", "--dry-run", *flags)
+    line = next(l for l in p.stdout.splitlines() if l.startswith("memory estimate per rank"))
+    gib = lambda part: float(line.split(f", {part} ")[1].split(" GiB")[0])  # noqa: E731
+    return gib("activations"), gib("scratch"), line
+
+
+@case
+def tiled_mlp_trains_the_untiled_losses_with_less_memory():
+    """--mlp-tile: fp32 and bf16 under every checkpointing policy, tp = 2 with sequence
+    parallelism and cp = 2: the losses are the untiled run's to rounding (the weight gradients
+    are summed tile by tile); the estimate's activations shrink where the MLP's gate and up were
+    kept (gate and up; with full checkpointing, the one shared set's) and so does the scratch;
+    the start-up line names the tile."""
+    fixture()
+    for precision, rtol in (("fp32", 2e-5), ("bf16", 2e-3)):
+        for policy in ("none", "attention", "full"):
+            flags = ["--precision", precision, "--checkpointing", policy]
+            train(f"u_{precision}_{policy}", *flags)
+            train(f"t_{precision}_{policy}", *flags, "--mlp-tile", "112")
+            lu, lt = timing(f"u_{precision}_{policy}")[0]["loss"], timing(f"t_{precision}_{policy}")[0]["loss"]
+            assert np.allclose(lu, lt, rtol=rtol, atol=0), (precision, policy, lu, lt)
+            (au, su, _), (at, st, line) = estimate_gib(*flags), estimate_gib(*flags, "--mlp-tile", "112")
+            assert "MLP in tiles of 112" in line, line
+            assert at < au and st < su, (policy, au, at, su, st)
+    ok("init", "-o", "m260.h5", "--preset", "tiny", "--num-hidden-layers", "6", "--vocab-size", "260")  # tp 2 splits it
+    for name, model, flags in (("tp", "m260.h5", ["--tp", "2", "--tp-sequence-parallel"]), ("cp", "m.h5", ["--cp", "2"])):
+        train(f"{name}_u", *flags, ranks=2, model=model)
+        train(f"{name}_t", *flags, "--mlp-tile", "64", ranks=2, model=model)
+        lu, lt = timing(f"{name}_u")[0]["loss"], timing(f"{name}_t")[0]["loss"]
+        assert np.allclose(lu, lt, rtol=2e-5, atol=0), (name, lu, lt)
+
+
 @case
 def bad_offload_tier_is_refused_before_training():
     fixture()
@@ -130,6 +170,9 @@ def bad_offload_tier_is_refused_before_training():
     expect_error(base + ["--offload-activations", "numa:x"], "numa:N takes a NUMA node number")
     expect_error(base + ["--offload-activations", "numa:4096"], "--offload-activations numa:4096: this machine's NUMA nodes are 0-")
     expect_error(base + ["--offload-optimizer", "nowhere"], "--offload-optimizer 'nowhere' is not a directory")
+    expect_error(base + ["--offload-layers", "2"], "--offload-layers 2 says how many layers", "add --offload-activations")
+    expect_error(base + ["--offload-activations", "tier", "--offload-layers", "4"],
+                 "a model of 6 layers can move at most 3", "give 0 to 3")
     assert not os.path.exists("r")
 
 

@@ -37,6 +37,7 @@ struct GoldenCase {
   RopeScaling rope = {};  // rope_scaling (none by default)
   int64_t max_pos = 0;    // max_position_embeddings; 0 = the preset's (4096)
   bool weighted = false;  // per-target loss weights (0 to 1.5, some 0)
+  int64_t mlp_tile = 0;   // tokens per MLP tile (0: untiled)
 };
 
 RopeScaling yarn_mscale(double factor, int64_t original, double mscale, double mscale_all_dim,
@@ -91,7 +92,9 @@ TEST_P(Golden, LossGradientsAndAdamWStepsMatchPyTorch) {
       if (batch.targets[t] >= 0) batch.weights[t] = float(gen() % 7) * 0.25f;
   }
 
-  LlamaModel model(c, {batch.tokens_total(), S, gc.checkpointing, {16, 16}, test_isa(), gc.precision});
+  ModelShape shape{batch.tokens_total(), S, gc.checkpointing, {16, 16}, test_isa(), gc.precision};
+  shape.mlp_tile = gc.mlp_tile;
+  LlamaModel model(c, shape);
   // Against the fp64 reference: fp32 agrees to rounding; bf16 products (8-bit mantissas) to
   // the bounds: loss 5e-3, every gradient 2e-2 (max abs diff / max abs), relative.
   const bool b16 = gc.precision == Precision::Bf16;
@@ -197,7 +200,15 @@ INSTANTIATE_TEST_SUITE_P(
                       // original 32, factors 1 / 4: wavelength 6.3 kept (< 8), 14 and 30
                       // smoothed, 65 and longer divided by 4.
                       GoldenCase{"gqa2_rope_llama3", 4, 2, false, Checkpointing::None,
-                                 Precision::Fp32, 0, llama3_scaling(4, 32, 1, 4), 128}),
+                                 Precision::Fp32, 0, llama3_scaling(4, 32, 1, 4), 128},
+                      // The MLP over tiles of 37 tokens (the last one shorter), and of 50
+                      // under full recomputation.
+                      GoldenCase{"gqa2_mlp_tile37", 4, 2, false, Checkpointing::None, Precision::Fp32, 0, {}, 0,
+                                 false, 37},
+                      GoldenCase{"gqa4_tied_fullckpt_mlp_tile50_bf16", 4, 1, true, Checkpointing::Full,
+                                 Precision::Bf16, 0, {}, 0, false, 50},
+                      GoldenCase{"mha_attnckpt_mlp_tile16", 4, 4, false, Checkpointing::Attention,
+                                 Precision::Fp32, 0, {}, 0, false, 16}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
