@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "app/cli/context.hpp"
@@ -22,8 +23,10 @@
 #include "common/error.hpp"
 #include "io/model_file.hpp"
 #include "parallel/layout_model.hpp"
+#include "model/activation_offload.hpp"
 #include "parallel/zero/zero_variant.hpp"
 #include "sys/memory.hpp"
+#include "sys/tier_store.hpp"
 
 namespace lct {
 
@@ -74,15 +77,26 @@ struct Candidate {
   StepPrediction time;
 };
 
+// A tier the activations may wait on: what train's --offload-activations takes (`flag`), and
+// what it moves per node each way.
+struct Tier {
+  std::string flag;
+  TierSpec spec;
+  double gbs = 0;
+  bool on() const { return spec.on(); }
+};
+
 // The layout as the flags that run it.
-std::string layout_flags(const Layout& l) {
+std::string layout_flags(const Layout& l, const Tier& tier) {
   const ParallelPlan& p = l.plan;
   return cat(l.ranks_per_node, " rank(s)/node x --threads ", l.threads, ": train --tp ", p.tp,
              p.sequence_parallel ? " --tp-sequence-parallel" : "", " --cp ", p.cp, " --dp ", p.dp,
              " --zero ", p.zero, p.cp > 1 ? cat(" --cp-algo ", cp_algo_name(p.cp_algo)) : std::string(),
              " --checkpointing ", to_string(l.checkpointing), " --precision ",
              l.precision == Precision::Bf16 ? "bf16" : "fp32", " --batch-size ", l.micro_batch,
-             " --grad-accum ", l.grad_accum);
+             " --grad-accum ", l.grad_accum, l.mlp_tile > 0 ? cat(" --mlp-tile ", l.mlp_tile) : std::string(),
+             l.offload_layers > 0 ? cat(" --offload-activations ", tier.flag, " --offload-layers ", l.offload_layers)
+                                  : std::string());
 }
 
 // Why a layout was ruled out, counted so that an empty plan names the rule to change.
@@ -105,7 +119,24 @@ struct Candidates {  // the candidates the comma-separated flags list
   std::vector<Checkpointing> policies;
   std::vector<int64_t> zeros;
   std::vector<CpAlgo> algos;
+  std::vector<int64_t> mlp_tiles;
 };
+
+// "0,2048" -> {0, 2048}: non-negative token counts, else one message naming the flag.
+std::vector<int64_t> split_counts(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (size_t a = 0; a <= s.size();) {
+    const size_t b = std::min(s.find(',', a), s.size());
+    const std::string item = s.substr(a, b - a);
+    char* end = nullptr;
+    const long long v = item.empty() ? -1 : std::strtoll(item.c_str(), &end, 10);
+    if (v < 0 || *end != '\0' || v > INT32_MAX)
+      fail("plan ", flag, " '", s, "': '", item, "' is not a count of tokens (a comma-separated list, 0 = untiled)");
+    out.push_back(v);
+    a = b + 1;
+  }
+  return out;
+}
 
 Candidates parse_candidates(const PlanOptions& o) {
   Candidates c;
@@ -119,13 +150,31 @@ Candidates parse_candidates(const PlanOptions& o) {
   // allgather and hybrid are not modelled: their traffic lies between ring's and Ulysses'.
   for (const std::string& a : split_list(o.cp_algo, "--cp-algo", {"ring", "ulysses"}))
     c.algos.push_back(parse_cp_algo(a));
+  c.mlp_tiles = split_counts(o.mlp_tile, "--mlp-tile");
   return c;
+}
+
+// Whether the layout fits in `budget` bytes per rank: in memory or, with a tier, with as few
+// of its first layers' activations moved there as make it fit (l.offload_layers, 0 if none).
+bool fits_memory(Layout& l, ModelShape shape, const ModelConfig& mc, const Tier& tier, double budget, RankMemory& mem) {
+  const int64_t most = tier.on() ? ActivationOffload::movable(mc.num_hidden_layers) : 0;
+  for (int64_t m = 0; m <= most; ++m) {
+    shape.offload_activations = m > 0 ? tier.spec : TierSpec{};
+    shape.offload_layers = m;
+    mem = estimate_rank_memory(mc, shape, l);
+    if (mem.total() <= budget) {
+      l.offload_layers = m;
+      l.offload_set_bytes = m > 0 ? mem.offloaded / double(m) : 0.0;
+      return true;
+    }
+  }
+  return false;
 }
 
 // Every layout of one split of the ranks (`base`: nodes, ranks per node, threads, tp, cp, dp)
 // that the flags allow and train would accept, into e.fits when it fits in memory.
 void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch, const ModelConfig& mc,
-                 const Context& ctx, double mem_node, Enumeration& e) {
+                 const Context& ctx, const Tier& tier, double mem_node, Enumeration& e) {
   for (Precision precision : ch.precisions)
     for (CpAlgo algo : ch.algos) {
       if (base.plan.cp == 1 && algo != ch.algos.front()) continue;  // no cp: the algorithm is moot
@@ -138,7 +187,8 @@ void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch,
       for (int64_t zero : ch.zeros)
         for (Checkpointing ck : ch.policies)
           for (int64_t mb : divisors(o.global_batch / base.plan.dp))
-            for (bool sp : {false, true}) {
+            for (bool sp : {false, true})
+              for (int64_t tile : ch.mlp_tiles) {
               if (zero >= 1 && base.plan.replicas() == 1) continue;  // one dp x cp rank: nothing to shard
               Layout l = base;
               l.plan = with_algo;
@@ -148,6 +198,7 @@ void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch,
               l.grad_accum = o.global_batch / base.plan.dp / mb;
               l.checkpointing = ck;
               l.precision = precision;
+              l.mlp_tile = tile;
               // What train refuses (sequence parallelism without tp or with uneven tokens,
               // ZeRO-3 with it or with bf16) is no candidate.
               if (l.plan.broken_rule(mc, precision) != PlanRule::None ||
@@ -157,10 +208,12 @@ void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch,
                 ++e.ruled_out[Tokens];
                 continue;
               }
-              const ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(precision),
-                                     precision, sp};
-              Candidate c{l, estimate_rank_memory(mc, shape, l), {}};
-              if (c.memory.total() > 0.95 * mem_node / double(l.ranks_per_node)) {
+              if (tile > 0 && tile >= l.local_tokens()) continue;  // the same as untiled
+              ModelShape shape{l.local_tokens(), o.seq_len, ck, {128, 128}, ctx.attention_isa(precision),
+                               precision, sp};
+              shape.mlp_tile = tile;
+              Candidate c{l, {}, {}};
+              if (!fits_memory(c.layout, shape, mc, tier, 0.95 * mem_node / double(l.ranks_per_node), c.memory)) {
                 ++e.ruled_out[Memory];
                 continue;
               }
@@ -171,7 +224,7 @@ void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch,
 
 // Every split of the job's ranks into ranks per node x tp x cp x dp, then every layout of each.
 Enumeration enumerate_layouts(const PlanOptions& o, const Candidates& ch, const ModelConfig& mc, const Context& ctx,
-                              int64_t cores, double mem_node, double process_bytes) {
+                              const Tier& tier, int64_t cores, double mem_node, double process_bytes) {
   Enumeration e;
   for (int64_t rpn : divisors(cores))
     for (int64_t tp : divisors(rpn)) {  // tp inside a node (its all-reduces block every layer)
@@ -199,7 +252,7 @@ Enumeration enumerate_layouts(const PlanOptions& o, const Candidates& ch, const 
         base.plan = plan;
         base.seq_len = o.seq_len;
         base.process_bytes = process_bytes;
-        add_layouts(base, o, ch, mc, ctx, mem_node, e);
+        add_layouts(base, o, ch, mc, ctx, tier, mem_node, e);
       }
     }
   return e;
@@ -211,7 +264,9 @@ std::string no_layout_message(const PlanOptions& o, const Enumeration& e, double
   const auto& n = e.ruled_out;
   if (n[Memory] > 0)
     return cat("no layout of ", o.global_batch, " x ", o.seq_len, " tokens per step fits in ", gib(mem_node),
-               " per node (", n[Memory], " need more): use more nodes, a shorter --seq-len or a smaller model");
+               " per node (", n[Memory], " need more): use more nodes, a shorter --seq-len or a smaller model",
+               o.offload_activations.empty() && o.tier_gbs == 0 ? ", or give a tier (--offload-activations DIR|numa:N)" : "",
+               o.mlp_tile == "0" ? ", or consider a tiled MLP (--mlp-tile 0,4096)" : "");
   std::string why;
   auto add = [&why](int64_t k, const std::string& rule) {
     if (k > 0) why += cat(why.empty() ? "" : "; ", k, " ", rule);
@@ -273,6 +328,67 @@ std::map<Precision, std::pair<Rates, Rates>> measure_rates(const PlanOptions& o,
   return rates;
 }
 
+// The tier of --offload-activations (or, with only --tier-gbs, a disk to be named: DIR), at its
+// given rate or at the rate measured here.
+Tier plan_tier(const PlanOptions& o, std::ostream& out) {
+  Tier t;
+  if (o.offload_activations.empty() && o.tier_gbs == 0) return t;
+  t.flag = o.offload_activations.empty() ? "DIR" : o.offload_activations;
+  t.spec = o.offload_activations.empty() ? TierSpec{TierSpec::Kind::Disk, "DIR", -1}
+                                         : TierSpec::parse(o.offload_activations, "plan --offload-activations");
+  t.gbs = o.tier_gbs;
+  if (t.gbs == 0) {
+    out << "measuring " << t.spec.describe() << ": 256 MiB written and read back, as train moves activations..."
+        << std::endl;
+    const TierRates r = measure_tier(t.spec, "plan --offload-activations");
+    t.gbs = std::min(r.write_gbs, r.read_gbs);
+    out << std::setprecision(3) << "tier: " << t.spec.describe() << " writes " << r.write_gbs << " GB/s, reads "
+        << r.read_gbs << " GB/s (measured); planned at " << t.gbs << " GB/s per node\n" << std::defaultfloat;
+  } else {
+    out << "tier: " << t.spec.describe() << " at " << t.gbs << " GB/s per node each way (given)\n";
+  }
+  return t;
+}
+
+// Why each layer's activations stay, move or are made again in the chosen layout: one line per
+// run of layers with the same choice, with the seconds that decided it.
+void explain_layers(const Candidate& c, const ModelConfig& mc, const Rates& r, const Tier& tier, double budget,
+                    std::ostream& out) {
+  const Layout& l = c.layout;
+  const int64_t L = mc.num_hidden_layers, m = l.offload_layers;
+  const LayerSeconds ls = layer_seconds(mc, l, r);
+  Layout full = l;  // the same layout recomputing every layer's forward
+  full.checkpointing = Checkpointing::Full;
+  full.offload_layers = 0;
+  const double recompute = layer_seconds(mc, full, r).backward - ls.backward;
+  const std::string what = l.checkpointing == Checkpointing::Full ? "its input (--checkpointing full)"
+                           : cat("what --checkpointing ", to_string(l.checkpointing), " keeps");
+  auto range = [](int64_t a, int64_t b) { return a == b ? cat("layer ", a) : cat("layers ", a, "-", b); };
+  auto s3 = [](double x) {  // seconds, 3 significant digits
+    std::ostringstream s;
+    s << std::setprecision(3) << x;
+    return s.str();
+  };
+  out << std::setprecision(3) << "\nper layer, layout 1:\n";
+  if (m > 0) {
+    const double move = tier_move_s(l, l.offload_set_bytes), shown = std::max(0.0, move - ls.forward) +
+                                                                      std::max(0.0, move - ls.backward);
+    out << "  " << range(0, m - 1) << ": offload " << what << ", " << gib(l.offload_set_bytes) << " a layer, to "
+        << tier.spec.describe() << ": a move takes " << move << " s at " << tier.gbs / double(l.ranks_per_node)
+        << " GB/s per rank, under a layer's " << ls.forward << " s forward and " << ls.backward << " s backward ("
+        << (shown > 0 ? cat(s3(shown), " s of it shows") : std::string("hidden")) << ")"
+        << (l.checkpointing == Checkpointing::Full ? std::string("; nothing more to recompute")
+                                                   : cat("; recomputing instead (--checkpointing full) costs ",
+                                                         s3(recompute), " s a layer"))
+        << "\n";
+  }
+  out << "  " << range(m, L - 1) << ": keep " << what << " in memory"
+      << (m > 0 ? cat(": the memory holds the rest (", gib(c.memory.total()), " of ", gib(budget), " per rank)")
+                : cat(": it fits (", gib(c.memory.total()), " of ", gib(budget), " per rank)"))
+      << (m > 0 && m == ActivationOffload::movable(L) ? cat("; the last ", ActivationOffload::kSlots, " always stay") : "")
+      << "\n" << std::defaultfloat;
+}
+
 }  // namespace
 
 int cmd_plan(Context& ctx) {
@@ -287,7 +403,8 @@ int cmd_plan(Context& ctx) {
   const int64_t cores = o.cores_per_node > 0 ? o.cores_per_node : ctx.topo.threads;
   const double mem_node = o.mem_per_node_gib > 0 ? o.mem_per_node_gib * double(1u << 30) : available_memory().bytes;
   const Candidates ch = parse_candidates(o);
-  Enumeration e = enumerate_layouts(o, ch, mc, ctx, cores, mem_node, process_bytes);
+  const Tier tier = plan_tier(o, out);
+  Enumeration e = enumerate_layouts(o, ch, mc, ctx, tier, cores, mem_node, process_bytes);
   std::vector<Candidate>& fits = e.fits;
   const int64_t too_big = e.ruled_out[Rule::Memory];
   const double tokens = double(o.global_batch) * double(o.seq_len);
@@ -297,6 +414,7 @@ int cmd_plan(Context& ctx) {
 
   for (Candidate& c : fits) {
     const auto& [one, many] = rates.at(c.layout.precision);
+    c.layout.tier_gbs = tier.gbs;
     c.time = predict_step(mc, c.layout, rates_for_threads(one, many, int(c.layout.threads)));
   }
   std::sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
@@ -308,7 +426,7 @@ int cmd_plan(Context& ctx) {
       << "global batch " << o.global_batch << " x " << o.seq_len << " tokens; " << fits.size()
       << " layouts fit, " << too_big << " need more memory than a rank's share\n";
   out << std::right << std::fixed
-      << " #  step s  tokens/s  GiB/rank  compute  cp exposed  grad sync  tp sync  AdamW  cp MB  grad MB  tp MB  layout\n";
+      << " #  step s  tokens/s  GiB/rank  compute  cp exposed  grad sync  tp sync  AdamW  tier s  cp MB  grad MB  tp MB  layout\n";
   // A larger micro-batch predicts the same time with more memory (the model is linear in
   // tokens): of layouts that differ only there, the first (least memory) is shown.
   std::set<std::string> shown;
@@ -316,7 +434,7 @@ int cmd_plan(Context& ctx) {
   for (const Candidate& c : fits) {
     Layout key = c.layout;
     key.micro_batch = key.grad_accum = 0;
-    if (n == o.top || !shown.insert(layout_flags(key)).second) continue;
+    if (n == o.top || !shown.insert(layout_flags(key, tier)).second) continue;
     const StepPrediction& t = c.time;
     // Each column keeps a space before it, however wide its figure grows (a step of
     // thousands of seconds, a cp traffic of terabytes), so the rows stay parseable.
@@ -332,14 +450,21 @@ int cmd_plan(Context& ctx) {
     col(11, 2, t.grad_s);
     col(9, 2, t.tp_s);
     col(7, 2, t.optimizer_s);
+    col(8, 2, t.offload_s);
     col(7, 0, t.cp_bytes / 1e6);
     col(9, 0, t.grad_bytes / 1e6);
     col(7, 0, t.tp_bytes / 1e6);
-    out << "  " << layout_flags(c.layout) << "\n";
+    out << "  " << layout_flags(c.layout, tier) << "\n";
   }
   out << std::defaultfloat << std::left;
   out << "predicted from per-core rates measured here (compute scaled by threads per rank) and the link rates above; "
          "memory is train's own start-up estimate\n";
+  if (tier.on()) {
+    const Candidate& best = fits.front();
+    const auto& [one, many] = rates.at(best.layout.precision);
+    explain_layers(best, mc, rates_for_threads(one, many, int(best.layout.threads)), tier,
+                   0.95 * mem_node / double(best.layout.ranks_per_node), out);
+  }
   return kExitOk;
 }
 

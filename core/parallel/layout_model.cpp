@@ -132,24 +132,70 @@ double hierarchical_allreduce_s(const Rates& r, double grad, int64_t per, int64_
 
 }  // namespace
 
-StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r) {
-  StepPrediction p;
+namespace {
+
+// One layer of one micro-batch on a rank, forward + backward, as predict_step counts it.
+struct LayerCost {
+  double attn_s, attn_mult;     // attention (fwd+bwd) and its recomputation factor
+  double rest_s, rest_mult;     // everything else, and its recomputation factor
+};
+
+LayerCost layer_cost(const ModelConfig& mc, const Layout& l, const Rates& r) {
   // --tp: a rank computes 1/tp of every layer (its heads, SwiGLU rows and vocabulary rows;
   // the norms, repeated on every tp rank, are left out) and carries its heads on the cp links.
+  const double tp = double(l.plan.tp);
+  const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
+  const double pairs = double(l.micro_batch) * sequence_pairs(l.seq_len, mc.sliding_window) /
+                       double(l.plan.cp);  // a rank's share: zigzag balances causal work
+  LayerCost c;
+  // Recomputation: attention checkpointing runs the attention forward again, full
+  // checkpointing the whole layer's forward. A tiled MLP makes its gate and up products again
+  // in the backward pass (mlp.hpp), but under full checkpointing, which makes them anyway.
+  c.attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
+  c.rest_mult = l.checkpointing == Checkpointing::Full ? 1.0 + r.layer_fwd_share : 1.0;
+  if (l.mlp_tile > 0 && l.mlp_tile < l.local_tokens() && l.checkpointing != Checkpointing::Full) {
+    // gate and up forward, of the layer's forward + backward products (3x the forward's)
+    const double C = double(mc.hidden_size), I = double(mc.intermediate_size), D = double(mc.head_dim());
+    const double attn_proj = C * D * double(2 * mc.num_attention_heads + 2 * mc.num_key_value_heads);
+    c.rest_mult += 2 * C * I / (3 * (3 * C * I + attn_proj));
+  }
+  c.attn_s = pairs * r.attn_pair_s * scale / tp;
+  c.rest_s = double(l.local_tokens()) * r.layer_token_s * scale / tp;
+  return c;
+}
+
+}  // namespace
+
+LayerSeconds layer_seconds(const ModelConfig& mc, const Layout& l, const Rates& r) {
+  const LayerCost c = layer_cost(mc, l, r);
+  const double fwd = c.attn_s * r.attn_fwd_share + c.rest_s * r.layer_fwd_share;
+  return {fwd, c.attn_s * c.attn_mult + c.rest_s * c.rest_mult - fwd};
+}
+
+double tier_move_s(const Layout& l, double bytes) {
+  return l.tier_gbs > 0 ? bytes * double(l.ranks_per_node) / (l.tier_gbs * 1e9) : 0.0;
+}
+
+StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r) {
+  StepPrediction p;
   const double tp = double(l.plan.tp);
   const double L = double(mc.num_hidden_layers);
   const double scale = double(r.threads) / double(l.threads);  // measured threads -> this rank's
   const double micro = double(l.grad_accum);
   const double Tl = double(l.local_tokens());
-  const double pairs = double(l.micro_batch) * sequence_pairs(l.seq_len, mc.sliding_window) /
-                       double(l.plan.cp);  // a rank's share: zigzag balances causal work
-  // Recomputation: attention checkpointing runs the attention forward again, full
-  // checkpointing the whole layer's forward.
-  const double attn_mult = l.checkpointing == Checkpointing::None ? 1.0 : 1.0 + r.attn_fwd_share;
-  const double layer_mult = l.checkpointing == Checkpointing::Full ? 1.0 + r.layer_fwd_share : 1.0;
-  const double attn_s = pairs * r.attn_pair_s * scale / tp;  // one layer of one micro-batch, fwd+bwd
-  p.compute_s = micro * (L * Tl * r.layer_token_s * layer_mult * scale / tp + L * attn_s * attn_mult +
-                         Tl * r.head_token_s * scale / tp);
+  const LayerCost lc = layer_cost(mc, l, r);
+  const double attn_s = lc.attn_s, attn_mult = lc.attn_mult, layer_mult = lc.rest_mult;
+  p.compute_s = micro * (L * (lc.rest_s * layer_mult + attn_s * attn_mult) + Tl * r.head_token_s * scale / tp);
+
+  // Activation offload: a moved set is saved during the next layer's forward and loaded
+  // during a later layer's backward (activation_offload.hpp); what a layer does not hide shows.
+  if (l.offload_layers > 0) {
+    const LayerSeconds ls = layer_seconds(mc, l, r);
+    const double move = tier_move_s(l, l.offload_set_bytes);
+    p.offload_bytes = micro * double(l.offload_layers) * 2 * l.offload_set_bytes;
+    p.offload_s = micro * double(l.offload_layers) *
+                  (std::max(0.0, move - ls.forward) + std::max(0.0, move - ls.backward));
+  }
 
   // Tensor parallelism: all-reduces of [T, C] fp32 over the tp ranks of a node (a ring sends
   // 2 (tp - 1) / tp of them): per layer 2 forward (after o_proj, down_proj), 2 backward (the

@@ -25,6 +25,11 @@ struct Layout {
   Checkpointing checkpointing = Checkpointing::None;
   Precision precision = Precision::Fp32;
   bool optimizer_offloaded = false; // --offload-optimizer: the moments stream from a tier
+  int64_t mlp_tile = 0;             // --mlp-tile (0: untiled)
+  // --offload-activations: the first offload_layers layers' sets (offload_set_bytes each) go
+  // to a tier that moves tier_gbs GB/s per node (its ranks share it).
+  int64_t offload_layers = 0;
+  double offload_set_bytes = 0, tier_gbs = 0;
   int64_t world() const { return nodes * ranks_per_node; }
   int64_t local_tokens() const { return micro_batch * seq_len / plan.cp; }  // T of one rank's micro-batch
   int64_t replicas() const { return world() / plan.tp; }  // the dp x cp ranks gradients are summed over
@@ -74,7 +79,9 @@ struct StepPrediction {
   double tp_bytes = 0;         // sent by one rank per step for tensor parallelism (all-reduces)
   double tp_s = 0;             // not overlapped: each all-reduce blocks the pass
   double optimizer_s = 0;      // AdamW over this rank's share of the parameters
-  double step_s() const { return compute_s + cp_exposed_s + grad_s + tp_s + optimizer_s; }
+  double offload_bytes = 0;    // activations a rank saves to and loads from its tier per step
+  double offload_s = 0;        // the part of their moves that the layers' compute does not hide
+  double step_s() const { return compute_s + cp_exposed_s + grad_s + tp_s + optimizer_s + offload_s; }
 };
 
 // Rates for a rank of `threads` threads from rates measured on one thread and on many: the
@@ -86,5 +93,14 @@ Rates rates_for_threads(const Rates& one, const Rates& many, int threads);
 double sequence_pairs(int64_t S, int64_t window);
 
 StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates& r);
+
+// Seconds of one layer's forward and backward pass (recomputation included) of one
+// micro-batch on a rank of the layout: what hides a set's move to and from the tier.
+struct LayerSeconds {
+  double forward = 0, backward = 0;
+};
+LayerSeconds layer_seconds(const ModelConfig& mc, const Layout& l, const Rates& r);
+// Seconds of one move (save or load) of a set of `bytes` at the layout's tier rate per rank.
+double tier_move_s(const Layout& l, double bytes);
 
 }  // namespace lct

@@ -6,11 +6,13 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "sys/memory.hpp"
 
 namespace lct {
 
@@ -190,6 +192,21 @@ void TierStore::copy(const Job& j) {
   if (direct_) return;
   if (j.save) sync_file_range(fd_, off_t(at), off_t(j.bytes), SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
   posix_fadvise(fd_, off_t(at), off_t(j.bytes), POSIX_FADV_DONTNEED);
+}
+
+TierRates measure_tier(const TierSpec& spec, const std::string& option, size_t block_bytes, int64_t blocks) {
+  Buffer<char> mem(block_bytes, TierStore::kAlign);
+  std::memset(mem.data(), 1, block_bytes);  // touched: its pages exist before the clock starts
+  TierStore store(spec, block_bytes, blocks, option);
+  const double bytes = double(block_bytes) * double(blocks);
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  for (int64_t b = 0; b < blocks; ++b) store.wait(store.save(b, mem.data(), block_bytes));
+  const auto t1 = clock::now();
+  for (int64_t b = 0; b < blocks; ++b) store.wait(store.load(b, mem.data(), block_bytes));
+  const auto t2 = clock::now();
+  const auto gbs = [bytes](auto d) { return bytes / std::max(1e-9, std::chrono::duration<double>(d).count()) / 1e9; };
+  return {gbs(t1 - t0), gbs(t2 - t1)};
 }
 
 }  // namespace lct

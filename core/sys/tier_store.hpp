@@ -84,4 +84,13 @@ class TierStore {
   std::thread thread_;
 };
 
+// What a tier moves per second through a TierStore (one I/O thread, direct I/O on disk, as
+// --offload-activations moves a layer's set): `blocks` blocks of `block_bytes` written, then
+// read back, each direction timed alone.
+struct TierRates {
+  double write_gbs = 0, read_gbs = 0;
+};
+TierRates measure_tier(const TierSpec& spec, const std::string& option, size_t block_bytes = size_t(64) << 20,
+                       int64_t blocks = 4);
+
 }  // namespace lct

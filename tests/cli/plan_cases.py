@@ -16,7 +16,7 @@ import cli_cases as cc  # noqa: E402
 from cli_cases import case, expect_error, good_model, ok, run  # noqa: E402
 
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
-                 r"\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) rank\(s\)/node x --threads (\d+): train (.*)$")
+                 r"\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) rank\(s\)/node x --threads (\d+): train (.*)$")
 
 
 def plan_rows(*args):
@@ -37,16 +37,16 @@ def plan_ranks_layouts_and_matches_train_memory():
     assert rows, p.stdout
     steps = [float(r.group(2)) for r in rows]
     assert steps == sorted(steps), steps
-    seen = {(r.group(13), r.group(15)) for r in rows}
+    seen = {(r.group(14), r.group(16)) for r in rows}
     assert len(seen) == len(rows), "a layout listed twice"
-    assert any("--cp 2" in r.group(15) for r in rows) and any("--dp 2" in r.group(15) for r in rows), p.stdout
-    assert any("--checkpointing full" in r.group(15) for r in rows), p.stdout
-    assert any("--tp 2" in r.group(15) for r in rows), p.stdout
-    assert any("--tp 2 --tp-sequence-parallel" in r.group(15) for r in rows), p.stdout
+    assert any("--cp 2" in r.group(16) for r in rows) and any("--dp 2" in r.group(16) for r in rows), p.stdout
+    assert any("--checkpointing full" in r.group(16) for r in rows), p.stdout
+    assert any("--tp 2" in r.group(16) for r in rows), p.stdout
+    assert any("--tp 2 --tp-sequence-parallel" in r.group(16) for r in rows), p.stdout
     checked, per_ranks, tp_checked = 0, {1: 0, 2: 0}, False
     for r in rows:
-        ranks, threads, flags = int(r.group(13)), int(r.group(14)), r.group(15).split()
-        tp = "--tp 2 --tp-sequence-parallel" in r.group(15)
+        ranks, threads, flags = int(r.group(14)), int(r.group(15)), r.group(16).split()
+        tp = "--tp 2 --tp-sequence-parallel" in r.group(16)
         if per_ranks[ranks] >= 2 and (tp_checked or not tp):
             continue  # two layouts of each rank count (and a sequence-parallel --tp 2 one) keep the case short
         per_ranks[ranks] += 1
@@ -74,6 +74,41 @@ def plan_refuses_bad_input():
     expect_error(["plan", "--model", "m.h5", "--mem-per-node", "0.0001", "--precision", "fp32",
                   "--checkpointing", "full"], "tokens per step fits in", "use more nodes")
     expect_error(["plan", "--model", "m.h5", "--seq-len", "600"], "plan runs on one rank", ranks=2)
+    expect_error(["plan", "--model", "m.h5", "--mlp-tile", "0,x"], "--mlp-tile", "'x' is not a count of tokens")
+    expect_error(["plan", "--model", "m.h5", "--offload-activations", "nowhere"], "'nowhere' is not a directory")
+    expect_error(["plan", "--model", "m.h5", "--mem-per-node", "0.0001", "--precision", "fp32"],
+                 "tokens per step fits in", "or give a tier (--offload-activations", "--mlp-tile 0,4096")
+
+
+@case
+def plan_offloads_activations_only_where_moving_costs_less_than_recomputing():
+    """In 0.8 GiB an 8-layer model at S = 8,192 keeps its `none` activations only with some
+    layers' on a tier. With a fast tier (given) the first layout is `none` with as few layers
+    offloaded as fit, its memory what train --dry-run prints for the same flags, and one line
+    per choice says why; with a tier too slow to hide the moves it recomputes (`full`, in
+    memory) instead. Without a rate the tier's is measured."""
+    ok("init", "-o", "s8.h5", "--preset", "small", "--vocab-size", "260", "--num-hidden-layers", "8")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "2", "--doc-length", "8192", "-o", "d.h5")
+    os.mkdir("tier")
+    base = ("--model", "s8.h5", "--seq-len", "8192", "--global-batch", "1", "--cores-per-node", "1", "--precision",
+            "fp32", "--zero", "0", "--cp-algo", "ring", "--mem-per-node", "0.8")
+    p, rows = plan_rows(*base, "--tier-gbs", "1000")
+    flags = rows[0].group(16)
+    assert "--checkpointing none" in flags and "--offload-activations DIR --offload-layers" in flags, p.stdout
+    moved = int(flags.split("--offload-layers ")[1].split()[0])
+    assert 1 <= moved <= 5 and float(rows[0].group(4)) <= 0.95 * 0.8, p.stdout
+    assert f"layers 0-{moved - 1}: offload what --checkpointing none keeps" in p.stdout and "(hidden)" in p.stdout, p.stdout
+    assert f"layers {moved}-7: keep what --checkpointing none keeps in memory" in p.stdout, p.stdout
+    d = ok("train", "--data", "d.h5", "--run-dir", "r", "--dry-run", "--model", "s8.h5", "--seq-len", "8192",
+           *flags.replace("DIR", "tier").split())
+    m = re.search(r"memory estimate per rank \(\w+\): ([\d.]+) GiB", d.stdout)
+    assert m and abs(float(m.group(1)) - float(rows[0].group(4))) <= 0.021, (m and m.group(1), rows[0].group(4))
+    p, rows = plan_rows(*base, "--tier-gbs", "0.000001")
+    assert "--checkpointing full" in rows[0].group(16) and "--offload" not in rows[0].group(16), p.stdout
+    assert "layers 0-7: keep its input (--checkpointing full) in memory: it fits" in p.stdout, p.stdout
+    p = ok("plan", *base, "--offload-activations", "tier", "--top", "1")
+    assert re.search(r"tier: disk tier writes [\d.]+ GB/s, reads [\d.]+ GB/s \(measured\)", p.stdout), p.stdout
+    assert os.listdir("tier") == []
 
 
 
