@@ -134,6 +134,7 @@ struct TrainOptions {
   Checkpointing checkpointing;
   std::string offload_activations;  // "" (none), a directory, or numa:N (TierSpec)
   std::string offload_optimizer;    // the same, for the AdamW moments
+  bool offload_master;               // the fp32 master weights too (bf16)
   int64_t mlp_tile;                  // tokens per MLP tile; 0 = untiled (ModelShape::mlp_tile)
   int64_t offload_layers;            // of --offload-activations: the first N layers; -1 = all that can
   int64_t block_q, block_k;

@@ -367,6 +367,10 @@ void declare_optimizer(Registry& r, CLI::App* c, TrainOptions& o) {
         "(a private file there, mapped, removed at exit) or numa:N (NUMA node N's memory); the update "
         "streams them through 16 MiB at a time, reading ahead and writing back; the same bits as in "
         "memory (empty = in memory)");
+  r.add(c, "--offload-master-weights", o.offload_master, false,
+        "with --offload-optimizer and --precision bf16: the fp32 master weights live on that tier too, "
+        "walked in chunks by the update and by the refresh of the bf16 copy the products read (which "
+        "stays in memory); --zero 0 only (ZeRO's sharding holds less anyway); the same bits as in memory");
 }
 
 // Checkpoints, resume, stopping and failing safely.

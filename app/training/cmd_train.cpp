@@ -279,6 +279,7 @@ int cmd_train(Context& ctx) {
                                  {o.resume, o.run_dir, &mc, &in.init.layout, parts->checkpoint_targets(), layout, where},
                                  identify(*in.dataset), in.origin, tokenizer_info(in.dataset->info()), record);
   state.attention_kernel = attn_kernel_name(attention);
+  parts->model->release_master();  // a master on a tier: what start-up wrote goes there
   const DataLoader& loader = position_data(out, data, state);
   if (state.step >= o.steps) {
     out << "the run is already complete: step " << state.step << " of --steps " << o.steps << "\n";

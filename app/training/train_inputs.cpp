@@ -41,6 +41,21 @@ std::unique_ptr<TokenSource> open_eval_data(const TrainOptions& o, const ModelDa
   return eval_data;
 }
 
+// --offload-master-weights: beside the moments, in bf16, with the whole master on each rank.
+void check_offload_master(const TrainOptions& o, const ParallelPlan& plan) {
+  if (!o.offload_master) return;
+  if (o.offload_optimizer.empty())
+    fail("--offload-master-weights puts the fp32 master weights on --offload-optimizer's tier, but none is given: ",
+         "add --offload-optimizer DIR|numa:N");
+  if (o.precision != Precision::Bf16)
+    fail("--offload-master-weights needs --precision bf16: in fp32 every product reads the master weights, so ",
+         "they must stay in memory");
+  if (o.zero > 0 && plan.dp * plan.cp > 1)
+    fail("--offload-master-weights keeps each rank's whole master on the tier, which --zero ", o.zero,
+         "'s gather of the parameters would bring back into memory every step: use --zero 0 with it, or --zero ",
+         o.zero, " without it");
+}
+
 // --offload-layers names layers that can move to --offload-activations' tier.
 void check_offload_layers(const TrainOptions& o, const ModelShape& shape, const ModelConfig& mc) {
   if (o.offload_layers < 0) return;
@@ -94,6 +109,8 @@ TrainInputs read_train_inputs(const Context& ctx, const ParallelPlan& plan, std:
                         o.mlp_tile};
   check_offload_layers(o, in.shape, in.init.config);
   in.optimizer_tier = TierSpec::parse(o.offload_optimizer, "--offload-optimizer");
+  check_offload_master(o, plan);
+  if (o.offload_master) in.shape.master_tier = in.optimizer_tier;
   return in;
 }
 

@@ -213,6 +213,7 @@ std::string TrainLoop::write_checkpoint_of(const World& w, const TrainState& st)
                   {&mc, &whole_layout, nullptr, nullptr, nullptr, st, layout,
                    {where.dp_rank, where.cp_rank, st.data_epoch, st.data_cursor}, &written},
                   prov, {o.keep_checkpoints, o.keep_every});
+  parts.model->release_master();  // what the write read of a master on a tier leaves memory
   return RunDirectory::path_of(o.run_dir, st.step);
 }
 

@@ -93,6 +93,7 @@ void check_memory(std::ostream& out, const TrainOptions& o, const ParallelPlan& 
       << (shape.precision == Precision::Bf16 ? "+bf16 copy " : " ") << gib(mem.params_grads)
       << (zero_variant(plan.zero, l.replicas()).weights ? cat(" (1/", l.replicas(), " of them + gathered units: --zero ", plan.zero, ")") : "")
       << (plan.tp > 1 ? cat(" (1/", plan.tp, " of them: --tp ", plan.tp, ")") : "")
+      << (mem.master_offloaded > 0 ? cat(" (the fp32 master's ", gib(mem.master_offloaded), " on ", optimizer_tier.describe(), ")") : "")
       << ", AdamW " << gib(mem.optimizer) << (l.ranks_sharing_state() > 1 ? cat(" (1/", l.ranks_sharing_state(), " of it: --zero ", plan.zero, ")") : "")
       << (l.optimizer_offloaded
               ? cat(" streaming through the update (", gib(mem.optimizer_offloaded), " on ", optimizer_tier.describe(), ")")

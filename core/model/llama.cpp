@@ -1,5 +1,6 @@
 #include "model/llama.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -200,7 +201,7 @@ class LlamaPassesOf final : public LlamaPasses {
         tpx_(m.tp_, sp_ranks_ > 1, m.config_.hidden_size),
         xent_(m.shape_.max_tokens, m.dims_.V, m.shape_.precision, {}, m.tp_, m.dims_.v0,
               sp_ranks_ == 1),
-        units_(m.shards_, m.layout_, m.config_, m.params_.data(), m.grads_.data()) {
+        units_(m.shards_, m.layout_, m.config_, m.master(), m.grads_.data()) {
     if constexpr (std::is_same_v<X, bf16>) {
       if (m.shards_) fail(knob_name(Knob::Zero), " 3 trains in fp32 only: use ", knob_name(Knob::Precision), " fp32, or ", knob_name(Knob::Zero), " 2 with bf16");
       wcopy_ = Buffer<bf16>(m.layout_.total);
@@ -370,7 +371,15 @@ class LlamaPassesOf final : public LlamaPasses {
   void refresh_weights() {
     if constexpr (std::is_same_v<X, bf16>) {
       if (wx_version_ == m_.params_version_) return;
-      convert(m_.params_.data(), wcopy_.data(), int64_t(m_.layout_.total));
+      TierArray* tier = m_.master_tier();  // on a tier: walked a chunk at a time, as the update does
+      const size_t n = m_.layout_.total, chunk = tier ? TierArray::kStreamChunk : n;
+      for (size_t c0 = 0; c0 < n; c0 += chunk) {
+        const size_t c1 = std::min(n, c0 + chunk);
+        if (tier) tier->ahead(c1, std::min(n, c1 + chunk));
+        convert(m_.master() + c0, wcopy_.data() + c0, int64_t(c1 - c0));
+        if (tier) tier->done(c0, c1);
+      }
+      if (tier) tier->flush();
       wx_version_ = m_.params_version_;
     }
   }
@@ -552,7 +561,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
       split_(tp_ ? TpSplit{tp_->size(), tp_->rank()} : TpSplit{}),
       dims_(tp_dims(config, split_)),
       layout_(ParamLayout::llama(config, split_.size)),
-      params_(shards ? 0 : layout_.total),
+      params_(shards || shape.master_tier.on() ? 0 : layout_.total),
       grads_(shards ? 0 : layout_.total),
       rope_(rope_table(config, shape.max_pos)),
       own_attention_(attention ? nullptr
@@ -569,6 +578,12 @@ LlamaModel::LlamaModel(const ModelConfig& config, const ModelShape& shape, Atten
     fail("sequence parallelism splits the ", shape.max_tokens, " tokens of a micro-batch over ",
          split_.size, " tp ranks: they must be divisible");
   if (const std::string e = tp_split_error(config, split_.size); !e.empty()) fail(e);
+  if (shape.master_tier.on()) {
+    if (shards_ || shape.precision != Precision::Bf16)
+      fail("the fp32 master weights go to a tier only in bf16 without ", knob_name(Knob::Zero),
+           " 3 (in fp32 every product reads them): use ", knob_name(Knob::Precision), " bf16, or keep them in memory");
+    params_tier_ = std::make_unique<TierArray>(shape.master_tier, layout_.total, "--offload-master-weights");
+  }
   if (!shards_) g_ = carve(layout_, config_, grads_.data());  // the norms' (sequence parallelism sums them)
   if (shape.precision == Precision::Bf16) passes_ = std::make_unique<LlamaPassesOf<bf16>>(*this);
   else passes_ = std::make_unique<LlamaPassesOf<float>>(*this);
@@ -583,6 +598,10 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
   const bool b16 = shape.precision == Precision::Bf16;
   ModelMemory m;
   m.params_grads = 2 * params * f + (b16 ? params * sizeof(bf16) : 0);
+  if (shape.master_tier.on()) {  // in memory: the chunks walked by the copy's refresh and the update
+    m.master_offloaded = params * f;
+    m.params_grads -= params * f - std::min(params * f, TierArray::kWindowBytes);
+  }
   m.optimizer = 2 * params * f;
   const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
   const size_t kernels = AttentionKernel::workspace_bytes_for(attention_kernel(), lim, shape.blocks, threads, shape.precision) +
@@ -603,6 +622,12 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
     m.scratch = carve_scratch(Carver{nullptr}, dims, shape, s) + kernels;
   }
   return m;
+}
+
+void LlamaModel::release_master() {
+  if (!params_tier_) return;
+  params_tier_->done(0, params_tier_->size());
+  params_tier_->flush();
 }
 
 void LlamaModel::zero_grads() {

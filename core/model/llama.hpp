@@ -26,6 +26,7 @@
 #include "model/params.hpp"
 #include "model/tp.hpp"
 #include "sys/memory.hpp"
+#include "sys/tier_array.hpp"
 #include "sys/tier_store.hpp"
 
 namespace lct {
@@ -50,12 +51,16 @@ struct ModelShape {
   int64_t mlp_tile = 0;
   bool mlp_tiled() const { return mlp_tile > 0 && mlp_tile < max_tokens; }
   int64_t mlp_rows() const { return mlp_tiled() ? mlp_tile : max_tokens; }  // rows of its [R, I] buffers
+  // Where the fp32 master parameters live (bf16 only, where products read the bf16 copy):
+  // none, in memory; else a TierArray walked in chunks by the copy's refresh and the update.
+  TierSpec master_tier = {};
 };
 
 // Bytes a model of this shape needs, computed without allocating anything.
 struct ModelMemory {
   size_t params_grads = 0, optimizer = 0, activations = 0, scratch = 0;
   size_t offloaded = 0;  // activations on --offload-activations' tier (not in memory)
+  size_t master_offloaded = 0;  // the fp32 master parameters on ModelShape::master_tier (params_grads: its window)
   size_t total() const { return params_grads + optimizer + activations + scratch; }
 };
 
@@ -89,8 +94,12 @@ class LlamaModel {
   // Writing through params() is seen by the next pass (bf16: it refreshes its copy).
   float* params() {
     ++params_version_;
-    return params_.data();
+    return master();
   }
+  // The master parameters' tier (ModelShape::master_tier), or null. Writes through params()
+  // stay in memory until release_master() writes them back and drops them.
+  TierArray* master_tier() { return params_tier_.get(); }
+  void release_master();
   float* grads() { return grads_.data(); }
   ParamShards* param_shards() const { return shards_; }
   TpComm* tp() const { return tp_; }  // null without tensor parallelism
@@ -116,6 +125,8 @@ class LlamaModel {
   TpDims dims_;  // this rank's heads, KV heads, SwiGLU width and vocabulary rows
   ParamLayout layout_;
   Buffer<float> params_, grads_;
+  std::unique_ptr<TierArray> params_tier_;  // the master instead of params_, on a tier
+  float* master() { return params_tier_ ? params_tier_->data() : params_.data(); }
   ModelTensors g_;  // views of grads_ (not under ZeRO-3)
   uint64_t params_version_ = 1;
   RopeTable rope_;

@@ -38,6 +38,7 @@ RankMemory estimate_rank_memory(const ModelConfig& mc, const ModelShape& shape, 
     r.optimizer_offloaded = r.optimizer;
     r.optimizer = std::min(r.optimizer, double(AdamW::kStreamWindowBytes));
   }
+  r.master_offloaded = double(m.master_offloaded);
   r.activations = double(m.activations);
   r.offloaded = double(m.offloaded);
   // A step's micro-batches are all built before its first forward pass (the loss is

@@ -48,6 +48,7 @@ struct RankMemory {
   double process = 0;       // Layout::process_bytes
   double offloaded = 0;     // activations on --offload-activations' tier: not in memory, not in total()
   double optimizer_offloaded = 0;  // AdamW moments on --offload-optimizer's tier (optimizer: its window)
+  double master_offloaded = 0;     // the fp32 master weights on that tier (params_grads: their window)
   double total() const { return params_grads + optimizer + activations + batches + scratch + transient + process; }
 };
 

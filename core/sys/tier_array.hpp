@@ -12,6 +12,10 @@ namespace lct {
 
 class TierArray {
  public:
+  // Its users walk it this many floats at a time (16 MiB): one chunk worked on, the next
+  // read ahead, the previous being written back, so about 3 chunks are in memory.
+  static constexpr size_t kStreamChunk = size_t(4) << 20;
+  static constexpr size_t kWindowBytes = 3 * kStreamChunk * sizeof(float);
   // n floats, zero, taken now: a disk without room is refused here (`option` names the flag).
   TierArray(const TierSpec& spec, size_t n, const std::string& option);
   ~TierArray();

@@ -28,7 +28,11 @@ namespace {
 class Replicated final : public GradSync {
  public:
   Replicated(LlamaModel& model, StepReducer* reducer) : model_(model), reducer_(reducer) {}
-  AdamW optimizer(const AdamWConfig& c) const override { return AdamW(model_.layout(), c); }
+  AdamW optimizer(const AdamWConfig& c) const override {
+    AdamW a(model_.layout(), c);
+    a.stream_params(model_.master_tier());
+    return a;
+  }
   std::vector<Shard> moment_ranges() const override { return {{0, model_.layout().total}}; }
   float* params() override { return model_.params(); }
   const float* grads() override { return model_.grads(); }

@@ -91,13 +91,14 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
       float* v = this->v() + at;
       // On a tier the moments stream through in chunks: the next one read ahead, the
       // finished one written back. The elements and their arithmetic are the same.
-      const int64_t n = int64_t(hi - lo), chunk = mt_ ? kStreamChunk : n;
+      const int64_t n = int64_t(hi - lo), chunk = mt_ || pt_ ? kStreamChunk : n;
       for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-        const int64_t c1 = std::min(n, c0 + chunk);
+        const int64_t c1 = std::min(n, c0 + chunk), c2 = std::min(n, c1 + chunk);
         if (mt_) {
-          mt_->ahead(at + size_t(c1), at + size_t(std::min(n, c1 + chunk)));
-          vt_->ahead(at + size_t(c1), at + size_t(std::min(n, c1 + chunk)));
+          mt_->ahead(at + size_t(c1), at + size_t(c2));
+          vt_->ahead(at + size_t(c1), at + size_t(c2));
         }
+        if (pt_) pt_->ahead(lo + size_t(c1), lo + size_t(c2));
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = c0; i < c1; ++i) {
           const float gi = g[i] * gm;
@@ -110,6 +111,7 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
           mt_->done(at + size_t(c0), at + size_t(c1));
           vt_->done(at + size_t(c0), at + size_t(c1));
         }
+        if (pt_) pt_->done(lo + size_t(c0), lo + size_t(c1));
       }
     }
     local += r.size();
@@ -118,6 +120,7 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
     mt_->flush();
     vt_->flush();
   }
+  if (pt_) pt_->flush();
 }
 
 }  // namespace lct

@@ -39,8 +39,8 @@ class AdamW {
   // Moments on a tier move through the update kStreamChunk floats of each at a time; about
   // kStreamWindowBytes of them are in memory meanwhile (two arrays, three chunks each: the
   // one updated, the one read ahead, the one being written back).
-  static constexpr int64_t kStreamChunk = int64_t(4) << 20;
-  static constexpr size_t kStreamWindowBytes = 2 * 3 * size_t(kStreamChunk) * sizeof(float);
+  static constexpr int64_t kStreamChunk = int64_t(TierArray::kStreamChunk);
+  static constexpr size_t kStreamWindowBytes = 2 * TierArray::kWindowBytes;
   // Moments for `shard` only (default: the whole array); step() reads and writes the
   // whole-layout arrays at the shard's offsets.
   AdamW(const ParamLayout& layout, const AdamWConfig& config, Shard shard = {});
@@ -51,6 +51,9 @@ class AdamW {
   // `grad_mult` first (the clipping factor), of the shard's parameters only. Same
   // arithmetic as torch.optim.AdamW.
   void step(float* params, const float* grads, int64_t step, double lr, double grad_mult);
+  // The parameters step() updates live on a tier (the fp32 master, --offload-master-weights):
+  // they stream through with the moments. Whole-layout arrays only (not ZeRO-3's pieces).
+  void stream_params(TierArray* params) { pt_ = params; }
   float* m() { return mt_ ? mt_->data() : m_.data(); }  // the shard's first and second moments
   float* v() { return vt_ ? vt_->data() : v_.data(); }
   const Shard& shard() const { return shard_; }
@@ -63,6 +66,7 @@ class AdamW {
   std::vector<Shard> pieces_;  // ZeRO-3: the ranges whose state is held back to back
   Buffer<float> m_, v_;                   // in memory, or
   std::unique_ptr<TierArray> mt_, vt_;    // on config.moments_tier, streamed through step()
+  TierArray* pt_ = nullptr;               // the parameters' tier, if they have one
   void take_moments(size_t n);
 };
 

@@ -117,6 +117,33 @@ def offloaded_optimizer_trains_the_same_bits_and_resumes():
 
 
 @case
+def offloaded_master_weights_train_the_same_bits_and_resume():
+    """bf16 with the fp32 master weights beside the moments on disk and on NUMA node 0 trains
+    the in-memory run's bits (losses, weights, moments), also through a stop at step 2 and a
+    resume; the start-up line says where the master is; what cannot work is refused."""
+    fixture()
+    bf16 = ("--precision", "bf16")
+    train("mem", *bf16)
+    for tier in ("tier", "numa:0"):
+        p = train(f"master_{tier[:4]}", *bf16, "--offload-optimizer", tier, "--offload-master-weights")
+        assert_same_bits("mem", f"master_{tier[:4]}")
+        where = "disk tier" if tier == "tier" else "NUMA node 0"
+        assert f"(the fp32 master's 0.00 GiB on {where})" in p.stdout, p.stdout
+    flags = (*bf16, "--offload-optimizer", "tier", "--offload-master-weights", "--checkpoint-every", "2")
+    p = run(*command_of_tiny_run("split", "--batch-size", "2", "--grad-accum", "2", *flags, "--stop-at", "2", steps=4))
+    assert p.returncode == 85, (p.returncode, p.stderr)
+    train("split", *flags, "--resume", "auto")
+    assert_same_bits("mem", "split")
+    assert os.listdir("tier") == [], os.listdir("tier")
+    base = ["train", "--model", "m.h5", "--data", "d.h5", "--run-dir", "r", "--seq-len", "600"]
+    expect_error(base + ["--offload-master-weights", *bf16], "but none is given", "add --offload-optimizer")
+    expect_error(base + ["--offload-master-weights", "--offload-optimizer", "tier"], "needs --precision bf16")
+    expect_error(["--oversubscribe"] + base + ["--offload-master-weights", "--offload-optimizer", "tier", *bf16, "--dp", "2",
+                                             "--zero", "1"], "use --zero 0 with it", ranks=2)
+    assert not os.path.exists("r")
+
+
+@case
 def offload_with_three_layers_or_fewer_moves_nothing():
     ok("init", "-o", "m.h5", "--preset", "tiny")
     ok("prepare", "--synthetic", "passkey", "--num-docs", "4", "--doc-length", "300", "-o", "d.h5")
