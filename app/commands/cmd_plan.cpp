@@ -96,7 +96,9 @@ std::string layout_flags(const Layout& l, const Tier& tier) {
              l.precision == Precision::Bf16 ? "bf16" : "fp32", " --batch-size ", l.micro_batch,
              " --grad-accum ", l.grad_accum, l.mlp_tile > 0 ? cat(" --mlp-tile ", l.mlp_tile) : std::string(),
              l.offload_layers > 0 ? cat(" --offload-activations ", tier.flag, " --offload-layers ", l.offload_layers)
-                                  : std::string());
+                                  : std::string(),
+             l.optimizer_offloaded ? cat(" --offload-optimizer ", tier.flag) : std::string(),
+             l.master_offloaded ? " --offload-master-weights" : "");
 }
 
 // Why a layout was ruled out, counted so that an empty plan names the rule to change.
@@ -154,18 +156,28 @@ Candidates parse_candidates(const PlanOptions& o) {
   return c;
 }
 
-// Whether the layout fits in `budget` bytes per rank: in memory or, with a tier, with as few
-// of its first layers' activations moved there as make it fit (l.offload_layers, 0 if none).
+// Whether the layout fits in `budget` bytes per rank: in memory or, with a tier, with as little
+// moved there as makes it fit. First as few of its first layers' activations as fit
+// (l.offload_layers; their moves hide behind compute), then with the AdamW moments there too
+// (their streaming adds to the update), then, in bf16 with the whole master on each rank, the
+// fp32 master weights as well.
 bool fits_memory(Layout& l, ModelShape shape, const ModelConfig& mc, const Tier& tier, double budget, RankMemory& mem) {
   const int64_t most = tier.on() ? ActivationOffload::movable(mc.num_hidden_layers) : 0;
-  for (int64_t m = 0; m <= most; ++m) {
-    shape.offload_activations = m > 0 ? tier.spec : TierSpec{};
-    shape.offload_layers = m;
-    mem = estimate_rank_memory(mc, shape, l);
-    if (mem.total() <= budget) {
-      l.offload_layers = m;
-      l.offload_set_bytes = m > 0 ? mem.offloaded / double(m) : 0.0;
-      return true;
+  const bool master_can = l.precision == Precision::Bf16 && (l.plan.zero == 0 || l.replicas() == 1);
+  const int stages = !tier.on() ? 1 : master_can ? 3 : 2;  // nothing, + moments, + master
+  for (int stage = 0; stage < stages; ++stage) {
+    l.optimizer_offloaded = stage >= 1;
+    l.master_offloaded = stage >= 2;
+    shape.master_tier = l.master_offloaded ? tier.spec : TierSpec{};
+    for (int64_t m = 0; m <= most; ++m) {
+      shape.offload_activations = m > 0 ? tier.spec : TierSpec{};
+      shape.offload_layers = m;
+      mem = estimate_rank_memory(mc, shape, l);
+      if (mem.total() <= budget) {
+        l.offload_layers = m;
+        l.offload_set_bytes = m > 0 ? mem.offloaded / double(m) : 0.0;
+        return true;
+      }
     }
   }
   return false;
@@ -386,7 +398,13 @@ void explain_layers(const Candidate& c, const ModelConfig& mc, const Rates& r, c
       << (m > 0 ? cat(": the memory holds the rest (", gib(c.memory.total()), " of ", gib(budget), " per rank)")
                 : cat(": it fits (", gib(c.memory.total()), " of ", gib(budget), " per rank)"))
       << (m > 0 && m == ActivationOffload::movable(L) ? cat("; the last ", ActivationOffload::kSlots, " always stay") : "")
-      << "\n" << std::defaultfloat;
+      << "\n";
+  if (l.optimizer_offloaded)
+    out << "  AdamW moments" << (l.master_offloaded ? " and fp32 master weights" : "") << ": on " << tier.spec.describe()
+        << " (" << gib(c.memory.optimizer_offloaded + c.memory.master_offloaded)
+        << "), since the activations alone do not make room: the update streams them, " << s3(c.time.optimizer_s)
+        << " s a step\n";
+  out << std::defaultfloat;
 }
 
 }  // namespace

@@ -236,6 +236,13 @@ StepPrediction predict_step(const ModelConfig& mc, const Layout& l, const Rates&
     }
   }
   p.optimizer_s = params / double(l.ranks_sharing_state()) * r.adam_param_s * scale;
+  // On a tier the update reads and writes the moments (and the master, which the bf16 copy's
+  // refresh reads once more) as it goes: nothing else runs meanwhile, so all of it counts.
+  // Unknown rate (0): not counted.
+  if (l.optimizer_offloaded) {
+    const double shard = params / double(l.ranks_sharing_state());
+    p.optimizer_s += tier_move_s(l, shard * 4 * (2 * 2 + (l.master_offloaded ? 3 : 0)));
+  }
   return p;
 }
 

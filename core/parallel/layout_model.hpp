@@ -25,9 +25,11 @@ struct Layout {
   Checkpointing checkpointing = Checkpointing::None;
   Precision precision = Precision::Fp32;
   bool optimizer_offloaded = false; // --offload-optimizer: the moments stream from a tier
+  bool master_offloaded = false;    // --offload-master-weights: and the fp32 master (bf16)
   int64_t mlp_tile = 0;             // --mlp-tile (0: untiled)
   // --offload-activations: the first offload_layers layers' sets (offload_set_bytes each) go
-  // to a tier that moves tier_gbs GB/s per node (its ranks share it).
+  // to a tier that moves tier_gbs GB/s per node (its ranks share it); the optimizer's tier
+  // (where offloaded) moves at that rate too.
   int64_t offload_layers = 0;
   double offload_set_bytes = 0, tier_gbs = 0;
   int64_t world() const { return nodes * ranks_per_node; }

@@ -111,6 +111,29 @@ def plan_offloads_activations_only_where_moving_costs_less_than_recomputing():
     assert os.listdir("tier") == []
 
 
+@case
+def plan_moves_the_optimizer_state_where_the_activations_do_not_make_room():
+    """A 100 M-parameter model in bf16 at S = 512 needs about 1.77 GiB in memory: in 1.6 GiB a node
+    the first layout puts the AdamW moments on the tier (--offload-optimizer), in 1.25 GiB the
+    fp32 master weights too; each layout's memory is train --dry-run's for its flags, and a line
+    says where the optimizer's state went."""
+    ok("init", "-o", "big.h5", "--preset", "small", "--hidden-size", "1024", "--intermediate-size", "2816",
+       "--num-hidden-layers", "8", "--vocab-size", "260")
+    ok("prepare", "--synthetic", "passkey", "--num-docs", "2", "--doc-length", "512", "-o", "d.h5")
+    os.mkdir("tier")
+    for mem, master in (("1.6", False), ("1.25", True)):
+        p, rows = plan_rows("--model", "big.h5", "--seq-len", "512", "--global-batch", "1", "--cores-per-node", "1",
+                            "--precision", "bf16", "--zero", "0", "--mem-per-node", mem, "--tier-gbs", "2", "--top", "1")
+        flags = rows[0].group(16)
+        assert "--offload-optimizer DIR" in flags and ("--offload-master-weights" in flags) == master, (mem, p.stdout)
+        assert ("AdamW moments and fp32 master weights: on disk DIR" if master else "AdamW moments: on disk DIR") \
+            in p.stdout, p.stdout
+        d = ok("train", "--data", "d.h5", "--run-dir", "r", "--dry-run", "--model", "big.h5", "--seq-len", "512",
+               *flags.replace("DIR", "tier").split())
+        m = re.search(r"memory estimate per rank \(\w+\): ([\d.]+) GiB", d.stdout)
+        assert m and abs(float(m.group(1)) - float(rows[0].group(4))) <= 0.021, (m and m.group(1), rows[0].group(4))
+
+
 
 @case
 def plan_answers_absurd_counts_at_once_and_names_the_rule_that_rules_layouts_out():
