@@ -22,9 +22,7 @@ TierArray::TierArray(const TierSpec& spec, size_t n, const std::string& option)
     : n_(n), bytes_(page_up(n * sizeof(float))) {
   if (n == 0) return;
   if (spec.kind == TierSpec::Kind::Numa) {
-    p_ = static_cast<float*>(numa_alloc_onnode(bytes_, spec.node));
-    if (!p_) fail(option, " numa:", spec.node, ": could not take ", bytes_ >> 20, " MiB there");
-    std::memset(p_, 0, bytes_);
+    p_ = static_cast<float*>(take_numa_memory(spec, bytes_, option));
     return;
   }
   fd_ = open_tier_file(spec, bytes_, option);  // zeros, its room taken

@@ -68,13 +68,18 @@ TierStore::TierStore(const TierSpec& spec, size_t block_bytes, int64_t blocks, c
   if (spec.kind == TierSpec::Kind::Disk) {
     fd_ = open_tier_file(spec, bytes(), option_, &direct_);
   } else if (spec.kind == TierSpec::Kind::Numa) {  // (parse() checked the node)
-    numa_ = static_cast<char*>(numa_alloc_onnode(bytes(), spec.node));
-    if (!numa_) fail(option_, " numa:", spec.node, ": could not take ", gib(double(bytes())), " there");
-    std::memset(numa_, 0, bytes());  // its pages taken now, not during the first step's saves
+    numa_ = static_cast<char*>(take_numa_memory(spec, bytes(), option_));
   } else {
     fail(option_, ": no tier given");
   }
   thread_ = std::thread([this] { run(); });
+}
+
+void* take_numa_memory(const TierSpec& spec, size_t bytes, const std::string& option) {
+  void* p = numa_alloc_onnode(bytes, spec.node);
+  if (!p) fail(option, " numa:", spec.node, ": could not take ", gib(double(bytes)), " there");
+  std::memset(p, 0, bytes);
+  return p;
 }
 
 // A file with no name (O_TMPFILE), or one unlinked at once where the file system has no

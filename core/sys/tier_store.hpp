@@ -28,6 +28,9 @@ struct TierSpec {
 // A private file of `bytes` in spec.dir (zeros, its room taken: a disk without it is refused,
 // naming `option`); `direct`: ask for direct I/O and say whether it was granted.
 int open_tier_file(const TierSpec& spec, size_t bytes, const std::string& option, bool* direct = nullptr);
+// `bytes` of spec.node's memory, zeroed now (its pages taken before any step needs them): a
+// node without room is refused, naming `option`. Freed with numa_free(p, bytes).
+void* take_numa_memory(const TierSpec& spec, size_t bytes, const std::string& option);
 
 class TierStore {
  public:
