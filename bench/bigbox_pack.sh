@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs lctrain for a bigger x86-64 machine without Debian 12 (../shared/tools/bigbox): a
 # portable build (kernels chosen at run time, -march=x86-64-v3), the libraries that tree's
-# package set lacks (oneDNN, SentencePiece), bench/cp_sweep.sh and bench/xeon_bf16.sh, into
+# package set lacks (oneDNN, SentencePiece), bench/cp_sweep.sh, xeon_bf16.sh and plan_sweep.sh, into
 # DIR/root.tar.xz plus enter.sh and the PyTorch peer torch2_train.py. DIR should be ignored by
 # git (e.g. build-bigbox: /build*/ is) and carried.
 #   bash bench/bigbox_pack.sh [DIR]
@@ -20,7 +20,7 @@ mkdir -p "$DIR/extra"
 cmake -S "$here" -B "$B" -DCMAKE_BUILD_TYPE=Release -DLCT_NATIVE=OFF -DLCT_BUILD_TESTS=OFF \
   -DCMAKE_CXX_FLAGS=-march=x86-64-v3 > /dev/null
 cmake --build "$B" -j"$(nproc)" --target lctrain > /dev/null
-cp "$here/bench/cp_sweep.sh" "$here/bench/xeon_bf16.sh" "$DIR/extra/"
+cp "$here/bench/cp_sweep.sh" "$here/bench/xeon_bf16.sh" "$here/bench/plan_sweep.sh" "$DIR/extra/"
 # Libraries of lctrain from packages the tree does not hold (mkroot.sh's list)
 for lib in libdnnl.so.2 libsentencepiece.so.0 libsentencepiece_train.so.0; do
   path=$(ldd "$B/app/lctrain" | awk -v l="$lib" '$1 == l {print $3}')

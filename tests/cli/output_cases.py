@@ -205,6 +205,25 @@ def cp_sweep_runs_each_layout_and_cp_table_splits_the_waits_where_known():
     assert p.returncode == 2 and "'2x1:rign' is not" in p.stderr and not os.path.exists("bad"), p.stderr
 
 
+@case
+def plan_sweep_trains_the_plans_top_layouts_and_plan_table_compares_them():
+    """bench/plan_sweep.sh (bash and mpirun only) plans the tiny preset on this machine, trains
+    its top 2 layouts with the plan's own flags and packs the runs; bench/plan_table.py reads
+    the pack: a row per layout with a measured step and peak memory beside the prediction."""
+    sweep, table = os.path.join(ROOT, "bench", "plan_sweep.sh"), os.path.join(ROOT, "bench", "plan_table.py")
+    _, env = cc.command(env={"LCTRAIN": cc.LCTRAIN})
+    p = subprocess.run(["bash", sweep, "ps", "tiny", "256", "2", "2", "3", "fp32"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0 and "packed ps/runs.tar" in p.stdout and "failed" not in p.stdout, p.stdout + p.stderr
+    p = subprocess.run(["/usr/bin/python3", table, "ps/runs.tar"], capture_output=True, text=True, timeout=60)
+    print(p.stdout)
+    rows = [[c.strip() for c in l.split("|")[1:-1]] for l in p.stdout.splitlines() if l.startswith("| 1") or l.startswith("| 2")]
+    assert p.returncode == 0 and [r[0] for r in rows] == ["1", "2"], p.stdout + p.stderr
+    for r in rows:
+        assert r[3].endswith(" s") and float(r[3][:-2]) > 0 and float(r[4]) > 0, r
+        assert r[6].endswith(" GiB") and float(r[6][:-4]) > 0, r
+
+
 def stamped(stdout, pattern):
     """The lines of stdout that are `pattern` after a timestamp, with their times."""
     out = []
