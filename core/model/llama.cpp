@@ -76,6 +76,11 @@ LayerActs<X> carve_layer(Carver& c, int64_t T, const Dims& m, bool with_o, bool 
   return a;
 }
 
+// The layers whose sets go to the shape's tier (activation_offload.hpp); 0 without one.
+int64_t moved_sets(int64_t layers, const ModelShape& shape) {
+  return ActivationOffload::moved(layers, shape.offload_activations.on(), shape.offload_layers);
+}
+
 // What the forward pass keeps, as one set per layer (activation_offload.hpp): its input
 // (fp32: the residual stream) and, unless the whole layer is recomputed, what its forward
 // made, the attention output only with no checkpointing (else one shared, recomputed per
@@ -103,7 +108,7 @@ size_t carve_activations(Carver c, const Dims& config, const ModelShape& shape, 
   a.slot_base.clear();
   // With a tier, sets start and end on TierStore::kAlign for direct I/O.
   const bool tier = shape.offload_activations.on();
-  const int64_t moved = ActivationOffload::moved(L, tier, shape.offload_layers);
+  const int64_t moved = moved_sets(L, shape);
   for (int64_t s = 0; s < ActivationOffload::slots(L, moved); ++s) {
     if (tier) c.align(TierStore::kAlign);
     const size_t start = c.used;
@@ -210,8 +215,7 @@ class LlamaPassesOf final : public LlamaPasses {
     acts_buf_ = Buffer<char>(carve_activations(Carver{nullptr}, dims_, m.shape_, acts_),
                              m.shape_.offload_activations.on() ? TierStore::kAlign : 64);
     carve_activations(Carver{acts_buf_.data()}, dims_, m.shape_, acts_);
-    const int64_t L = m.config_.num_hidden_layers;
-    const int64_t moved = ActivationOffload::moved(L, m.shape_.offload_activations.on(), m.shape_.offload_layers);
+    const int64_t moved = moved_sets(m.config_.num_hidden_layers, m.shape_);
     offload_ = std::make_unique<ActivationOffload>(
         moved ? std::make_unique<TierStore>(m.shape_.offload_activations, acts_.set_bytes, moved, "--offload-activations")
               : nullptr,
@@ -372,13 +376,9 @@ class LlamaPassesOf final : public LlamaPasses {
     if constexpr (std::is_same_v<X, bf16>) {
       if (wx_version_ == m_.params_version_) return;
       TierArray* tier = m_.master_tier();  // on a tier: walked a chunk at a time, as the update does
-      const size_t n = m_.layout_.total, chunk = tier ? TierArray::kStreamChunk : n;
-      for (size_t c0 = 0; c0 < n; c0 += chunk) {
-        const size_t c1 = std::min(n, c0 + chunk);
-        if (tier) tier->ahead(c1, std::min(n, c1 + chunk));
+      stream_chunks(m_.layout_.total, {{tier, 0}}, [&](size_t c0, size_t c1) {
         convert(m_.master() + c0, wcopy_.data() + c0, int64_t(c1 - c0));
-        if (tier) tier->done(c0, c1);
-      }
+      });
       if (tier) tier->flush();
       wx_version_ = m_.params_version_;
     }
@@ -606,8 +606,7 @@ ModelMemory LlamaModel::memory(const ModelConfig& config, const ModelShape& shap
   const AttnLimits lim{shape.max_tokens, shape.max_tokens, dims.H, dims.KV, dims.D};
   const size_t kernels = AttentionKernel::workspace_bytes_for(attention_kernel(), lim, shape.blocks, threads, shape.precision) +
                          LmHeadXent::workspace_bytes_for(shape.max_tokens, config.vocab_size / tp, shape.precision);
-  const size_t moved =
-      size_t(ActivationOffload::moved(config.num_hidden_layers, shape.offload_activations.on(), shape.offload_layers));
+  const size_t moved = size_t(moved_sets(config.num_hidden_layers, shape));
   if (b16) {
     Activations<bf16> a;
     Scratch<bf16> s;

@@ -89,30 +89,18 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
       const float* g = grads + (packed ? at : lo);
       float* m = this->m() + at;
       float* v = this->v() + at;
-      // On a tier the moments stream through in chunks: the next one read ahead, the
-      // finished one written back. The elements and their arithmetic are the same.
-      const int64_t n = int64_t(hi - lo), chunk = mt_ || pt_ ? kStreamChunk : n;
-      for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-        const int64_t c1 = std::min(n, c0 + chunk), c2 = std::min(n, c1 + chunk);
-        if (mt_) {
-          mt_->ahead(at + size_t(c1), at + size_t(c2));
-          vt_->ahead(at + size_t(c1), at + size_t(c2));
-        }
-        if (pt_) pt_->ahead(lo + size_t(c1), lo + size_t(c2));
+      // On a tier the moments (and parameters) stream through in chunks: the next one read
+      // ahead, the finished one written back. The elements and their arithmetic are the same.
+      stream_chunks(hi - lo, {{mt_.get(), at}, {vt_.get(), at}, {pt_, lo}}, [&](size_t c0, size_t c1) {
 #pragma omp parallel for simd schedule(static)
-        for (int64_t i = c0; i < c1; ++i) {
+        for (int64_t i = int64_t(c0); i < int64_t(c1); ++i) {
           const float gi = g[i] * gm;
           m[i] = b1 * m[i] + (1.0f - b1) * gi;
           v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
           const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
           p[i] = p[i] * keep - step_size * m[i] / denom;
         }
-        if (mt_) {
-          mt_->done(at + size_t(c0), at + size_t(c1));
-          vt_->done(at + size_t(c0), at + size_t(c1));
-        }
-        if (pt_) pt_->done(lo + size_t(c0), lo + size_t(c1));
-      }
+      });
     }
     local += r.size();
   }

@@ -36,10 +36,9 @@ std::vector<size_t> shard_bounds(size_t total, int n);
 
 class AdamW {
  public:
-  // Moments on a tier move through the update kStreamChunk floats of each at a time; about
-  // kStreamWindowBytes of them are in memory meanwhile (two arrays, three chunks each: the
-  // one updated, the one read ahead, the one being written back).
-  static constexpr int64_t kStreamChunk = int64_t(TierArray::kStreamChunk);
+  // Moments on a tier move through the update TierArray::kStreamChunk floats of each at a
+  // time (stream_chunks); about kStreamWindowBytes of them are in memory meanwhile (two
+  // arrays, three chunks each: the one updated, the one read ahead, the one being written back).
   static constexpr size_t kStreamWindowBytes = 2 * TierArray::kWindowBytes;
   // Moments for `shard` only (default: the whole array); step() reads and writes the
   // whole-layout arrays at the shard's offsets.
