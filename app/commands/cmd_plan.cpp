@@ -54,22 +54,32 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
-// "a,b" -> {"a", "b"}, each one of `allowed`, at least one: else one message naming `flag`.
-std::vector<std::string> split_list(const std::string& s, const std::string& flag,
-                                    const std::vector<std::string>& allowed) {
+// "a,b" -> {"a", "b"} (an empty string is one empty item).
+std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
-  std::string names;
-  for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
   for (size_t a = 0; a <= s.size();) {
     const size_t b = std::min(s.find(',', a), s.size());
-    const std::string item = s.substr(a, b - a);
-    if (std::find(allowed.begin(), allowed.end(), item) == allowed.end())
-      fail("plan ", flag, " '", s, "': '", item, "' is not one of ", names, " (a comma-separated list)");
-    out.push_back(item);
+    out.push_back(s.substr(a, b - a));
     a = b + 1;
   }
   return out;
 }
+
+// "a,b" -> {"a", "b"}, each one of `allowed`, at least one: else one message naming `flag`.
+std::vector<std::string> split_list(const std::string& s, const std::string& flag,
+                                    const std::vector<std::string>& allowed) {
+  std::string names;
+  for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+  const std::vector<std::string> out = split_commas(s);
+  for (const std::string& item : out)
+    if (std::find(allowed.begin(), allowed.end(), item) == allowed.end())
+      fail("plan ", flag, " '", s, "': '", item, "' is not one of ", names, " (a comma-separated list)");
+  return out;
+}
+
+// What one rank of a node may use: 95% of its share of the node's memory, the margin train
+// keeps too.
+double rank_budget(double mem_node, int64_t ranks_per_node) { return 0.95 * mem_node / double(ranks_per_node); }
 
 struct Candidate {
   Layout layout;
@@ -127,15 +137,12 @@ struct Candidates {  // the candidates the comma-separated flags list
 // "0,2048" -> {0, 2048}: non-negative token counts, else one message naming the flag.
 std::vector<int64_t> split_counts(const std::string& s, const std::string& flag) {
   std::vector<int64_t> out;
-  for (size_t a = 0; a <= s.size();) {
-    const size_t b = std::min(s.find(',', a), s.size());
-    const std::string item = s.substr(a, b - a);
+  for (const std::string& item : split_commas(s)) {
     char* end = nullptr;
     const long long v = item.empty() ? -1 : std::strtoll(item.c_str(), &end, 10);
     if (v < 0 || *end != '\0' || v > INT32_MAX)
       fail("plan ", flag, " '", s, "': '", item, "' is not a count of tokens (a comma-separated list, 0 = untiled)");
     out.push_back(v);
-    a = b + 1;
   }
   return out;
 }
@@ -163,7 +170,7 @@ Candidates parse_candidates(const PlanOptions& o) {
 // fp32 master weights as well.
 bool fits_memory(Layout& l, ModelShape shape, const ModelConfig& mc, const Tier& tier, double budget, RankMemory& mem) {
   const int64_t most = tier.on() ? ActivationOffload::movable(mc.num_hidden_layers) : 0;
-  const bool master_can = l.precision == Precision::Bf16 && (l.plan.zero == 0 || l.replicas() == 1);
+  const bool master_can = l.precision == Precision::Bf16 && l.plan.keeps_whole_master();
   const int stages = !tier.on() ? 1 : master_can ? 3 : 2;  // nothing, + moments, + master
   for (int stage = 0; stage < stages; ++stage) {
     l.optimizer_offloaded = stage >= 1;
@@ -225,7 +232,7 @@ void add_layouts(const Layout& base, const PlanOptions& o, const Candidates& ch,
                                precision, sp};
               shape.mlp_tile = tile;
               Candidate c{l, {}, {}};
-              if (!fits_memory(c.layout, shape, mc, tier, 0.95 * mem_node / double(l.ranks_per_node), c.memory)) {
+              if (!fits_memory(c.layout, shape, mc, tier, rank_budget(mem_node, l.ranks_per_node), c.memory)) {
                 ++e.ruled_out[Memory];
                 continue;
               }
@@ -481,7 +488,7 @@ int cmd_plan(Context& ctx) {
     const Candidate& best = fits.front();
     const auto& [one, many] = rates.at(best.layout.precision);
     explain_layers(best, mc, rates_for_threads(one, many, int(best.layout.threads)), tier,
-                   0.95 * mem_node / double(best.layout.ranks_per_node), out);
+                   rank_budget(mem_node, best.layout.ranks_per_node), out);
   }
   return kExitOk;
 }

@@ -50,7 +50,7 @@ void check_offload_master(const TrainOptions& o, const ParallelPlan& plan) {
   if (o.precision != Precision::Bf16)
     fail("--offload-master-weights needs --precision bf16: in fp32 every product reads the master weights, so ",
          "they must stay in memory");
-  if (o.zero > 0 && plan.dp * plan.cp > 1)
+  if (!plan.keeps_whole_master())
     fail("--offload-master-weights keeps each rank's whole master on the tier, which --zero ", o.zero,
          "'s gather of the parameters would bring back into memory every step: use --zero 0 with it, or --zero ",
          o.zero, " without it");

@@ -76,6 +76,9 @@ struct ParallelPlan {
 
   int64_t world() const { return dp * cp * tp; }
   int64_t replicas() const { return dp * cp; }  // ranks that sum gradients (a tp group sees the same tokens)
+  // Whether every rank keeps its whole fp32 master between steps, which can then live on a
+  // tier (--offload-master-weights): ZeRO's gather over several ranks rewrites it every step.
+  bool keeps_whole_master() const { return zero == 0 || replicas() == 1; }
   // The ranks each sequence's shard is subdivided over (shard_indices' group): U under
   // hybrid, else 1. The ring then runs over cp / shard_group() positions.
   int64_t shard_group() const { return cp_algo == CpAlgo::Hybrid ? ulysses_degree : 1; }
