@@ -133,6 +133,9 @@ class FlashAttention {
   struct Scratch;
   struct Packed;
   void check(const AttnDims& d) const;
+  // Rows of a query block rounded up to the micro-kernels' strips (the padding rows are
+  // zero and see nothing): the tiles never run strips of padding alone.
+  int64_t whole_strips(int64_t rows) const;
   template <class T>
   void pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward);
 

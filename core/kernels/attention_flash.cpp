@@ -28,6 +28,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // Tags of packed tokens: a query of no document and a padding key never match anything.
 constexpr int32_t kQueryNoDoc = INT32_MIN + 1, kKeyPadDoc = INT32_MIN;
+// The most query heads of one KV head that the forward walks together (see forward()).
+constexpr int64_t kMaxHeadGroup = 16;
 
 void pause_cpu() {
 #if defined(__x86_64__)
@@ -100,11 +102,11 @@ std::vector<TagSpan> tag_runs(TokenTags t, int64_t n) {
 // Per-thread scratch. Queries are read in place; only a sequence's last, partial query block
 // (or queries of another type than the products') is copied here, zero-padded.
 struct FlashAttention::Scratch {
-  Buffer<float> q, dout;               // [bqp, D] fp32 products
-  Buffer<bf16> q16, dout16;            // [bqp, D] bf16 products
+  Buffer<float> q, dout;               // q [G, bqp, D], dout [bqp, D] fp32 products
+  Buffer<bf16> q16, dout16;            // likewise, bf16 products
   Buffer<float> lse2, delta;           // [bqp]
-  Buffer<float> acc, dq;               // [bqp, D]; dq [G, bqp, D]
-  Buffer<float> m, l;                  // [bqp]
+  Buffer<float> dq;                    // [G, bqp, D]: forward's acc per head, backward's dQ
+  Buffer<float> m, l;                  // [G, bqp]
   Buffer<int32_t> qidx, qlo, qdoc;     // [bqp]
   Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, chunk] scratch)
   Buffer<bf16> p16, ds16, pi, dsi;     // [bqp, np] bf16 products
@@ -157,16 +159,15 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   {
     // Allocated (and so first touched) by the thread that uses it.
     Scratch& s = scratch_[size_t(omp_get_thread_num())];
-    s.q = Buffer<float>(f32 * bq * d);
+    s.q = Buffer<float>(f32 * G * bq * d);
     s.dout = Buffer<float>(f32 * bq * d);
-    s.q16 = Buffer<bf16>(b16 * bq * d);
+    s.q16 = Buffer<bf16>(b16 * G * bq * d);
     s.dout16 = Buffer<bf16>(b16 * bq * d);
     s.lse2 = Buffer<float>(bq);
     s.delta = Buffer<float>(bq);
-    s.acc = Buffer<float>(bq * d);
     s.dq = Buffer<float>(G * bq * d);
-    s.m = Buffer<float>(bq);
-    s.l = Buffer<float>(bq);
+    s.m = Buffer<float>(G * bq);
+    s.l = Buffer<float>(G * bq);
     s.qidx = Buffer<int32_t>(bq);
     s.qlo = Buffer<int32_t>(bq);
     s.qdoc = Buffer<int32_t>(bq);
@@ -188,7 +189,7 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   // pad the most; fp32 products need the most, bf16 ones add the row pairs.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
-  const int64_t per_thread = bqp * D * (3 + G) + 7 * bqp + 2 * bqp * np + 2 * np * D;
+  const int64_t per_thread = bqp * D * (1 + 2 * G) + (5 + 2 * G) * bqp + 2 * bqp * np + 2 * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -200,12 +201,17 @@ size_t FlashAttention::workspace_bytes() const {
               pk.kdoc.size() + pk.lse2.size()) * 4 +
              (pk.kt2.size() + pk.vt2.size() + pk.k2.size() + pk.v2.size() + pk.q2.size() + pk.dout2.size()) * 2;
   for (const Scratch& s : scratch_) {
-    for (const Buffer<float>* b : {&s.q, &s.dout, &s.lse2, &s.delta, &s.acc, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
+    for (const Buffer<float>* b : {&s.q, &s.dout, &s.lse2, &s.delta, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
       n += b->size() * 4;
     for (const Buffer<bf16>* b : {&s.q16, &s.dout16, &s.p16, &s.ds16, &s.pi, &s.dsi}) n += b->size() * 2;
     n += (s.qidx.size() + s.qlo.size() + s.qdoc.size()) * 4;
   }
   return n;
+}
+
+int64_t FlashAttention::whole_strips(int64_t rows) const {
+  const int64_t R = kern_->strip_rows;
+  return (rows + R - 1) / R * R;
 }
 
 void FlashAttention::check(const AttnDims& d) const {
@@ -266,12 +272,15 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
 namespace {
 
 // A query block's rows (q or dout of one head) as a tile reads them: in place when the block
-// is whole and already of the products' type; else copied (converted) into `copy` [bqp][D],
-// zero beyond the block. Returns the rows and sets their stride.
+// is whole, dense (ld == D) and already of the products' type; else copied (converted) into
+// `copy` [bqp][D], zero beyond the block. Returns the rows and sets their stride. Rows of one
+// head are H * D floats apart in q and dout: at 2 KiB (8 heads of 64) a block's rows fall
+// into a few L1 sets and evict each other in the backward's dK/dV pass, so the copy, about
+// 1% of a tile's work, is worth more than it costs.
 template <class P, class T>
 const P* block_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P* copy, int64_t* stride) {
   if constexpr (std::is_same_v<P, T>) {
-    if (rows == bqp) {
+    if (rows == bqp && ld == D) {
       *stride = ld;
       return x;
     }
@@ -321,6 +330,23 @@ void pack_row_pairs(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D
   }
 }
 
+// Output rows of one query block of one head: o = acc / l, lse = m + log2(l) in natural
+// units; rows that saw no key get o = 0, lse = -inf.
+void normalise_rows(const float* acc, const float* m, const float* l, int64_t rows, int64_t D,
+                    int64_t ldo, float* o, float* lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = o + r * ldo;
+    if (l[r] == 0.0f) {
+      std::fill(orow, orow + D, 0.0f);
+      lse[r] = kNegInf;
+      continue;
+    }
+    const float inv = 1.0f / l[r];
+    for (int64_t x = 0; x < D; ++x) orow[x] = acc[r * D + x] * inv;
+    lse[r] = (m[r] + std::log2(l[r])) * kLn2;
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -331,8 +357,13 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
   const TileGrid grid(d, qt, kt, blocks_);
   pack_keys(d, k, v, kt, false);
   const Packed& pk = *packed_;
+  // A task walks one query block for HG heads of one KV head: they read the same packed key
+  // blocks, which then come from L2 for all but the first instead of from L3 for each. All G
+  // heads when that still leaves 8 tasks a thread to balance, else one.
+  const int64_t HG = G <= kMaxHeadGroup && grid.nq * d.KV >= 8 * omp_get_max_threads() ? G : 1;
+  const int64_t groups = d.H / HG;
 
-  // Query blocks costliest first (most visible key blocks), each for every head.
+  // Query blocks costliest first (most visible key blocks), each for every head group.
   std::vector<int64_t> cost(size_t(grid.nq), 0), order(size_t(grid.nq));
   for (int64_t ib = 0; ib < grid.nq; ++ib)
     for (int64_t jb = 0; jb < grid.nk; ++jb) cost[size_t(ib)] += grid.tile(ib, jb) != Tile::Skip;
@@ -340,62 +371,60 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost[size_t(a)] > cost[size_t(b)]; });
 
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t task = 0; task < d.H * grid.nq; ++task) {
-    const int64_t ib = order[size_t(task / d.H)], h = task % d.H, g = h / G;
+  for (int64_t task = 0; task < groups * grid.nq; ++task) {
+    const int64_t ib = order[size_t(task / groups)], h0 = task % groups * HG, g = h0 / G;
     const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
     const int thread = omp_get_thread_num();
     Scratch& sc = scratch_[size_t(thread)];
     pack_query_tags(qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
-    std::fill(sc.m.data(), sc.m.data() + bqp, kNegInf);
-    std::fill(sc.l.data(), sc.l.data() + bqp, 0.0f);
-    std::fill(sc.acc.data(), sc.acc.data() + bqp * D, 0.0f);
+    // Per head hh of the group: its queries, acc [bqp, D] (in dq's room), m and l [bqp].
+    std::fill(sc.m.data(), sc.m.data() + HG * bqp, kNegInf);
+    std::fill(sc.l.data(), sc.l.data() + HG * bqp, 0.0f);
+    std::fill(sc.dq.data(), sc.dq.data() + HG * bqp * D, 0.0f);
     FlashFwdTile t;
     FlashFwdTileBf16 t16;
     t.D = t16.D = D;
-    t.rows = t16.rows = bqp;
+    t.rows = t16.rows = whole_strips(rows);  // a sequence's last block: no empty strips
     t.np = t16.np = np;
-    const T* qb = q + i0 * ldq + h * D;
-    if (bf16_tiles_) t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &t16.ldq);
-    else t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &t.ldq);
     t.qidx = t16.qidx = sc.qidx.data();
     t.qlo = t16.qlo = sc.qlo.data();
     t.qdoc = t16.qdoc = sc.qdoc.data();
-    t.acc = t16.acc = sc.acc.data();
-    t.m = t16.m = sc.m.data();
-    t.l = t16.l = sc.l.data();
     t.scratch = sc.p.data();
     t16.scratch = sc.p16.data();
+    const void* qh[kMaxHeadGroup];
+    for (int64_t hh = 0; hh < HG; ++hh) {
+      const T* qb = q + i0 * ldq + (h0 + hh) * D;
+      if (bf16_tiles_) qh[hh] = block_rows(qb, ldq, rows, bqp, D, sc.q16.data() + hh * bqp * D, &t16.ldq);
+      else qh[hh] = block_rows(qb, ldq, rows, bqp, D, sc.q.data() + hh * bqp * D, &t.ldq);
+    }
     for (int64_t jb = 0; jb < grid.nk; ++jb) {
       const Tile kind = grid.tile(ib, jb);
       if (kind == Tile::Skip) continue;
-      if (thread == 0 && progress_) progress_();
       const size_t off = size_t((g * grid.nk + jb) * np * D);
       t.kidx = t16.kidx = pk.kidx.data() + jb * np;
       t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
       t.masked = t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;  // padding keys are masked
-      if (bf16_tiles_) {
-        t16.kt2 = pk.kt2.data() + off;
-        t16.v2 = pk.v2.data() + off;
-        kern_->flash_fwd_tile_bf16(t16);
-      } else {
-        t.kt = pk.kt.data() + off;
-        t.v = pk.v.data() + off;
-        kern_->flash_fwd_tile(t);
+      t.kt = pk.kt.data() + off;
+      t.v = pk.v.data() + off;
+      t16.kt2 = pk.kt2.data() + off;
+      t16.v2 = pk.v2.data() + off;
+      for (int64_t hh = 0; hh < HG; ++hh) {
+        if (thread == 0 && progress_) progress_();
+        t.acc = t16.acc = sc.dq.data() + hh * bqp * D;
+        t.m = t16.m = sc.m.data() + hh * bqp;
+        t.l = t16.l = sc.l.data() + hh * bqp;
+        if (bf16_tiles_) {
+          t16.q = static_cast<const bf16*>(qh[hh]);
+          kern_->flash_fwd_tile_bf16(t16);
+        } else {
+          t.q = static_cast<const float*>(qh[hh]);
+          kern_->flash_fwd_tile(t);
+        }
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      float* orow = o + (i0 + r) * ldq + h * D;
-      const float l = sc.l[size_t(r)];
-      if (l == 0.0f) {
-        std::fill(orow, orow + D, 0.0f);
-        lse[h * d.Tq + i0 + r] = kNegInf;
-        continue;
-      }
-      const float inv = 1.0f / l;
-      const float* acc = sc.acc.data() + r * D;
-      for (int64_t x = 0; x < D; ++x) orow[x] = acc[x] * inv;
-      lse[h * d.Tq + i0 + r] = (sc.m[size_t(r)] + std::log2(l)) * kLn2;
-    }
+    for (int64_t hh = 0; hh < HG; ++hh)
+      normalise_rows(sc.dq.data() + hh * bqp * D, sc.m.data() + hh * bqp, sc.l.data() + hh * bqp, rows, D,
+                     ldq, o + i0 * ldq + (h0 + hh) * D, lse + (h0 + hh) * d.Tq + i0);
   }
 }
 
@@ -435,7 +464,6 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
     FlashBwdTile t;
     FlashBwdTileBf16 t16;
     t.D = t16.D = D;
-    t.rows = t16.rows = bqp;
     t.np = t16.np = np;
     t.qidx = t16.qidx = sc.qidx.data();
     t.qlo = t16.qlo = sc.qlo.data();
@@ -468,6 +496,7 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
         const Tile kind = grid.tile(ib, jb);
         if (kind == Tile::Skip) continue;
         const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
+        t.rows = t16.rows = whole_strips(rows);
         t.masked = t16.masked = kind == Tile::Masked || cols < np;
         pack_query_tags(qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
         for (int64_t hh = 0; hh < G; ++hh) {

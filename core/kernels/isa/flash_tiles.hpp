@@ -9,8 +9,10 @@
 //   mk_abt  s[R][NC]  = a[R][K] . bt[K][NC]        scores (q kt), dP (dout vt)
 //   mk_ab   c[R][DC]  = c * scale + p[R][K] . b[K][DC]      o += p v, dq = ds k
 //   mk_atb  c[KC][DC] += a[rows][KC]^T . b[rows][DC]        dv += p^T dout, dk += ds^T q
-// Forward: per strip of R query rows and chunk of NC keys, scores stay in registers for the
-// online softmax; only p goes through L1 (R x NC floats) on its way into p . v.
+// Forward: per strip of R query rows, the scores of the whole key block are made chunk by
+// chunk (NC keys in registers, masked there) into L1 (R x np floats); the online softmax
+// then takes one max, one rescale and one sum per row per tile, not per chunk, and p . v
+// runs over all np keys with its accumulators loaded and stored once.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -113,7 +115,7 @@ inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
                            s[r][v], Simd::set1(kNegInf));
 }
 
-// Online softmax over one chunk of R rows: s (scores, log2 units) becomes p = 2^(s - m_new),
+// Online softmax over one chunk of R rows in registers (the bf16 tiles): s (scores, log2 units) becomes p = 2^(s - m_new),
 // m and l advance, corr[r] is the factor that rescales what row r summed before. Returns
 // whether any row needs rescaling. A row with nothing visible so far keeps p = 0.
 inline bool softmax_chunk(V (&s)[R][NV], float* m, float* l, float (&corr)[R]) {
@@ -158,23 +160,62 @@ inline void softmax_known(V (&s)[R][NV], const float* lse2) {
   }
 }
 
+// Online softmax over a strip's whole row block in L1 (R rows x np scores, log2 units): one
+// max and one sum per row per tile, not per chunk. s becomes p = 2^(s - m_new); corr[r]
+// rescales what row r summed before. Returns whether any row needs rescaling.
+inline bool softmax_block(float* s, int64_t np, float* m, float* l, float (&corr)[R]) {
+  bool rescale = false;
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    float* sr = s + r * np;
+    V mx0 = Simd::load(sr), mx1 = Simd::load(sr + W);
+    for (int64_t c = 2 * W; c < np; c += 2 * W) {
+      mx0 = Simd::max(mx0, Simd::load(sr + c));
+      mx1 = Simd::max(mx1, Simd::load(sr + c + W));
+    }
+    const float mx = Simd::reduce_max(Simd::max(mx0, mx1));
+    const float m_new = m[r] < mx ? mx : m[r];
+    corr[r] = 1.0f;
+    if (m_new == kNegInf) {  // nothing visible on this row so far
+      for (int64_t c = 0; c < np; c += W) Simd::store(sr + c, Simd::zero());
+      continue;
+    }
+    if (m_new != m[r]) {  // m was -inf (corr 0) or grew
+      corr[r] = std::exp2(m[r] - m_new);
+      rescale = true;
+    }
+    const V mv = Simd::set1(m_new);
+    V sum0 = Simd::zero(), sum1 = Simd::zero();
+    for (int64_t c = 0; c < np; c += 2 * W) {
+      const V p0 = Simd::exp2(Simd::sub(Simd::load(sr + c), mv));
+      const V p1 = Simd::exp2(Simd::sub(Simd::load(sr + c + W), mv));
+      Simd::store(sr + c, p0);
+      Simd::store(sr + c + W, p1);
+      sum0 = Simd::add(sum0, p0);
+      sum1 = Simd::add(sum1, p1);
+    }
+    l[r] = l[r] * corr[r] + Simd::reduce_add(Simd::add(sum0, sum1));
+    m[r] = m_new;
+  }
+  return rescale;
+}
+
 void flash_fwd_tile(const FlashFwdTile& t) {
   const int64_t D = t.D, np = t.np;
-  float* p = t.scratch;  // [R][np]
+  float* s = t.scratch;  // [R][np]: a strip's scores, then its p
   for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
-      V s[R][NV];
-      mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-      float corr[R];
-      const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
+      V sc[R][NV];
+      mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, sc);
+      if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       LCT_UNROLL for (int r = 0; r < R; ++r)
-        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(p + r * np + c0 + v * W, s[r][v]);
-      over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-        mk_ab<decltype(dc)::value>(p + c0, np, t.v + c0 * D + d0, D, NC, t.acc + r0 * D + d0, D,
-                                   rescale ? corr : nullptr, false);
-      });
+        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(s + r * np + c0 + v * W, sc[r][v]);
     }
+    float corr[R];
+    const bool rescale = softmax_block(s, np, t.m + r0, t.l + r0, corr);
+    over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
+      mk_ab<decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
+                                 rescale ? corr : nullptr, false);
+    });
   }
 }
 

@@ -112,20 +112,19 @@ struct Simd {
     return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_or_si256(later, older), same));
   }
   static V keep(Mask m, V v, V other) { return _mm256_blendv_ps(other, v, m); }
+  // n = round(x) by the 1.5 * 2^23 trick: the sum's low bits are n, so n << 23 needs no
+  // conversion, and 2^n * p is one integer add to p's exponent (x is clamped to [-127, 127]
+  // and zeroed below -126, so the result is always a normal float or 0).
   static V exp2(V x) {
-    const V lo = set1(-127.0f);
-    const V under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(set1(128.0f), x);  // operand order: a NaN x passes through
+    const V lo = set1(-127.0f), magic = set1(12582912.0f);
+    const V under = _mm256_cmp_ps(x, set1(-126.0f), _CMP_LT_OQ);
+    x = _mm256_min_ps(set1(127.0f), x);  // operand order: a NaN x passes through
     x = _mm256_max_ps(lo, x);
-    const V n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V f = sub(x, n);
+    const V t = add(x, magic);
+    const V f = sub(x, sub(t, magic));
     const V p = fma(LCT_EXP2_POLY(fma, set1, f), f, set1(1.0f));
-    // 2^n by the exponent field; n in [-127, 128]: split in two halves so both stay normal
-    const __m256i ni = _mm256_cvtps_epi32(n);
-    const __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
-    const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
-    const V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
-    return _mm256_andnot_ps(under, mul(mul(p, s1), s2));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
+    return _mm256_andnot_ps(under, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e)));
   }
 };
 #else
