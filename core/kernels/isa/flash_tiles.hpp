@@ -14,6 +14,7 @@
 // then takes one max, one rescale and one sum per row per tile, not per chunk, and p . v
 // runs over all np keys with its accumulators loaded and stored once.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -244,12 +245,20 @@ void flash_bwd_tile(const FlashBwdTile& t) {
                                  nullptr, true);
     });
   }
-  // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
-  for (int64_t k0 = 0; k0 < np; k0 += KC)
-    over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
-      mk_atb<decltype(dc)::value>(t.p + k0, np, t.dout + d0, t.ldq, t.rows, t.dv + k0 * D + d0, D);
-      mk_atb<decltype(dc)::value>(t.ds + k0, np, t.q + d0, t.ldq, t.rows, t.dk + k0 * D + d0, D);
-    });
+  // Phase B, per group of KC keys, in passes of 24 rows so that a pass's P, dS, dout and q
+  // rows stay in L1 across the key groups (dK and dV, [np, D] each, are loaded and stored
+  // once a pass instead): dv += P^T dout, dk += dS^T q. Each sum adds its rows in order.
+  constexpr int64_t kRowsPerPass = 24;
+  for (int64_t rb = 0; rb < t.rows; rb += kRowsPerPass) {
+    const int64_t rc = std::min<int64_t>(kRowsPerPass, t.rows - rb);
+    for (int64_t k0 = 0; k0 < np; k0 += KC)
+      over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
+        mk_atb<decltype(dc)::value>(t.p + rb * np + k0, np, t.dout + rb * t.ldq + d0, t.ldq, rc,
+                                    t.dv + k0 * D + d0, D);
+        mk_atb<decltype(dc)::value>(t.ds + rb * np + k0, np, t.q + rb * t.ldq + d0, t.ldq, rc,
+                                    t.dk + k0 * D + d0, D);
+      });
+  }
 }
 
 }  // namespace lct::LCT_ISA_NS

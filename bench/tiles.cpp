@@ -1,0 +1,132 @@
+// One thread, one kernel path: the fused attention's forward and backward tiles on whole,
+// unmasked 132 x 128 blocks of D = 64, as a query block walks its row of key blocks. What
+// the tiles alone reach, against the same path's FMA probe on the same thread; `lctrain
+// bench attention` measures the whole kernel (packing, masks, scheduling, dQ order) on every
+// thread. Counters: GFLOP/s (FlashAttention-2 count: 4 rows np D forward, 2.5x backward) and
+// pct_peak. Each is repeated 9 times, short: a shared host's slow spells (2-4x, seconds
+// long) fall on a few repetitions, so read the median, and the max row's counters as the
+// best repetition's rates (its time column is the worst repetition's).
+//   taskset -c 0 build/bench/lct_tile_bench [--benchmark_filter=avx2]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/isa/kernels.hpp"
+#include "sys/cpu.hpp"
+
+namespace lct {
+namespace {
+
+constexpr int64_t kD = 64, kRows = 132, kKeys = 128;
+
+// The ISA's fp32 FMA peak on this thread: the best of a few ~20 ms probe windows.
+double peak_flops(const IsaKernels& k) {
+  double best = 0;
+  for (int w = 0; w < 8; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double flops = k.fma_probe(1 << 23);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, flops / s);
+  }
+  return best;
+}
+
+// Operands of `blocks` key blocks (more than L2 holds, as in a long row) and one query block.
+struct Operands {
+  std::vector<float> q, dout, kt, vt, k, v, lse2, delta, acc, m, l, scratch, p, ds, dq, dk, dv;
+  int64_t blocks;
+  explicit Operands(int64_t nblocks) : blocks(nblocks) {
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    auto fill = [&](std::vector<float>& x, size_t n, float scale) {
+      x.resize(n);
+      for (float& e : x) e = scale * u(gen);
+    };
+    fill(q, size_t(kRows * kD), 1.0f);
+    fill(dout, size_t(kRows * kD), 1.0f);
+    for (auto* b : {&kt, &vt, &k, &v}) fill(*b, size_t(blocks * kKeys * kD), 0.2f);
+    lse2.assign(size_t(kRows), 8.0f);
+    delta.assign(size_t(kRows), 0.1f);
+    for (auto* b : {&acc, &dq}) b->assign(size_t(kRows * kD), 0.0f);
+    for (auto* b : {&dk, &dv}) b->assign(size_t(kKeys * kD), 0.0f);
+    for (auto* b : {&p, &ds, &scratch}) b->assign(size_t(kRows * kKeys), 0.0f);
+  }
+};
+
+void forward_row(const IsaKernels& kern, Operands& o) {
+  o.m.assign(size_t(kRows), -INFINITY);
+  o.l.assign(size_t(kRows), 0.0f);
+  std::fill(o.acc.begin(), o.acc.end(), 0.0f);
+  FlashFwdTile t;
+  t.D = kD, t.rows = kRows, t.np = kKeys, t.ldq = kD, t.q = o.q.data();
+  t.acc = o.acc.data(), t.m = o.m.data(), t.l = o.l.data(), t.scratch = o.scratch.data();
+  for (int64_t j = 0; j < o.blocks; ++j) {
+    t.kt = o.kt.data() + j * kKeys * kD;
+    t.v = o.v.data() + j * kKeys * kD;
+    kern.flash_fwd_tile(t);
+  }
+}
+
+void backward_row(const IsaKernels& kern, Operands& o) {
+  FlashBwdTile t;
+  t.D = kD, t.rows = kRows, t.np = kKeys, t.ldq = kD, t.q = o.q.data(), t.dout = o.dout.data();
+  t.lse2 = o.lse2.data(), t.delta = o.delta.data(), t.p = o.p.data(), t.ds = o.ds.data();
+  t.dq = o.dq.data(), t.dk = o.dk.data(), t.dv = o.dv.data();
+  for (int64_t j = 0; j < o.blocks; ++j) {
+    t.kt = o.kt.data() + j * kKeys * kD;
+    t.vt = o.vt.data() + j * kKeys * kD;
+    t.k = o.k.data() + j * kKeys * kD;
+    kern.flash_bwd_tile(t);
+  }
+}
+
+void run(benchmark::State& state, Isa isa, bool backward) {
+  const IsaKernels* kern = isa_kernels(isa);
+  if (!kern || !detect_cpu().runs(isa)) {
+    state.SkipWithError("this CPU does not run this kernel path");
+    return;
+  }
+  Operands o(state.range(0));
+  const double peak = peak_flops(*kern);
+  for (auto _ : state) {
+    if (backward) backward_row(*kern, o);
+    else forward_row(*kern, o);
+    benchmark::ClobberMemory();
+  }
+  const double flops = 4.0 * kRows * kKeys * kD * double(o.blocks) * (backward ? 2.5 : 1.0);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] = benchmark::Counter(100.0 * flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Generic}) {
+    if (!isa_kernels(isa)) continue;
+    for (bool bwd : {false, true}) {
+      const std::string name = std::string(isa_name(isa)) + (bwd ? "/backward" : "/forward");
+      // 4 key blocks (64 KiB an operand) stay in L2; 32 (1 MiB an operand) come from L3.
+      benchmark::RegisterBenchmark(name.c_str(), [isa, bwd](benchmark::State& s) { run(s, isa, bwd); })
+          ->Arg(4)
+          ->Arg(32)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.05)
+          ->Repetitions(9)
+          ->ReportAggregatesOnly(true)
+          ->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lct
+
+int main(int argc, char** argv) {
+  lct::register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
