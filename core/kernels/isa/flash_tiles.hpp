@@ -116,9 +116,10 @@ inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
                            s[r][v], Simd::set1(kNegInf));
 }
 
-// Online softmax over one chunk of R rows in registers (the bf16 tiles): s (scores, log2 units) becomes p = 2^(s - m_new),
-// m and l advance, corr[r] is the factor that rescales what row r summed before. Returns
-// whether any row needs rescaling. A row with nothing visible so far keeps p = 0.
+// Online softmax over one chunk of R rows in registers (the bf16 tiles): s (scores, log2
+// units) becomes p = 2^(s - m_new), m and l advance, corr[r] is the factor that rescales what
+// row r summed before. Returns whether any row needs rescaling. A row with nothing visible so
+// far keeps p = 0.
 inline bool softmax_chunk(V (&s)[R][NV], float* m, float* l, float (&corr)[R]) {
   bool rescale = false;
   float m_new[R];
