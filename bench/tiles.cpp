@@ -36,7 +36,7 @@ double peak_flops(const IsaKernels& k) {
   return best;
 }
 
-// Operands of `blocks` key blocks (more than L2 holds, as in a long row) and one query block.
+// Operands of one query block and `blocks` key blocks, as a query block walks its row.
 struct Operands {
   std::vector<float> q, dout, kt, vt, k, v, lse2, delta, acc, m, l, scratch, p, ds, dq, dk, dv;
   int64_t blocks;

@@ -99,8 +99,8 @@ std::vector<TagSpan> tag_runs(TokenTags t, int64_t n) {
   return out;
 }
 
-// Per-thread scratch. Queries are read in place; only a sequence's last, partial query block
-// (or queries of another type than the products') is copied here, zero-padded.
+// Per-thread scratch. Query blocks (and dout's) are copied here dense and zero-padded unless
+// already dense, whole and of the products' type (block_rows).
 struct FlashAttention::Scratch {
   Buffer<float> q, dout;               // q [G, bqp, D], dout [bqp, D] fp32 products
   Buffer<bf16> q16, dout16;            // likewise, bf16 products
@@ -391,11 +391,12 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
     t.qdoc = t16.qdoc = sc.qdoc.data();
     t.scratch = sc.p.data();
     t16.scratch = sc.p16.data();
-    const void* qh[kMaxHeadGroup];
+    const float* q32[kMaxHeadGroup];  // per head of the group, in the products' type
+    const bf16* q16[kMaxHeadGroup];
     for (int64_t hh = 0; hh < HG; ++hh) {
       const T* qb = q + i0 * ldq + (h0 + hh) * D;
-      if (bf16_tiles_) qh[hh] = block_rows(qb, ldq, rows, bqp, D, sc.q16.data() + hh * bqp * D, &t16.ldq);
-      else qh[hh] = block_rows(qb, ldq, rows, bqp, D, sc.q.data() + hh * bqp * D, &t.ldq);
+      if (bf16_tiles_) q16[hh] = block_rows(qb, ldq, rows, bqp, D, sc.q16.data() + hh * bqp * D, &t16.ldq);
+      else q32[hh] = block_rows(qb, ldq, rows, bqp, D, sc.q.data() + hh * bqp * D, &t.ldq);
     }
     for (int64_t jb = 0; jb < grid.nk; ++jb) {
       const Tile kind = grid.tile(ib, jb);
@@ -414,10 +415,10 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
         t.m = t16.m = sc.m.data() + hh * bqp;
         t.l = t16.l = sc.l.data() + hh * bqp;
         if (bf16_tiles_) {
-          t16.q = static_cast<const bf16*>(qh[hh]);
+          t16.q = q16[hh];
           kern_->flash_fwd_tile_bf16(t16);
         } else {
-          t.q = static_cast<const float*>(qh[hh]);
+          t.q = q32[hh];
           kern_->flash_fwd_tile(t);
         }
       }

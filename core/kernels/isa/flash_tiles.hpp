@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "kernels/isa/kernels.hpp"
+#include "kernels/isa/softmax_rows.hpp"
 
 namespace lct::LCT_ISA_NS {
 
@@ -167,35 +168,20 @@ inline void softmax_known(V (&s)[R][NV], const float* lse2) {
 // rescales what row r summed before. Returns whether any row needs rescaling.
 inline bool softmax_block(float* s, int64_t np, float* m, float* l, float (&corr)[R]) {
   bool rescale = false;
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R; ++r) {
     float* sr = s + r * np;
-    V mx0 = Simd::load(sr), mx1 = Simd::load(sr + W);
-    for (int64_t c = 2 * W; c < np; c += 2 * W) {
-      mx0 = Simd::max(mx0, Simd::load(sr + c));
-      mx1 = Simd::max(mx1, Simd::load(sr + c + W));
-    }
-    const float mx = Simd::reduce_max(Simd::max(mx0, mx1));
+    const float mx = row_max(sr, np);
     const float m_new = m[r] < mx ? mx : m[r];
     corr[r] = 1.0f;
     if (m_new == kNegInf) {  // nothing visible on this row so far
-      for (int64_t c = 0; c < np; c += W) Simd::store(sr + c, Simd::zero());
+      std::fill(sr, sr + np, 0.0f);
       continue;
     }
     if (m_new != m[r]) {  // m was -inf (corr 0) or grew
       corr[r] = std::exp2(m[r] - m_new);
       rescale = true;
     }
-    const V mv = Simd::set1(m_new);
-    V sum0 = Simd::zero(), sum1 = Simd::zero();
-    for (int64_t c = 0; c < np; c += 2 * W) {
-      const V p0 = Simd::exp2(Simd::sub(Simd::load(sr + c), mv));
-      const V p1 = Simd::exp2(Simd::sub(Simd::load(sr + c + W), mv));
-      Simd::store(sr + c, p0);
-      Simd::store(sr + c + W, p1);
-      sum0 = Simd::add(sum0, p0);
-      sum1 = Simd::add(sum1, p1);
-    }
-    l[r] = l[r] * corr[r] + Simd::reduce_add(Simd::add(sum0, sum1));
+    l[r] = l[r] * corr[r] + exp2_affine_sum(sr, np, 1.0f, -m_new);  // rounds as s - m_new
     m[r] = m_new;
   }
   return rescale;
