@@ -108,7 +108,7 @@ struct FlashAttention::Scratch {
   Buffer<float> dq;                    // [G, bqp, D]: forward's acc per head, backward's dQ
   Buffer<float> m, l;                  // [G, bqp]
   Buffer<int32_t> qidx, qlo, qdoc;     // [bqp]
-  Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, chunk] scratch)
+  Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, np] scratch)
   Buffer<bf16> p16, ds16, pi, dsi;     // [bqp, np] bf16 products
   Buffer<float> dk, dv;                // [np, D]
 };
@@ -171,7 +171,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     s.qidx = Buffer<int32_t>(bq);
     s.qlo = Buffer<int32_t>(bq);
     s.qdoc = Buffer<int32_t>(bq);
-    s.p = Buffer<float>(bf16_tiles_ ? size_t(R * NC) : bq * np);
+    s.p = Buffer<float>(bf16_tiles_ ? size_t(R) * np : bq * np);
     s.ds = Buffer<float>(f32 * bq * np);
     for (Buffer<bf16>* b : {&s.p16, &s.ds16, &s.pi, &s.dsi}) *b = Buffer<bf16>(b16 * bq * np);
     s.dk = Buffer<float>(np * d);
@@ -186,10 +186,11 @@ Precision FlashAttention::products() const { return bf16_tiles_ ? Precision::Bf1
 
 size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, int threads) {
   // Upper bound over the ISAs and precisions: the widest chunk (64 keys) and strip (6 rows)
-  // pad the most; fp32 products need the most, bf16 ones add the row pairs.
+  // pad the most; fp32 products need the most, bf16 ones add the row pairs and a strip's
+  // fp32 scores.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
-  const int64_t per_thread = bqp * D * (1 + 2 * G) + (5 + 2 * G) * bqp + 2 * bqp * np + 2 * np * D;
+  const int64_t per_thread = bqp * D * (1 + 2 * G) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -389,7 +390,7 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
     t.qidx = t16.qidx = sc.qidx.data();
     t.qlo = t16.qlo = sc.qlo.data();
     t.qdoc = t16.qdoc = sc.qdoc.data();
-    t.scratch = sc.p.data();
+    t.scratch = t16.scores = sc.p.data();
     t16.scratch = sc.p16.data();
     const float* q32[kMaxHeadGroup];  // per head of the group, in the products' type
     const bf16* q16[kMaxHeadGroup];

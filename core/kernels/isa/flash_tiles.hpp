@@ -20,7 +20,6 @@
 #include <type_traits>
 
 #include "kernels/isa/kernels.hpp"
-#include "kernels/isa/softmax_rows.hpp"
 
 namespace lct::LCT_ISA_NS {
 
@@ -117,42 +116,13 @@ inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
                            s[r][v], Simd::set1(kNegInf));
 }
 
-// Online softmax over one chunk of R rows in registers (the bf16 tiles): s (scores, log2
-// units) becomes p = 2^(s - m_new), m and l advance, corr[r] is the factor that rescales what
-// row r summed before. Returns whether any row needs rescaling. A row with nothing visible so
-// far keeps p = 0.
-inline bool softmax_chunk(V (&s)[R][NV], float* m, float* l, float (&corr)[R]) {
-  bool rescale = false;
-  float m_new[R];
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
-    V x = s[r][0];
-    LCT_UNROLL for (int v = 1; v < NV; ++v) x = Simd::max(x, s[r][v]);
-    const float mx = Simd::reduce_max(x);
-    m_new[r] = m[r] < mx ? mx : m[r];
-    corr[r] = 1.0f;
-    if (m_new[r] != m[r]) {  // m was -inf (corr 0) or grew
-      alignas(64) float e[W] = {};
-      e[0] = m[r] - m_new[r];
-      Simd::store(e, Simd::exp2(Simd::load(e)));
-      corr[r] = e[0];
-      rescale = true;
-    }
-  }
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
-    if (m_new[r] == kNegInf) {  // nothing visible on this row so far
-      LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
-      continue;
-    }
-    const V mv = Simd::set1(m_new[r]);
-    V sum = Simd::zero();
-    LCT_UNROLL for (int v = 0; v < NV; ++v) {
-      s[r][v] = Simd::exp2(Simd::sub(s[r][v], mv));
-      sum = Simd::add(sum, s[r][v]);
-    }
-    l[r] = l[r] * corr[r] + Simd::reduce_add(sum);
-    m[r] = m_new[r];
-  }
-  return rescale;
+// 2^x of one float through the vector exp2: a call to libm's exp2f here spills every vector
+// register of the micro-kernels around it and cost a quarter of the forward on AVX-512.
+inline float exp2_scalar(float x) {
+  alignas(64) float e[W] = {};
+  e[0] = x;
+  Simd::store(e, Simd::exp2(Simd::load(e)));
+  return e[0];
 }
 
 // p = 2^(s - lse2) for R rows (backward: the softmax is known, nothing to track).
@@ -163,27 +133,55 @@ inline void softmax_known(V (&s)[R][NV], const float* lse2) {
   }
 }
 
-// Online softmax over a strip's whole row block in L1 (R rows x np scores, log2 units): one
-// max and one sum per row per tile, not per chunk. s becomes p = 2^(s - m_new); corr[r]
-// rescales what row r summed before. Returns whether any row needs rescaling.
-inline bool softmax_block(float* s, int64_t np, float* m, float* l, float (&corr)[R]) {
+// A strip's scores for the whole key block (R rows x np, log2 units) into s, chunk by chunk
+// (scores(c0, sc) makes a chunk's in registers, masked there), and each row's running
+// maximum as a vector, so the softmax needs no extra pass over s to find it. Tile: the fp32
+// or bf16 forward tile (the same tags).
+template <class Tile, class Scores>
+inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[R], Scores&& scores) {
+  LCT_UNROLL for (int r = 0; r < R; ++r) mx[r] = Simd::set1(kNegInf);
+  for (int64_t c0 = 0; c0 < t.np; c0 += NC) {
+    V sc[R][NV];
+    scores(c0, sc);
+    if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
+    LCT_UNROLL for (int r = 0; r < R; ++r)
+      LCT_UNROLL for (int v = 0; v < NV; ++v) {
+        mx[r] = Simd::max(mx[r], sc[r][v]);
+        Simd::store(s + r * t.np + c0 + v * W, sc[r][v]);
+      }
+  }
+}
+
+// Online softmax over a strip's scores in L1 (R rows x np): one max and one sum per row per
+// tile, not per chunk; the R rows go through the exponentials together, so no row waits on
+// another's reductions. p = 2^(s - m_new) goes to store(r, column, p) (the sum is of the
+// fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
+// rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
+// -inf: 2^(-inf - 0)).
+template <class Store>
+inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[R], float* m, float* l,
+                          float (&corr)[R], Store&& store) {
   bool rescale = false;
-  for (int r = 0; r < R; ++r) {
-    float* sr = s + r * np;
-    const float mx = row_max(sr, np);
-    const float m_new = m[r] < mx ? mx : m[r];
+  V shift[R], sum[R];
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
+    const float x = Simd::reduce_max(mx[r]);
+    const float m_new = m[r] < x ? x : m[r];
     corr[r] = 1.0f;
-    if (m_new == kNegInf) {  // nothing visible on this row so far
-      std::fill(sr, sr + np, 0.0f);
-      continue;
-    }
     if (m_new != m[r]) {  // m was -inf (corr 0) or grew
-      corr[r] = std::exp2(m[r] - m_new);
+      corr[r] = exp2_scalar(m[r] - m_new);
       rescale = true;
     }
-    l[r] = l[r] * corr[r] + exp2_affine_sum(sr, np, 1.0f, -m_new);  // rounds as s - m_new
     m[r] = m_new;
+    shift[r] = Simd::set1(m_new == kNegInf ? 0.0f : -m_new);
+    sum[r] = Simd::zero();
   }
+  for (int64_t c = 0; c < np; c += W)
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
+      const V p = Simd::exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
+      store(r, c, p);
+      sum[r] = Simd::add(sum[r], p);
+    }
+  LCT_UNROLL for (int r = 0; r < R; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
   return rescale;
 }
 
@@ -191,15 +189,13 @@ void flash_fwd_tile(const FlashFwdTile& t) {
   const int64_t D = t.D, np = t.np;
   float* s = t.scratch;  // [R][np]: a strip's scores, then its p
   for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
-    for (int64_t c0 = 0; c0 < np; c0 += NC) {
-      V sc[R][NV];
+    V mx[R];
+    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[R][NV]) {
       mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, sc);
-      if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-      LCT_UNROLL for (int r = 0; r < R; ++r)
-        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(s + r * np + c0 + v * W, sc[r][v]);
-    }
+    });
     float corr[R];
-    const bool rescale = softmax_block(s, np, t.m + r0, t.l + r0, corr);
+    const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr,
+                                       [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab<decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
                                  rescale ? corr : nullptr, false);

@@ -94,22 +94,25 @@ inline void store_row_pairs_bf16(const V (&s)[R][NV], bf16* dst, int64_t ld) {
     }
 }
 
+// The fp32 forward's strip (flash_tiles.hpp) with bf16 products: scores and the softmax in
+// fp32, p rounded to bf16 as it is stored for p . v.
 void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
   const int64_t D = t.D, np = t.np;
-  bf16* p = t.scratch;  // [R][np]
+  float* s = t.scores;  // [R][np] fp32 scores
+  bf16* p = t.scratch;  // [R][np] their p
   for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
-    for (int64_t c0 = 0; c0 < np; c0 += NC) {
-      V s[R][NV];
-      mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-      float corr[R];
-      const bool rescale = softmax_chunk(s, t.m + r0, t.l + r0, corr);
-      store_rows_bf16(s, p + c0, np);
-      over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-        mk_ab_bf16<decltype(dc)::value>(p + c0, np, t.v2 + c0 * D + 2 * d0, 2 * D, NC,
-                                        t.acc + r0 * D + d0, D, rescale ? corr : nullptr, false);
-      });
-    }
+    V mx[R];
+    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[R][NV]) {
+      mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
+    });
+    float corr[R];
+    const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr, [&](int r, int64_t c, V x) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * np + c), (__m256i)_mm512_cvtneps_pbh(x));
+    });
+    over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
+      mk_ab_bf16<decltype(dc)::value>(p, np, t.v2 + 2 * d0, 2 * D, np, t.acc + r0 * D + d0, D,
+                                      rescale ? corr : nullptr, false);
+    });
   }
 }
 

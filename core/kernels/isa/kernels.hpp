@@ -61,6 +61,7 @@ struct FlashFwdTileBf16 {
   const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
   bool masked = false;
   float *acc = nullptr, *m = nullptr, *l = nullptr;
+  float* scores = nullptr;      // [strip_rows][np] fp32 scratch
   bf16* scratch = nullptr;      // [strip_rows][np]
 };
 
