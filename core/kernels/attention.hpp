@@ -91,10 +91,12 @@ struct AttnLimits {
 // chunk), scores stay in registers through the online softmax, in log2 units.
 //
 // Forward: one task per (query head, query block), costliest first, dynamic schedule.
-// Backward: one task per (KV head, key block), taken in order; it owns its dK/dV rows and
-// walks the query blocks that see it. Its dQ contribution to a query block is added when
-// every earlier key block has added its own (a per-row turn passed on with release/acquire),
-// so dQ is summed in key order: the same bits on any thread count, no private dQ copies.
+// Backward: one task per (KV head, run of up to 4 consecutive key blocks), taken in order;
+// it owns its dK/dV rows and walks the query blocks that see them, each query block's rows
+// copied once for the run. A tile's dQ contribution to a query block is added when every
+// earlier key block has added its own (a per-(head, query block) turn passed on with
+// release/acquire), so dQ is summed in key order: the same bits on any thread count, no
+// private dQ copies.
 class FlashAttention {
  public:
   // Allocates every buffer once (per-thread scratch first-touched by its thread). A head
@@ -138,6 +140,14 @@ class FlashAttention {
   int64_t whole_strips(int64_t rows) const;
   template <class T>
   void pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward);
+  template <class T>
+  struct BwdCall;
+  struct BwdTiles;
+  template <class T>  // one backward task: key blocks [jb0, jb1) of KV head g
+  void backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread);
+  BwdTiles bwd_tiles(Scratch& sc) const;
+  template <class T>
+  void bwd_queries(const BwdCall<T>& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const;
 
   const IsaKernels* kern_;
   bool bf16_tiles_ = false;

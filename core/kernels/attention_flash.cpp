@@ -30,6 +30,8 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr int32_t kQueryNoDoc = INT32_MIN + 1, kKeyPadDoc = INT32_MIN;
 // The most query heads of one KV head that the forward walks together (see forward()).
 constexpr int64_t kMaxHeadGroup = 16;
+// The most consecutive key blocks of one backward task (see backward()).
+constexpr int64_t kMaxKeyRun = 4;
 
 void pause_cpu() {
 #if defined(__x86_64__)
@@ -105,17 +107,17 @@ struct FlashAttention::Scratch {
   Buffer<float> q, dout;               // q [G, bqp, D], dout [bqp, D] fp32 products
   Buffer<bf16> q16, dout16;            // likewise, bf16 products
   Buffer<float> lse2, delta;           // [bqp]
-  Buffer<float> dq;                    // [G, bqp, D]: forward's acc per head, backward's dQ
+  Buffer<float> dq;                    // [G, bqp, D]: forward's acc per head; backward's dQ [bqp, D]
   Buffer<float> m, l;                  // [G, bqp]
   Buffer<int32_t> qidx, qlo, qdoc;     // [bqp]
   Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, np] scratch)
   Buffer<bf16> p16, ds16, pi, dsi;     // [bqp, np] bf16 products
-  Buffer<float> dk, dv;                // [np, D]
+  Buffer<float> dk, dv;                // [run, np, D]: the backward task's key blocks
 };
 
 // Per call: keys and values of every (KV head, key block) packed for the micro-kernels; the
 // rows' lse in log2 units; for bf16 products, queries and output gradients by pairs of rows;
-// and the per-(KV head, query block) turn of backward's dQ sum.
+// and the per-(head, query block) turn of backward's dQ sum.
 struct FlashAttention::Packed {
   Buffer<float> kt, vt;   // [KV, nk, D, np]   fp32 products (kt pre-scaled)
   Buffer<float> k, v;     // [KV, nk, np, D]
@@ -124,7 +126,7 @@ struct FlashAttention::Packed {
   Buffer<int32_t> kidx, kdoc;  // [nk, np]
   Buffer<float> lse2;     // [H, Tq]
   Buffer<bf16> q2, dout2; // [H, nq, bqp/2, D, 2]   bf16 products
-  std::unique_ptr<std::atomic<int64_t>[]> turn;  // [KV, nq]: key block whose dQ goes next
+  std::unique_ptr<std::atomic<int64_t>[]> turn;  // [H, nq]: key block whose dQ goes next
 };
 
 FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa, Precision products)
@@ -150,7 +152,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   pk.kdoc = Buffer<int32_t>(size_t(nk * np_));
   pk.lse2 = Buffer<float>(size_t(lim.heads * lim.max_tq));
   for (Buffer<bf16>* b : {&pk.q2, &pk.dout2}) *b = Buffer<bf16>(b16 * size_t(lim.heads * nq * bqp_ * D));
-  pk.turn = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(1, lim.kv_heads * nq)));
+  pk.turn = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(1, lim.heads * nq)));
 
   const int threads = omp_get_max_threads();
   const size_t G = size_t(lim.heads / lim.kv_heads), bq = size_t(bqp_), d = size_t(D), np = size_t(np_);
@@ -174,8 +176,8 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     s.p = Buffer<float>(bf16_tiles_ ? size_t(R) * np : bq * np);
     s.ds = Buffer<float>(f32 * bq * np);
     for (Buffer<bf16>* b : {&s.p16, &s.ds16, &s.pi, &s.dsi}) *b = Buffer<bf16>(b16 * bq * np);
-    s.dk = Buffer<float>(np * d);
-    s.dv = Buffer<float>(np * d);
+    s.dk = Buffer<float>(size_t(kMaxKeyRun) * np * d);
+    s.dv = Buffer<float>(size_t(kMaxKeyRun) * np * d);
   }
 }
 
@@ -190,7 +192,7 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   // fp32 scores.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
-  const int64_t per_thread = bqp * D * (1 + 2 * G) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * np * D;
+  const int64_t per_thread = bqp * D * (1 + 2 * G) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * kMaxKeyRun * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -430,21 +432,30 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
   }
 }
 
+// One backward call's operands and geometry, shared by its tasks.
+template <class T>
+struct FlashAttention::BwdCall {
+  const AttnDims& d;
+  const TileGrid& grid;
+  const T *q, *dout;
+  const float* delta;
+  TokenTags qt;
+  float *dq, *dk, *dv;
+};
+
 template <class T>
 void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T* v,
                               const float* lse, const float* delta, const T* dout, TokenTags qt,
                               TokenTags kt, float* dq, float* dk, float* dv) {
   check(d);
-  const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, ldk = d.KV * D, np = np_, bqp = bqp_;
-  const float scale = 1.0f / std::sqrt(float(D));
+  const int64_t D = d.D, ldq = d.H * D, bqp = bqp_;
   const TileGrid grid(d, qt, kt, blocks_);
-  const bool b16 = bf16_tiles_;
   pack_keys(d, k, v, kt, true);
   Packed& pk = *packed_;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < d.H * d.Tq; ++i)
     pk.lse2[size_t(i)] = lse[i] == kNegInf ? std::numeric_limits<float>::infinity() : lse[i] * kLog2e;
-  if (b16) {
+  if (bf16_tiles_) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < d.H * grid.nq; ++task) {
       const int64_t h = task / grid.nq, ib = task % grid.nq, i0 = ib * grid.BQ;
@@ -453,105 +464,139 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
       pack_row_pairs(dout + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.dout2.data() + off);
     }
   }
-  for (int64_t g = 0; g < d.KV; ++g)
+  for (int64_t h = 0; h < d.H; ++h)
     for (int64_t ib = 0; ib < grid.nq; ++ib)
-      pk.turn[size_t(g * grid.nq + ib)].store(grid.next_visible(ib, 0), std::memory_order_relaxed);
+      pk.turn[size_t(h * grid.nq + ib)].store(grid.next_visible(ib, 0), std::memory_order_relaxed);
+  // A task is a run of consecutive key blocks of one KV head: each query block's rows are
+  // then copied once for the run's tiles instead of once a tile. Runs shorten while fewer
+  // than 8 tasks per thread would remain. Neither the run nor the thread count changes
+  // the bits: dK and dV of a key block are summed over the query blocks in order, dQ over
+  // the key blocks in order.
+  int64_t run = kMaxKeyRun;
+  while (run > 1 && d.KV * ((grid.nk + run - 1) / run) < 8 * omp_get_max_threads()) run /= 2;
+  const int64_t runs = (grid.nk + run - 1) / run, tasks = d.KV * runs;
   std::atomic<int64_t> next_task{0};
-  const int64_t tasks = d.KV * grid.nk;
-
+  const BwdCall<T> c{d, grid, q, dout, delta, qt, dq, dk, dv};
 #pragma omp parallel
   {
     const int thread = omp_get_thread_num();
-    Scratch& sc = scratch_[size_t(thread)];
-    FlashBwdTile t;
-    FlashBwdTileBf16 t16;
-    t.D = t16.D = D;
-    t.np = t16.np = np;
-    t.qidx = t16.qidx = sc.qidx.data();
-    t.qlo = t16.qlo = sc.qlo.data();
-    t.qdoc = t16.qdoc = sc.qdoc.data();
-    t.p = t16.p = sc.p.data();
-    t.ds = sc.ds.data();
-    t16.ds = sc.ds16.data();
-    t16.pi = sc.pi.data();
-    t16.dsi = sc.dsi.data();
-    t.dk = t16.dk = sc.dk.data();
-    t.dv = t16.dv = sc.dv.data();
     for (int64_t task = next_task.fetch_add(1); task < tasks; task = next_task.fetch_add(1)) {
-      const int64_t g = task / grid.nk, jb = task % grid.nk;  // in order: (g, jb - 1) came first
-      const int64_t j0 = jb * grid.BK, cols = grid.cols(jb, d.Tk);
-      const size_t off = size_t(task * np * D);
-      std::fill(sc.dk.data(), sc.dk.data() + np * D, 0.0f);
-      std::fill(sc.dv.data(), sc.dv.data() + np * D, 0.0f);
-      if (b16) {
-        t16.kt2 = pk.kt2.data() + off;
-        t16.vt2 = pk.vt2.data() + off;
-        t16.k2 = pk.k2.data() + off;
-      } else {
-        t.kt = pk.kt.data() + off;
-        t.vt = pk.vt.data() + off;
-        t.k = pk.k.data() + off;
-      }
-      t.kidx = t16.kidx = pk.kidx.data() + jb * np;
-      t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
-      for (int64_t ib = 0; ib < grid.nq; ++ib) {
+      const int64_t g = task / runs, jb0 = task % runs * run;  // in order: earlier runs came first
+      backward_run(c, g, jb0, std::min(grid.nk, jb0 + run), thread);
+    }
+  }
+}
+
+// The backward tiles' fields that do not change within a task, for either product type.
+struct FlashAttention::BwdTiles {
+  FlashBwdTile t;
+  FlashBwdTileBf16 t16;
+};
+
+template <class T>
+void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread) {
+  const AttnDims& d = c.d;
+  const TileGrid& grid = c.grid;
+  const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, ldk = d.KV * D, np = np_, bqp = bqp_;
+  const float scale = 1.0f / std::sqrt(float(D));
+  Scratch& sc = scratch_[size_t(thread)];
+  const Packed& pk = *packed_;
+  std::fill(sc.dk.data(), sc.dk.data() + (jb1 - jb0) * np * D, 0.0f);
+  std::fill(sc.dv.data(), sc.dv.data() + (jb1 - jb0) * np * D, 0.0f);
+  BwdTiles b = bwd_tiles(sc);
+  for (int64_t ib = 0; ib < grid.nq; ++ib) {
+    if (grid.next_visible(ib, jb0) >= jb1) continue;
+    const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
+    b.t.rows = b.t16.rows = whole_strips(rows);
+    pack_query_tags(c.qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
+    for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+      bwd_queries(c, b, sc, h, ib);
+      std::atomic<int64_t>& turn = pk.turn[size_t(h * grid.nq + ib)];
+      for (int64_t jb = jb0; jb < jb1; ++jb) {
         const Tile kind = grid.tile(ib, jb);
         if (kind == Tile::Skip) continue;
-        const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
-        t.rows = t16.rows = whole_strips(rows);
-        t.masked = t16.masked = kind == Tile::Masked || cols < np;
-        pack_query_tags(qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
-        for (int64_t hh = 0; hh < G; ++hh) {
-          const int64_t h = g * G + hh;
-          if (thread == 0 && progress_) progress_();
-          const T* qb = q + i0 * ldq + h * D;
-          const T* db = dout + i0 * ldq + h * D;
-          const float* lse2 = block_values(pk.lse2.data() + h * d.Tq + i0, rows, bqp,
-                                           std::numeric_limits<float>::infinity(), sc.lse2.data());
-          const float* dl = block_values(delta + h * d.Tq + i0, rows, bqp, 0.0f, sc.delta.data());
-          if (b16) {
-            t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &t16.ldq);
-            t16.dout = block_rows(db, ldq, rows, bqp, D, sc.dout16.data(), &t16.ldq);
-            t16.q2 = pk.q2.data() + (h * grid.nq + ib) * bqp * D;
-            t16.dout2 = pk.dout2.data() + (h * grid.nq + ib) * bqp * D;
-            t16.lse2 = lse2;
-            t16.delta = dl;
-            t16.dq = sc.dq.data() + hh * bqp * D;
-            kern_->flash_bwd_tile_bf16(t16);
-          } else {
-            t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &t.ldq);
-            t.dout = block_rows(db, ldq, rows, bqp, D, sc.dout.data(), &t.ldq);
-            t.lse2 = lse2;
-            t.delta = dl;
-            t.dq = sc.dq.data() + hh * bqp * D;
-            kern_->flash_bwd_tile(t);
-          }
+        if (thread == 0 && progress_) progress_();
+        const size_t off = size_t((g * grid.nk + jb) * np * D), mine = size_t((jb - jb0) * np * D);
+        b.t.masked = b.t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;
+        b.t.kidx = b.t16.kidx = pk.kidx.data() + jb * np;
+        b.t.kdoc = b.t16.kdoc = pk.kdoc.data() + jb * np;
+        b.t.dk = b.t16.dk = sc.dk.data() + mine;
+        b.t.dv = b.t16.dv = sc.dv.data() + mine;
+        if (bf16_tiles_) {
+          b.t16.kt2 = pk.kt2.data() + off, b.t16.vt2 = pk.vt2.data() + off, b.t16.k2 = pk.k2.data() + off;
+          kern_->flash_bwd_tile_bf16(b.t16);
+        } else {
+          b.t.kt = pk.kt.data() + off, b.t.vt = pk.vt.data() + off, b.t.k = pk.k.data() + off;
+          kern_->flash_bwd_tile(b.t);
         }
         // Our turn on this query block comes when every earlier key block has added its dQ.
-        std::atomic<int64_t>& turn = pk.turn[size_t(g * grid.nq + ib)];
         while (turn.load(std::memory_order_acquire) != jb) {
           if (thread == 0 && progress_) progress_();
           pause_cpu();
         }
-        for (int64_t hh = 0; hh < G; ++hh)
-          for (int64_t r = 0; r < rows; ++r) {
-            float* out = dq + (i0 + r) * ldq + (g * G + hh) * D;
-            const float* src = sc.dq.data() + (hh * bqp + r) * D;
-            for (int64_t x = 0; x < D; ++x) out[x] += scale * src[x];
-          }
+        for (int64_t r = 0; r < rows; ++r) {
+          float* out = c.dq + (i0 + r) * ldq + h * D;
+          const float* src = sc.dq.data() + r * D;
+          for (int64_t x = 0; x < D; ++x) out[x] += scale * src[x];
+        }
         turn.store(grid.next_visible(ib, jb + 1), std::memory_order_release);
       }
-      for (int64_t c = 0; c < cols; ++c) {
-        float* dkr = dk + (j0 + c) * ldk + g * D;
-        float* dvr = dv + (j0 + c) * ldk + g * D;
-        const float* a = sc.dk.data() + c * D;
-        const float* b = sc.dv.data() + c * D;
-        for (int64_t x = 0; x < D; ++x) {
-          dkr[x] += scale * a[x];
-          dvr[x] += b[x];
-        }
+    }
+  }
+  for (int64_t jb = jb0; jb < jb1; ++jb)
+    for (int64_t col = 0, j0 = jb * grid.BK; col < grid.cols(jb, d.Tk); ++col) {
+      float* dkr = c.dk + (j0 + col) * ldk + g * D;
+      float* dvr = c.dv + (j0 + col) * ldk + g * D;
+      const float* x = sc.dk.data() + ((jb - jb0) * np + col) * D;
+      const float* y = sc.dv.data() + ((jb - jb0) * np + col) * D;
+      for (int64_t e = 0; e < D; ++e) {
+        dkr[e] += scale * x[e];
+        dvr[e] += y[e];
       }
     }
+}
+
+FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
+  BwdTiles b;
+  FlashBwdTile& t = b.t;
+  FlashBwdTileBf16& t16 = b.t16;
+  t.D = t16.D = lim_.head_dim;
+  t.np = t16.np = np_;
+  t.qidx = t16.qidx = sc.qidx.data();
+  t.qlo = t16.qlo = sc.qlo.data();
+  t.qdoc = t16.qdoc = sc.qdoc.data();
+  t.p = t16.p = sc.p.data();
+  t.ds = sc.ds.data();
+  t16.ds = sc.ds16.data();
+  t16.pi = sc.pi.data();
+  t16.dsi = sc.dsi.data();
+  t.dq = t16.dq = sc.dq.data();
+  return b;
+}
+
+// Head h's rows of query block ib for the run's tiles: q and dout (dense copies), lse2 and
+// delta (padded).
+template <class T>
+void FlashAttention::bwd_queries(const BwdCall<T>& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const {
+  const AttnDims& d = c.d;
+  const int64_t D = d.D, ldq = d.H * D, bqp = bqp_, i0 = ib * c.grid.BQ, rows = c.grid.rows(ib, d.Tq);
+  const T* qb = c.q + i0 * ldq + h * D;
+  const T* db = c.dout + i0 * ldq + h * D;
+  const float* lse2 = block_values(packed_->lse2.data() + h * d.Tq + i0, rows, bqp,
+                                   std::numeric_limits<float>::infinity(), sc.lse2.data());
+  const float* dl = block_values(c.delta + h * d.Tq + i0, rows, bqp, 0.0f, sc.delta.data());
+  if (bf16_tiles_) {
+    b.t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &b.t16.ldq);
+    b.t16.dout = block_rows(db, ldq, rows, bqp, D, sc.dout16.data(), &b.t16.ldq);
+    b.t16.q2 = packed_->q2.data() + (h * c.grid.nq + ib) * bqp * D;
+    b.t16.dout2 = packed_->dout2.data() + (h * c.grid.nq + ib) * bqp * D;
+    b.t16.lse2 = lse2;
+    b.t16.delta = dl;
+  } else {
+    b.t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &b.t.ldq);
+    b.t.dout = block_rows(db, ldq, rows, bqp, D, sc.dout.data(), &b.t.ldq);
+    b.t.lse2 = lse2;
+    b.t.delta = dl;
   }
 }
 
