@@ -288,8 +288,12 @@ const P* block_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D
       return x;
     }
   }
-  for (int64_t r = 0; r < bqp; ++r)
-    for (int64_t c = 0; c < D; ++c) store_as(copy + r * D + c, r < rows ? load_f32(x[r * ld + c]) : 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<P, T>) std::copy(x + r * ld, x + r * ld + D, copy + r * D);
+    else
+      for (int64_t c = 0; c < D; ++c) store_as(copy + r * D + c, load_f32(x[r * ld + c]));
+  }
+  std::fill(copy + rows * D, copy + bqp * D, P{});
   *stride = D;
   return copy;
 }
