@@ -32,6 +32,8 @@ constexpr int32_t kQueryNoDoc = INT32_MIN + 1, kKeyPadDoc = INT32_MIN;
 constexpr int64_t kMaxHeadGroup = 16;
 // The most consecutive key blocks of one backward task (see backward()).
 constexpr int64_t kMaxKeyRun = 4;
+// The most dQ contributions a backward task holds while they wait for their turn.
+constexpr int64_t kPendingDq = 4;
 
 void pause_cpu() {
 #if defined(__x86_64__)
@@ -107,7 +109,7 @@ struct FlashAttention::Scratch {
   Buffer<float> q, dout;               // q [G, bqp, D], dout [bqp, D] fp32 products
   Buffer<bf16> q16, dout16;            // likewise, bf16 products
   Buffer<float> lse2, delta;           // [bqp]
-  Buffer<float> dq;                    // [G, bqp, D]: forward's acc per head; backward's dQ [bqp, D]
+  Buffer<float> dq;                    // forward's acc [G, bqp, D]; backward's dQ [kPendingDq, bqp, D]
   Buffer<float> m, l;                  // [G, bqp]
   Buffer<int32_t> qidx, qlo, qdoc;     // [bqp]
   Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, np] scratch)
@@ -167,7 +169,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     s.dout16 = Buffer<bf16>(b16 * bq * d);
     s.lse2 = Buffer<float>(bq);
     s.delta = Buffer<float>(bq);
-    s.dq = Buffer<float>(G * bq * d);
+    s.dq = Buffer<float>(std::max<size_t>(G, kPendingDq) * bq * d);
     s.m = Buffer<float>(G * bq);
     s.l = Buffer<float>(G * bq);
     s.qidx = Buffer<int32_t>(bq);
@@ -192,7 +194,7 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   // fp32 scores.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
-  const int64_t per_thread = bqp * D * (1 + 2 * G) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * kMaxKeyRun * np * D;
+  const int64_t per_thread = bqp * D * (1 + 2 * G + kPendingDq) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * kMaxKeyRun * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -485,11 +487,20 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
   {
     const int thread = omp_get_thread_num();
     for (int64_t task = next_task.fetch_add(1); task < tasks; task = next_task.fetch_add(1)) {
-      const int64_t g = task / runs, jb0 = task % runs * run;  // in order: earlier runs came first
+      // Run by run, each over the KV heads: tasks that run side by side are of different
+      // heads (different turns) where there are enough heads, and a run's predecessor, whose
+      // dQ goes first, was handed out before it.
+      const int64_t g = task % d.KV, jb0 = task / d.KV * run;
       backward_run(c, g, jb0, std::min(grid.nk, jb0 + run), thread);
     }
   }
 }
+
+// A tile's dQ contribution waiting for its turn on (head h, query block ib).
+struct FlashAttention::PendingDq {
+  int64_t h, ib, jb, rows;
+  const float* dq;  // [rows, D] in the thread's scratch, not yet scaled
+};
 
 // The backward tiles' fields that do not change within a task, for either product type.
 struct FlashAttention::BwdTiles {
@@ -501,13 +512,21 @@ template <class T>
 void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread) {
   const AttnDims& d = c.d;
   const TileGrid& grid = c.grid;
-  const int64_t D = d.D, G = d.H / d.KV, ldq = d.H * D, ldk = d.KV * D, np = np_, bqp = bqp_;
+  const int64_t D = d.D, G = d.H / d.KV, ldk = d.KV * D, np = np_, bqp = bqp_;
   const float scale = 1.0f / std::sqrt(float(D));
   Scratch& sc = scratch_[size_t(thread)];
   const Packed& pk = *packed_;
   std::fill(sc.dk.data(), sc.dk.data() + (jb1 - jb0) * np * D, 0.0f);
   std::fill(sc.dv.data(), sc.dv.data() + (jb1 - jb0) * np * D, 0.0f);
   BwdTiles b = bwd_tiles(sc);
+  // The tiles' dQ contributions wait in a ring of kPendingDq slots for their turn, so a tile
+  // runs while an earlier task still adds to its query block; a full ring waits.
+  PendingDq pending[kPendingDq];
+  int64_t first = 0, queued = 0;
+  auto settle = [&](int64_t keep) {  // adds what is due, waiting while more than `keep` queue
+    for (; queued > 0; ++first, --queued)
+      if (!add_dq(c, pending[first % kPendingDq], queued > keep, thread)) break;
+  };
   for (int64_t ib = 0; ib < grid.nq; ++ib) {
     if (grid.next_visible(ib, jb0) >= jb1) continue;
     const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
@@ -515,17 +534,19 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
     pack_query_tags(c.qt, i0, rows, bqp, d.window, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
     for (int64_t h = g * G; h < (g + 1) * G; ++h) {
       bwd_queries(c, b, sc, h, ib);
-      std::atomic<int64_t>& turn = pk.turn[size_t(h * grid.nq + ib)];
       for (int64_t jb = jb0; jb < jb1; ++jb) {
         const Tile kind = grid.tile(ib, jb);
         if (kind == Tile::Skip) continue;
         if (thread == 0 && progress_) progress_();
+        settle(kPendingDq - 1);
         const size_t off = size_t((g * grid.nk + jb) * np * D), mine = size_t((jb - jb0) * np * D);
+        float* dq_tile = sc.dq.data() + (first + queued) % kPendingDq * bqp * D;
         b.t.masked = b.t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;
         b.t.kidx = b.t16.kidx = pk.kidx.data() + jb * np;
         b.t.kdoc = b.t16.kdoc = pk.kdoc.data() + jb * np;
         b.t.dk = b.t16.dk = sc.dk.data() + mine;
         b.t.dv = b.t16.dv = sc.dv.data() + mine;
+        b.t.dq = b.t16.dq = dq_tile;
         if (bf16_tiles_) {
           b.t16.kt2 = pk.kt2.data() + off, b.t16.vt2 = pk.vt2.data() + off, b.t16.k2 = pk.k2.data() + off;
           kern_->flash_bwd_tile_bf16(b.t16);
@@ -533,20 +554,12 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
           b.t.kt = pk.kt.data() + off, b.t.vt = pk.vt.data() + off, b.t.k = pk.k.data() + off;
           kern_->flash_bwd_tile(b.t);
         }
-        // Our turn on this query block comes when every earlier key block has added its dQ.
-        while (turn.load(std::memory_order_acquire) != jb) {
-          if (thread == 0 && progress_) progress_();
-          pause_cpu();
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          float* out = c.dq + (i0 + r) * ldq + h * D;
-          const float* src = sc.dq.data() + r * D;
-          for (int64_t x = 0; x < D; ++x) out[x] += scale * src[x];
-        }
-        turn.store(grid.next_visible(ib, jb + 1), std::memory_order_release);
+        pending[(first + queued++) % kPendingDq] = {h, ib, jb, rows, dq_tile};
+        settle(kPendingDq);
       }
     }
   }
+  settle(0);
   for (int64_t jb = jb0; jb < jb1; ++jb)
     for (int64_t col = 0, j0 = jb * grid.BK; col < grid.cols(jb, d.Tk); ++col) {
       float* dkr = c.dk + (j0 + col) * ldk + g * D;
@@ -558,6 +571,28 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
         dvr[e] += y[e];
       }
     }
+}
+
+// Adds a tile's dQ contribution [rows, D] once every earlier key block has added its own to
+// the same (head, query block), then passes the turn on; without `wait`, only if that has
+// happened already. Returns whether it added.
+template <class T>
+bool FlashAttention::add_dq(const BwdCall<T>& c, const PendingDq& p, bool wait, int thread) {
+  std::atomic<int64_t>& turn = packed_->turn[size_t(p.h * c.grid.nq + p.ib)];
+  while (turn.load(std::memory_order_acquire) != p.jb) {
+    if (!wait) return false;
+    if (thread == 0 && progress_) progress_();
+    pause_cpu();
+  }
+  const int64_t D = c.d.D, ldq = c.d.H * D, i0 = p.ib * c.grid.BQ;
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* out = c.dq + (i0 + r) * ldq + p.h * D;
+    const float* src = p.dq + r * D;
+    for (int64_t x = 0; x < D; ++x) out[x] += scale * src[x];
+  }
+  turn.store(c.grid.next_visible(p.ib, p.jb + 1), std::memory_order_release);
+  return true;
 }
 
 FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
@@ -574,7 +609,6 @@ FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
   t16.ds = sc.ds16.data();
   t16.pi = sc.pi.data();
   t16.dsi = sc.dsi.data();
-  t.dq = t16.dq = sc.dq.data();
   return b;
 }
 
