@@ -320,6 +320,17 @@ void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int64_
   }
 }
 
+// Fields every tile of a call shares, for either product type: sizes and where the query
+// block's tags are.
+template <class A, class B>
+void share_tile_fields(A& a, B& b, int64_t D, int64_t np, QueryTags tags) {
+  a.D = b.D = D;
+  a.np = b.np = np;
+  a.qidx = b.qidx = tags.idx;
+  a.qlo = b.qlo = tags.lo;
+  a.qdoc = b.qdoc = tags.doc;
+}
+
 // One query block of one head by pairs of rows: out[(r / 2) * 2D + 2c + r % 2], zero beyond.
 template <class T>
 void pack_row_pairs(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, bf16* out) {
@@ -392,12 +403,8 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
     std::fill(sc.dq.data(), sc.dq.data() + HG * bqp * D, 0.0f);
     FlashFwdTile t;
     FlashFwdTileBf16 t16;
-    t.D = t16.D = D;
+    share_tile_fields(t, t16, D, np, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
     t.rows = t16.rows = whole_strips(rows);  // a sequence's last block: no empty strips
-    t.np = t16.np = np;
-    t.qidx = t16.qidx = sc.qidx.data();
-    t.qlo = t16.qlo = sc.qlo.data();
-    t.qdoc = t16.qdoc = sc.qdoc.data();
     t.scratch = t16.scores = sc.p.data();
     t16.scratch = sc.p16.data();
     const float* q32[kMaxHeadGroup];  // per head of the group, in the products' type
@@ -599,11 +606,7 @@ FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
   BwdTiles b;
   FlashBwdTile& t = b.t;
   FlashBwdTileBf16& t16 = b.t16;
-  t.D = t16.D = lim_.head_dim;
-  t.np = t16.np = np_;
-  t.qidx = t16.qidx = sc.qidx.data();
-  t.qlo = t16.qlo = sc.qlo.data();
-  t.qdoc = t16.qdoc = sc.qdoc.data();
+  share_tile_fields(t, t16, lim_.head_dim, np_, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
   t.p = t16.p = sc.p.data();
   t.ds = sc.ds.data();
   t16.ds = sc.ds16.data();
