@@ -1,6 +1,5 @@
-// The softmax's row pieces: between two matrix products in the oneDNN tile path (whose
-// products are oneDNN's), and over a strip's scores in the fused forward tiles; compiled once
-// per ISA like the fused tiles, after simd.hpp.
+// The softmax's row pieces between two matrix products (the oneDNN tile path, whose products
+// are oneDNN's): compiled once per ISA like the fused tiles, after simd.hpp.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -21,28 +20,23 @@ inline float row_max(const float* x, int64_t n) {
   return m;
 }
 
-// x [n] = 2^(x * scale + offset) (one fused multiply-add, then exp2): exactly 0 where x is
-// -inf (masked) and the offset finite; returns the sum, added in order in one vector.
-inline float exp2_affine_sum(float* x, int64_t n, float scale, float offset) {
+// x [n] = e^(x - shift), as 2^((x - shift) log2 e): exactly 0 where x is -inf (masked);
+// returns the sum. shift is finite.
+inline float exp_shift_sum(float* x, int64_t n, float shift) {
   constexpr int W = Simd::W;
-  const Simd::V sv = Simd::set1(scale), ov = Simd::set1(offset);
+  constexpr float kLog2e = 1.44269504088896341f;
+  const float base = -shift * kLog2e;
+  const Simd::V scale = Simd::set1(kLog2e), offset = Simd::set1(base);
   Simd::V acc = Simd::zero();
   int64_t i = 0;
   for (; i + W <= n; i += W) {
-    const Simd::V p = Simd::exp2(Simd::fma(Simd::load(x + i), sv, ov));
+    const Simd::V p = Simd::exp2(Simd::fma(Simd::load(x + i), scale, offset));
     Simd::store(x + i, p);
     acc = Simd::add(acc, p);
   }
   float sum = Simd::reduce_add(acc);
-  for (; i < n; ++i) sum += x[i] = std::exp2(x[i] * scale + offset);
+  for (; i < n; ++i) sum += x[i] = std::exp2(x[i] * kLog2e + base);
   return sum;
-}
-
-// x [n] = e^(x - shift), as 2^((x - shift) log2 e): exactly 0 where x is -inf (masked);
-// returns the sum. shift is finite.
-inline float exp_shift_sum(float* x, int64_t n, float shift) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  return exp2_affine_sum(x, n, kLog2e, -shift * kLog2e);
 }
 
 }  // namespace lct::LCT_ISA_NS
