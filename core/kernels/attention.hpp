@@ -150,6 +150,8 @@ class FlashAttention {
   template <class T>
   bool add_dq(const BwdCall<T>& c, const PendingDq& p, bool wait, int thread);
   template <class T>
+  void add_key_grads(const BwdCall<T>& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const;
+  template <class T>
   void bwd_queries(const BwdCall<T>& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const;
 
   const IsaKernels* kern_;

@@ -519,8 +519,7 @@ template <class T>
 void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread) {
   const AttnDims& d = c.d;
   const TileGrid& grid = c.grid;
-  const int64_t D = d.D, G = d.H / d.KV, ldk = d.KV * D, np = np_, bqp = bqp_;
-  const float scale = 1.0f / std::sqrt(float(D));
+  const int64_t D = d.D, G = d.H / d.KV, np = np_, bqp = bqp_;
   Scratch& sc = scratch_[size_t(thread)];
   const Packed& pk = *packed_;
   std::fill(sc.dk.data(), sc.dk.data() + (jb1 - jb0) * np * D, 0.0f);
@@ -567,8 +566,16 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
     }
   }
   settle(0);
+  add_key_grads(c, sc, g, jb0, jb1);
+}
+
+// Adds a task's dK (scaled) and dV of key blocks [jb0, jb1) of KV head g to the call's.
+template <class T>
+void FlashAttention::add_key_grads(const BwdCall<T>& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const {
+  const int64_t D = c.d.D, ldk = c.d.KV * D, np = np_;
+  const float scale = 1.0f / std::sqrt(float(D));
   for (int64_t jb = jb0; jb < jb1; ++jb)
-    for (int64_t col = 0, j0 = jb * grid.BK; col < grid.cols(jb, d.Tk); ++col) {
+    for (int64_t col = 0, j0 = jb * c.grid.BK; col < c.grid.cols(jb, c.d.Tk); ++col) {
       float* dkr = c.dk + (j0 + col) * ldk + g * D;
       float* dvr = c.dv + (j0 + col) * ldk + g * D;
       const float* x = sc.dk.data() + ((jb - jb0) * np + col) * D;
