@@ -5,6 +5,7 @@ out; rank 0's peak resident memory over the steps).
     /usr/bin/python3 bench/plan_table.py OUTDIR|runs.tar
 """
 import io
+import math
 import os
 import re
 import sys
@@ -29,6 +30,11 @@ def files(src):
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
+def secs(v):
+    """Seconds as `lctrain plan` prints them: two decimals, two significant digits below 1 s."""
+    return f"{v:.{min(6, max(2, 1 - math.floor(math.log10(v))))}f}" if 0 < v < 1 else f"{v:.2f}"
+
+
 def main(src):
     f = files(src)
     plan = f["plan.out"].decode()
@@ -49,7 +55,8 @@ def main(src):
             s = h["steps"]
             step = float(np.median((s["seconds"][:] - s["io_s"][:])[1:]))  # the checkpoint's write is no step's work
             rss = float(np.max(s["peak_rss_mib"][:])) / 1024
-        print(f"| {n} | {ranks} x {threads}: {flags} | {pred_s:.2f} s | {step:.2f} s | {step / pred_s:.2f} | "
+        ratio = f"{step / pred_s:.2f}" if pred_s > 0 else "-"  # a plan printed before seconds kept 2 digits
+        print(f"| {n} | {ranks} x {threads}: {flags} | {secs(pred_s)} s | {secs(step)} s | {ratio} | "
               f"{pred_gib:.2f} GiB | {rss:.2f} GiB |")
 
 

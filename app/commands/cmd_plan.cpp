@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -466,16 +467,21 @@ int cmd_plan(Context& ctx) {
     auto col = [&out](int width, int digits, double v) {
       out << ' ' << std::setprecision(digits) << std::setw(width - 1) << v;
     };
+    // Seconds keep two significant digits below 1 s: a small model's 2 ms step is 0.0021, not
+    // 0.00 (a ratio against it would divide by zero).
+    auto secs = [&col](int width, double v) {
+      col(width, v > 0 && v < 1 ? int(std::clamp(1.0 - std::floor(std::log10(v)), 2.0, 6.0)) : 2, v);
+    };
     out << std::setw(2) << ++n;
-    col(8, 2, t.step_s());
+    secs(8, t.step_s());
     col(10, 0, tokens / t.step_s());
     col(10, 2, c.memory.total() / double(1u << 30));
-    col(9, 2, t.compute_s);
-    col(12, 2, t.cp_exposed_s);
-    col(11, 2, t.grad_s);
-    col(9, 2, t.tp_s);
-    col(7, 2, t.optimizer_s);
-    col(8, 2, t.offload_s);
+    secs(9, t.compute_s);
+    secs(12, t.cp_exposed_s);
+    secs(11, t.grad_s);
+    secs(9, t.tp_s);
+    secs(7, t.optimizer_s);
+    secs(8, t.offload_s);
     col(7, 0, t.cp_bytes / 1e6);
     col(9, 0, t.grad_bytes / 1e6);
     col(7, 0, t.tp_bytes / 1e6);

@@ -220,6 +220,7 @@ def plan_sweep_trains_the_plans_top_layouts_and_plan_table_compares_them():
     rows = [[c.strip() for c in l.split("|")[1:-1]] for l in p.stdout.splitlines() if l.startswith("| 1") or l.startswith("| 2")]
     assert p.returncode == 0 and [r[0] for r in rows] == ["1", "2"], p.stdout + p.stderr
     for r in rows:
+        assert r[2].endswith(" s") and float(r[2][:-2]) > 0, r  # a small step keeps its digits
         assert r[3].endswith(" s") and float(r[3][:-2]) > 0 and float(r[4]) > 0, r
         assert r[6].endswith(" GiB") and float(r[6][:-4]) > 0, r
 
