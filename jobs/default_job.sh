@@ -8,7 +8,7 @@
 # LCT_DEFAULT_TRAIN_ARGS adds train flags to every stage (the test passes "--steps 2").
 # Stage 1 (LCT_DEFAULT_STAGE1): content (the default) runs it on copies with words between
 # them (inputs/stage1_content_copy.toml), from which retrieval was learnt with every seed and
-# build tried; adjacent (inputs/stage1_copy.toml) is about 7 minutes shorter, but retrieval
+# build tried; adjacent (inputs/stage1_copy.toml) is about 6 minutes shorter, but retrieval
 # followed from it with some initialisations and roundings only
 # (docs/results/2026-11-27-default-job-rounding.md).
 set -euo pipefail
