@@ -141,9 +141,11 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   bf16_tiles_ = products == Precision::Bf16 && kern_->flash_fwd_tile_bf16;
   strip_rows_ = bf16_tiles_ ? kern_->strip_rows_bf16 : kern_->strip_rows;
   // Blocks are whole strips and chunks of the micro-kernels: only a sequence's last block
-  // is ever partial.
+  // is ever partial. Query blocks round down (128 rows in strips of 6: 126), so that under
+  // the causal mask no query block reaches past the key block of its own rows: rounded up
+  // (132), every query block needed one more key block, mostly masked.
   const int64_t R = strip_rows_, NC = kern_->key_chunk, D = lim.head_dim;
-  blocks_ = {(blocks.q + R - 1) / R * R, (blocks.k + NC - 1) / NC * NC};
+  blocks_ = {std::max(R, blocks.q / R * R), (blocks.k + NC - 1) / NC * NC};
   np_ = blocks_.k;
   bqp_ = blocks_.q;
   const int64_t nk = (lim.max_tk + np_ - 1) / np_, nq = (lim.max_tq + bqp_ - 1) / bqp_;
