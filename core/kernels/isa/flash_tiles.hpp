@@ -157,13 +157,13 @@ inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[ROWS], Sco
 
 // Online softmax over a strip's scores in L1 (ROWS x np): one max and one sum per row per
 // tile, not per chunk; the rows go through the exponentials together, so no row waits on
-// another's reductions. p = 2^(s - m_new) goes to store(r, column, p) (the sum is of the
+// another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of the
 // fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
 // rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
 // -inf: 2^(-inf - 0)).
-template <int ROWS, class Store>
+template <int ROWS, class Store, class Exp2>
 inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float* m, float* l,
-                          float (&corr)[ROWS], Store&& store) {
+                          float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
   bool rescale = false;
   V shift[ROWS], sum[ROWS];
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
@@ -180,7 +180,7 @@ inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float
   }
   for (int64_t c = 0; c < np; c += W)
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
-      const V p = Simd::exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
+      const V p = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
       store(r, c, p);
       sum[r] = Simd::add(sum[r], p);
     }
@@ -198,7 +198,8 @@ void flash_fwd_tile(const FlashFwdTile& t) {
     });
     float corr[R];
     const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr,
-                                       [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); });
+                                       [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); },
+                                       [](V x) { return Simd::exp2(x); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab<decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
                                  rescale ? corr : nullptr, false);

@@ -97,7 +97,8 @@ inline void store_row_pairs_bf16(const V (&s)[RB][NV], bf16* dst, int64_t ld) {
 }
 
 // The fp32 forward's strip (flash_tiles.hpp) with bf16 products: scores and the softmax in
-// fp32, p rounded to bf16 as it is stored for p . v.
+// fp32, p rounded to bf16 as it is stored for p . v (so its exponentials need only
+// exp2_bf16's 3e-6; the row sums take the same p, the backward recomputes P with exp2).
 void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
   const int64_t D = t.D, np = t.np;
   float* s = t.scores;  // [RB][np] fp32 scores
@@ -108,9 +109,12 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
     });
     float corr[RB];
-    const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr, [&](int r, int64_t c, V x) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * np + c), (__m256i)_mm512_cvtneps_pbh(x));
-    });
+    const bool rescale = softmax_strip(
+        s, np, mx, t.m + r0, t.l + r0, corr,
+        [&](int r, int64_t c, V x) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * np + c), (__m256i)_mm512_cvtneps_pbh(x));
+        },
+        [](V x) { return Simd::exp2_bf16(x); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab_bf16<decltype(dc)::value>(p, np, t.v2 + 2 * d0, 2 * D, np, t.acc + r0 * D + d0, D,
                                       rescale ? corr : nullptr, false);
