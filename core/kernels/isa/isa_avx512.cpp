@@ -4,12 +4,13 @@
 #include "kernels/isa/simd.hpp"
 
 namespace lct::LCT_ISA_NS {
-// 6 x 4 score vectors = 6 query rows x 64 keys per chunk in 24 of the 32 registers; p . v
-// in 6 x 4 accumulators. Six rows load each key or value vector for 6 FMAs instead of 4:
-// on 1 Zen 5 core the fp32 forward tile went from 74% to 80% of the FMA peak and the
-// backward from 81% to 84-86% (lct_tile_bench); query blocks of 128 become 132 rows.
+// 4 x 4 score vectors = 64 keys per chunk in 16 registers; p . v in 4 x 4 accumulators.
+// Strips of 6 rows (24 registers) made whole 132 x 128 tiles 5-7 points of the FMA peak
+// faster on a Zen 5 core, but query blocks that are not a multiple of 128 rows cut across
+// 128-key blocks and document boundaries: the default job's packed 256-token documents
+// (head dimension 16) ran their attention 20-60% slower, so strips stay at 4 rows.
 struct Shape {
-  static constexpr int R = 6, NV = 4, DC = 4, KC = 4, DB = 4;
+  static constexpr int R = 4, NV = 4, DC = 4, KC = 4, DB = 4;
 };
 }  // namespace lct::LCT_ISA_NS
 

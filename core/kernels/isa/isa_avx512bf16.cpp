@@ -5,12 +5,12 @@
 #include "kernels/isa/simd.hpp"
 
 namespace lct::LCT_ISA_NS {
-// The fp32 tiles are the avx512 path's, with its shape (isa_avx512.cpp). The bf16 tiles keep
-// strips of 4 rows (RB): each vdpbf16ps does two multiply-adds per lane, so loads are not
-// their limit, and 6 rows cost their forward and backward 1-3 points of the bf16 peak on
-// 2 Zen 5 cores (`lctrain bench attention`).
+// The fp32 tiles are the avx512 path's, with its shape (isa_avx512.cpp). The bf16 tiles'
+// strips (RB) may differ; at 6 rows they lost 1-3 points of the bf16 peak on 2 Zen 5 cores
+// (`lctrain bench attention`): each vdpbf16ps does two multiply-adds per lane, so loads are
+// not their limit.
 struct Shape {
-  static constexpr int R = 6, NV = 4, DC = 4, KC = 4, DB = 4, RB = 4;
+  static constexpr int R = 4, NV = 4, DC = 4, KC = 4, DB = 4, RB = 4;
 };
 }  // namespace lct::LCT_ISA_NS
 
