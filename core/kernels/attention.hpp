@@ -156,7 +156,6 @@ class FlashAttention {
 
   const IsaKernels* kern_;
   bool bf16_tiles_ = false;
-  int64_t strip_rows_;  // query rows per strip of the tiles that run (fp32 or bf16)
   AttnLimits lim_;
   AttnBlocks blocks_;
   int64_t np_, bqp_;  // key block padded to the key chunk, query block to the strip

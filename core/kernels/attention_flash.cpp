@@ -139,12 +139,11 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   if (!kern_) fail("this build of lctrain has no '", int(isa), "' kernels");
   if (lim.head_dim % kern_->width != 0) kern_ = isa_kernels(Isa::Generic);
   bf16_tiles_ = products == Precision::Bf16 && kern_->flash_fwd_tile_bf16;
-  strip_rows_ = bf16_tiles_ ? kern_->strip_rows_bf16 : kern_->strip_rows;
   // Blocks are whole strips and chunks of the micro-kernels: only a sequence's last block
   // is ever partial. Query blocks round down (128 rows in strips of 6: 126), so that under
   // the causal mask no query block reaches past the key block of its own rows: rounded up
   // (132), every query block needed one more key block, mostly masked.
-  const int64_t R = strip_rows_, NC = kern_->key_chunk, D = lim.head_dim;
+  const int64_t R = kern_->strip_rows, NC = kern_->key_chunk, D = lim.head_dim;
   blocks_ = {std::max(R, blocks.q / R * R), (blocks.k + NC - 1) / NC * NC};
   np_ = blocks_.k;
   bqp_ = blocks_.q;
@@ -218,7 +217,7 @@ size_t FlashAttention::workspace_bytes() const {
 }
 
 int64_t FlashAttention::whole_strips(int64_t rows) const {
-  const int64_t R = strip_rows_;
+  const int64_t R = kern_->strip_rows;
   return (rows + R - 1) / R * R;
 }
 

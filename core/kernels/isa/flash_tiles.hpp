@@ -29,15 +29,14 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #define LCT_UNROLL _Pragma("GCC unroll 32")
 
-template <int ROWS>
 inline void mk_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t K,
-                   V (&s)[ROWS][NV]) {
-  LCT_UNROLL for (int r = 0; r < ROWS; ++r)
+                   V (&s)[R][NV]) {
+  LCT_UNROLL for (int r = 0; r < R; ++r)
     LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
   for (int64_t k = 0; k < K; ++k) {
     V b[NV];
     LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = Simd::load(bt + k * ldb + v * W);
-    LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
       const V x = Simd::set1(a[r * lda + k]);
       LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::fma(x, b[v], s[r][v]);
     }
@@ -109,10 +108,9 @@ inline void over_d(int64_t D, F&& f) {
   for (; d0 + W <= D; d0 += W) f(d0, std::integral_constant<int, 1>());
 }
 
-template <int ROWS>
-inline void mask_scores(V (&s)[ROWS][NV], const int32_t* kidx, const int32_t* kdoc,
+inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
                         const int32_t* qidx, const int32_t* qlo, const int32_t* qdoc) {
-  LCT_UNROLL for (int r = 0; r < ROWS; ++r)
+  LCT_UNROLL for (int r = 0; r < R; ++r)
     LCT_UNROLL for (int v = 0; v < NV; ++v)
       s[r][v] = Simd::keep(Simd::visible(kidx + v * W, kdoc + v * W, qidx[r], qlo[r], qdoc[r]),
                            s[r][v], Simd::set1(kNegInf));
@@ -127,27 +125,26 @@ inline float exp2_scalar(float x) {
   return e[0];
 }
 
-// p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track).
-template <int ROWS>
-inline void softmax_known(V (&s)[ROWS][NV], const float* lse2) {
-  LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
+// p = 2^(s - lse2) for R rows (backward: the softmax is known, nothing to track).
+inline void softmax_known(V (&s)[R][NV], const float* lse2) {
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
     const V lse = Simd::set1(lse2[r]);
     LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::exp2(Simd::sub(s[r][v], lse));
   }
 }
 
-// A strip's scores for the whole key block (ROWS rows x np, log2 units) into s, chunk by
-// chunk (scores(c0, sc) makes a chunk's in registers, masked there), and each row's running
+// A strip's scores for the whole key block (R rows x np, log2 units) into s, chunk by chunk
+// (scores(c0, sc) makes a chunk's in registers, masked there), and each row's running
 // maximum as a vector, so the softmax needs no extra pass over s to find it. Tile: the fp32
 // or bf16 forward tile (the same tags).
-template <int ROWS, class Tile, class Scores>
-inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[ROWS], Scores&& scores) {
-  LCT_UNROLL for (int r = 0; r < ROWS; ++r) mx[r] = Simd::set1(kNegInf);
+template <class Tile, class Scores>
+inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[R], Scores&& scores) {
+  LCT_UNROLL for (int r = 0; r < R; ++r) mx[r] = Simd::set1(kNegInf);
   for (int64_t c0 = 0; c0 < t.np; c0 += NC) {
-    V sc[ROWS][NV];
+    V sc[R][NV];
     scores(c0, sc);
     if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-    LCT_UNROLL for (int r = 0; r < ROWS; ++r)
+    LCT_UNROLL for (int r = 0; r < R; ++r)
       LCT_UNROLL for (int v = 0; v < NV; ++v) {
         mx[r] = Simd::max(mx[r], sc[r][v]);
         Simd::store(s + r * t.np + c0 + v * W, sc[r][v]);
@@ -155,18 +152,18 @@ inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[ROWS], Sco
   }
 }
 
-// Online softmax over a strip's scores in L1 (ROWS x np): one max and one sum per row per
-// tile, not per chunk; the rows go through the exponentials together, so no row waits on
+// Online softmax over a strip's scores in L1 (R rows x np): one max and one sum per row per
+// tile, not per chunk; the R rows go through the exponentials together, so no row waits on
 // another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of the
 // fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
 // rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
 // -inf: 2^(-inf - 0)).
-template <int ROWS, class Store, class Exp2>
-inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float* m, float* l,
-                          float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
+template <class Store, class Exp2>
+inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[R], float* m, float* l,
+                          float (&corr)[R], Store&& store, Exp2&& exp2) {
   bool rescale = false;
-  V shift[ROWS], sum[ROWS];
-  LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
+  V shift[R], sum[R];
+  LCT_UNROLL for (int r = 0; r < R; ++r) {
     const float x = Simd::reduce_max(mx[r]);
     const float m_new = m[r] < x ? x : m[r];
     corr[r] = 1.0f;
@@ -179,12 +176,12 @@ inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float
     sum[r] = Simd::zero();
   }
   for (int64_t c = 0; c < np; c += W)
-    LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
+    LCT_UNROLL for (int r = 0; r < R; ++r) {
       const V p = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
       store(r, c, p);
       sum[r] = Simd::add(sum[r], p);
     }
-  LCT_UNROLL for (int r = 0; r < ROWS; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
+  LCT_UNROLL for (int r = 0; r < R; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
   return rescale;
 }
 

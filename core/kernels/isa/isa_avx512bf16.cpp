@@ -5,12 +5,8 @@
 #include "kernels/isa/simd.hpp"
 
 namespace lct::LCT_ISA_NS {
-// The fp32 tiles are the avx512 path's, with its shape (isa_avx512.cpp). The bf16 tiles'
-// strips (RB) may differ; at 6 rows they lost 1-3 points of the bf16 peak on 2 Zen 5 cores
-// (`lctrain bench attention`): each vdpbf16ps does two multiply-adds per lane, so loads are
-// not their limit.
 struct Shape {
-  static constexpr int R = 4, NV = 4, DC = 4, KC = 4, DB = 4, RB = 4;
+  static constexpr int R = 4, NV = 4, DC = 4, KC = 4, DB = 4;
 };
 }  // namespace lct::LCT_ISA_NS
 
@@ -41,7 +37,7 @@ const IsaKernels* isa_kernels_avx512bf16() {
   using namespace avx512bf16;
   static const IsaKernels k{Isa::Avx512Bf16, W, R, NC, fma_probe, bf16_probe, flash_fwd_tile,
                             flash_bwd_tile, row_max, exp_shift_sum, flash_fwd_tile_bf16,
-                            flash_bwd_tile_bf16, RB};
+                            flash_bwd_tile_bf16};
   return &k;
 }
 }  // namespace lct

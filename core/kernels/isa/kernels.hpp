@@ -96,7 +96,6 @@ struct IsaKernels {
   // bf16 operands (vdpbf16ps); null where the ISA has no bf16 dot product
   void (*flash_fwd_tile_bf16)(const FlashFwdTileBf16& t) = nullptr;
   void (*flash_bwd_tile_bf16)(const FlashBwdTileBf16& t) = nullptr;
-  int strip_rows_bf16 = 0;  // query rows per strip of the bf16 tiles
 };
 
 // The table for `isa`, or null when this build has none (e.g. x86 paths on Arm). Whether the
