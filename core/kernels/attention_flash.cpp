@@ -140,9 +140,9 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   if (lim.head_dim % kern_->width != 0) kern_ = isa_kernels(Isa::Generic);
   bf16_tiles_ = products == Precision::Bf16 && kern_->flash_fwd_tile_bf16;
   // Blocks are whole strips and chunks of the micro-kernels: only a sequence's last block
-  // is ever partial. Query blocks round down (128 rows in strips of 6: 126), so that under
-  // the causal mask no query block reaches past the key block of its own rows: rounded up
-  // (132), every query block needed one more key block, mostly masked.
+  // is ever partial. Query blocks round down, so that under the causal mask no query block
+  // reaches past the key block of its own rows (rounded up, every one needs one more key
+  // block, mostly masked).
   const int64_t R = kern_->strip_rows, NC = kern_->key_chunk, D = lim.head_dim;
   blocks_ = {std::max(R, blocks.q / R * R), (blocks.k + NC - 1) / NC * NC};
   np_ = blocks_.k;
@@ -191,10 +191,10 @@ Isa FlashAttention::isa() const { return kern_->isa; }
 Precision FlashAttention::products() const { return bf16_tiles_ ? Precision::Bf16 : Precision::Fp32; }
 
 size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, int threads) {
-  // Upper bound over the ISAs and precisions: the widest chunk (64 keys) and strip (6 rows)
-  // pad the most; fp32 products need the most, bf16 ones add the row pairs and a strip's
-  // fp32 scores.
-  const int64_t np = (b.k + 63) / 64 * 64, bqp = (b.q + 5) / 6 * 6, D = lim.head_dim;
+  // Upper bound over the ISAs and precisions: the widest chunk (64 keys) pads the most,
+  // query blocks are whole strips of 4; fp32 products need the most, bf16 ones add the row
+  // pairs and a strip's fp32 scores.
+  const int64_t np = (b.k + 63) / 64 * 64, bqp = std::max<int64_t>(4, b.q / 4 * 4), D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
   const int64_t per_thread = bqp * D * (1 + 2 * G + kPendingDq) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * kMaxKeyRun * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +

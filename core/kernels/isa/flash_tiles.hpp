@@ -1,6 +1,6 @@
 // Flash-attention tiles for one ISA (the Simd of the including translation unit), fp32.
 // The including file defines LCT_ISA_NS, includes simd.hpp and defines
-//   struct Shape { R (query rows per strip), NV (vectors per key chunk),
+//   struct Shape { R (query rows per strip, 4 or more), NV (vectors per key chunk),
 //                  DC (vectors of D per output pass), KC (keys per dK/dV pass),
 //                  DB (vectors of D per dK/dV pass) };
 // so that the accumulators of every micro-kernel fit the ISA's registers.
@@ -9,6 +9,9 @@
 //   mk_abt  s[R][NC]  = a[R][K] . bt[K][NC]        scores (q kt), dP (dout vt)
 //   mk_ab   c[R][DC]  = c * scale + p[R][K] . b[K][DC]      o += p v, dq = ds k
 //   mk_atb  c[KC][DC] += a[rows][KC]^T . b[rows][DC]        dv += p^T dout, dk += ds^T q
+// A tile's rows are a multiple of RT = 4: strips of R rows, the last one or two of RT rows
+// when R does not divide them, so that query blocks stay 128 rows whatever R is (126- or
+// 132-row blocks cut across the 128-key blocks and packed documents' boundaries).
 // Forward: per strip of R query rows, the scores of the whole key block are made chunk by
 // chunk (NC keys in registers, masked there) into L1 (R x np floats); the online softmax
 // then takes one max, one rescale and one sum per row per tile, not per chunk, and p . v
@@ -24,19 +27,21 @@
 namespace lct::LCT_ISA_NS {
 
 using V = Simd::V;
-constexpr int W = Simd::W, R = Shape::R, NV = Shape::NV, NC = NV * W, KC = Shape::KC;
+constexpr int W = Simd::W, R = Shape::R, RT = 4, NV = Shape::NV, NC = NV * W, KC = Shape::KC;
+static_assert(R >= RT, "a strip has at least RT rows");
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #define LCT_UNROLL _Pragma("GCC unroll 32")
 
+template <int ROWS>
 inline void mk_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t K,
-                   V (&s)[R][NV]) {
-  LCT_UNROLL for (int r = 0; r < R; ++r)
+                   V (&s)[ROWS][NV]) {
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r)
     LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
   for (int64_t k = 0; k < K; ++k) {
     V b[NV];
     LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = Simd::load(bt + k * ldb + v * W);
-    LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
       const V x = Simd::set1(a[r * lda + k]);
       LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::fma(x, b[v], s[r][v]);
     }
@@ -61,16 +66,16 @@ inline void store_acc(const V (&acc)[ROWS][DC], float* c, int64_t ldc) {
     LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
 }
 
-// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, DC vectors of columns.
-template <int DC>
+// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, ROWS x DC vectors.
+template <int ROWS, int DC>
 inline void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
                   int64_t ldc, const float* scale, bool zero_c) {
-  V acc[R][DC];
+  V acc[ROWS][DC];
   load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t k = 0; k < K; ++k) {
     V bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = Simd::load(b + k * ldb + v * W);
-    LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
       const V x = Simd::set1(p[r * ldp + k]);
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = Simd::fma(x, bb[v], acc[r][v]);
     }
@@ -108,9 +113,22 @@ inline void over_d(int64_t D, F&& f) {
   for (; d0 + W <= D; d0 += W) f(d0, std::integral_constant<int, 1>());
 }
 
-inline void mask_scores(V (&s)[R][NV], const int32_t* kidx, const int32_t* kdoc,
+// Runs f(r0, rows) over a tile's strips, rows a compile-time constant: R rows each, then
+// one or two of RT rows where R does not divide `rows` (a multiple of RT).
+template <class F>
+inline void over_strips(int64_t rows, F&& f) {
+  int64_t tail = rows % R;
+  while (tail % RT != 0) tail += R;  // R = 6: a remainder of 2 becomes 8 (two strips of 4)
+  int64_t r0 = 0;
+  for (; r0 < rows - tail; r0 += R) f(r0, std::integral_constant<int, R>());
+  if constexpr (R != RT)
+    for (; r0 < rows; r0 += RT) f(r0, std::integral_constant<int, RT>());
+}
+
+template <int ROWS>
+inline void mask_scores(V (&s)[ROWS][NV], const int32_t* kidx, const int32_t* kdoc,
                         const int32_t* qidx, const int32_t* qlo, const int32_t* qdoc) {
-  LCT_UNROLL for (int r = 0; r < R; ++r)
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r)
     LCT_UNROLL for (int v = 0; v < NV; ++v)
       s[r][v] = Simd::keep(Simd::visible(kidx + v * W, kdoc + v * W, qidx[r], qlo[r], qdoc[r]),
                            s[r][v], Simd::set1(kNegInf));
@@ -125,26 +143,27 @@ inline float exp2_scalar(float x) {
   return e[0];
 }
 
-// p = 2^(s - lse2) for R rows (backward: the softmax is known, nothing to track).
-inline void softmax_known(V (&s)[R][NV], const float* lse2) {
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
+// p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track).
+template <int ROWS>
+inline void softmax_known(V (&s)[ROWS][NV], const float* lse2) {
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     const V lse = Simd::set1(lse2[r]);
     LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::exp2(Simd::sub(s[r][v], lse));
   }
 }
 
-// A strip's scores for the whole key block (R rows x np, log2 units) into s, chunk by chunk
+// A strip's scores for the whole key block (ROWS x np, log2 units) into s, chunk by chunk
 // (scores(c0, sc) makes a chunk's in registers, masked there), and each row's running
 // maximum as a vector, so the softmax needs no extra pass over s to find it. Tile: the fp32
 // or bf16 forward tile (the same tags).
-template <class Tile, class Scores>
-inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[R], Scores&& scores) {
-  LCT_UNROLL for (int r = 0; r < R; ++r) mx[r] = Simd::set1(kNegInf);
+template <int ROWS, class Tile, class Scores>
+inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[ROWS], Scores&& scores) {
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) mx[r] = Simd::set1(kNegInf);
   for (int64_t c0 = 0; c0 < t.np; c0 += NC) {
-    V sc[R][NV];
+    V sc[ROWS][NV];
     scores(c0, sc);
     if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-    LCT_UNROLL for (int r = 0; r < R; ++r)
+    LCT_UNROLL for (int r = 0; r < ROWS; ++r)
       LCT_UNROLL for (int v = 0; v < NV; ++v) {
         mx[r] = Simd::max(mx[r], sc[r][v]);
         Simd::store(s + r * t.np + c0 + v * W, sc[r][v]);
@@ -152,18 +171,18 @@ inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[R], Scores
   }
 }
 
-// Online softmax over a strip's scores in L1 (R rows x np): one max and one sum per row per
-// tile, not per chunk; the R rows go through the exponentials together, so no row waits on
+// Online softmax over a strip's scores in L1 (ROWS x np): one max and one sum per row per
+// tile, not per chunk; the rows go through the exponentials together, so no row waits on
 // another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of the
 // fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
 // rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
 // -inf: 2^(-inf - 0)).
-template <class Store, class Exp2>
-inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[R], float* m, float* l,
-                          float (&corr)[R], Store&& store, Exp2&& exp2) {
+template <int ROWS, class Store, class Exp2>
+inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float* m, float* l,
+                          float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
   bool rescale = false;
-  V shift[R], sum[R];
-  LCT_UNROLL for (int r = 0; r < R; ++r) {
+  V shift[ROWS], sum[ROWS];
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     const float x = Simd::reduce_max(mx[r]);
     const float m_new = m[r] < x ? x : m[r];
     corr[r] = 1.0f;
@@ -176,47 +195,49 @@ inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[R], float* m
     sum[r] = Simd::zero();
   }
   for (int64_t c = 0; c < np; c += W)
-    LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
       const V p = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
       store(r, c, p);
       sum[r] = Simd::add(sum[r], p);
     }
-  LCT_UNROLL for (int r = 0; r < R; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
   return rescale;
 }
 
 void flash_fwd_tile(const FlashFwdTile& t) {
   const int64_t D = t.D, np = t.np;
   float* s = t.scratch;  // [R][np]: a strip's scores, then its p
-  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
-    V mx[R];
-    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[R][NV]) {
+  over_strips(t.rows, [&](int64_t r0, auto strip) {
+    constexpr int N = decltype(strip)::value;
+    V mx[N];
+    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
       mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, sc);
     });
-    float corr[R];
+    float corr[N];
     const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr,
                                        [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); },
                                        [](V x) { return Simd::exp2(x); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-      mk_ab<decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
-                                 rescale ? corr : nullptr, false);
+      mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
+                                    rescale ? corr : nullptr, false);
     });
-  }
+  });
 }
 
 void flash_bwd_tile(const FlashBwdTile& t) {
   const int64_t D = t.D, np = t.np;
   // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k.
-  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
+  over_strips(t.rows, [&](int64_t r0, auto strip) {
+    constexpr int N = decltype(strip)::value;
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
-      V s[R][NV];
+      V s[N][NV];
       mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       softmax_known(s, t.lse2 + r0);
-      LCT_UNROLL for (int r = 0; r < R; ++r)
+      LCT_UNROLL for (int r = 0; r < N; ++r)
         LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
       mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + c0, np, D, s);  // s now holds dP
-      LCT_UNROLL for (int r = 0; r < R; ++r) {
+      LCT_UNROLL for (int r = 0; r < N; ++r) {
         const V dl = Simd::set1(t.delta[r0 + r]);
         const float* pr = t.p + (r0 + r) * np + c0;
         float* dsr = t.ds + (r0 + r) * np + c0;
@@ -225,10 +246,10 @@ void flash_bwd_tile(const FlashBwdTile& t) {
       }
     }
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-      mk_ab<decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
-                                 nullptr, true);
+      mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
+                                    nullptr, true);
     });
-  }
+  });
   // Phase B, per group of KC keys, in passes of 24 rows so that a pass's P, dS, dout and q
   // rows stay in L1 across the key groups (dK and dV, [np, D] each, are loaded and stored
   // once a pass instead): dv += P^T dout, dk += dS^T q. Each sum adds its rows in order.

@@ -10,6 +10,8 @@
 //   q2, dout2 [rows/2][D][2] pairs of query rows
 //   p, ds     [rows][np]     row-major bf16 (pairs of keys adjacent)
 //   pi, dsi   [rows/2][np][2] pairs of query rows
+// Strips are RT = 4 rows: with 6, as the fp32 tiles have, these lost 1-3 points of their
+// peak (each vdpbf16ps already does two multiply-adds per lane per load).
 // Included after flash_tiles.hpp (its Simd, Shape, helpers) by isa_avx512bf16.cpp only.
 #pragma once
 
@@ -17,7 +19,7 @@
 
 namespace lct::LCT_ISA_NS {
 
-static_assert(W == 16 && NV % 2 == 0 && R % 2 == 0, "the bf16 tiles assume AVX-512 and even shapes");
+static_assert(W == 16 && NV % 2 == 0 && RT % 2 == 0, "the bf16 tiles assume AVX-512 and even shapes");
 
 inline __m512bh bcast_pair(const bf16* p) {
   int32_t x;
@@ -26,31 +28,31 @@ inline __m512bh bcast_pair(const bf16* p) {
 }
 inline __m512bh load_pairs(const bf16* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
-// s[R][NV] = a[R][K] . bt2[K/2][NC][2]; a row stride lda, bt2 row stride ldb (elements).
+// s[RT][NV] = a[RT][K] . bt2[K/2][NC][2]; a row stride lda, bt2 row stride ldb (elements).
 inline void mk_abt_bf16(const bf16* a, int64_t lda, const bf16* bt2, int64_t ldb, int64_t K,
-                        V (&s)[R][NV]) {
-  LCT_UNROLL for (int r = 0; r < R; ++r)
+                        V (&s)[RT][NV]) {
+  LCT_UNROLL for (int r = 0; r < RT; ++r)
     LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
   for (int64_t i = 0; i < K / 2; ++i) {
     __m512bh b[NV];
     LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = load_pairs(bt2 + i * ldb + v * 2 * W);
-    LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int r = 0; r < RT; ++r) {
       const __m512bh x = bcast_pair(a + r * lda + 2 * i);
       LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], x, b[v]);
     }
   }
 }
 
-// c[R][DC] = (scale ? c * scale[r] : zero_c ? 0 : c) + p[R][K] . b2[K/2][DC][2]
+// c[RT][DC] = (scale ? c * scale[r] : zero_c ? 0 : c) + p[RT][K] . b2[K/2][DC][2]
 template <int DC>
 inline void mk_ab_bf16(const bf16* p, int64_t ldp, const bf16* b2, int64_t ldb, int64_t K,
                        float* c, int64_t ldc, const float* scale, bool zero_c) {
-  V acc[R][DC];
+  V acc[RT][DC];
   load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t j = 0; j < K / 2; ++j) {
     __m512bh bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = load_pairs(b2 + j * ldb + v * 2 * W);
-    LCT_UNROLL for (int r = 0; r < R; ++r) {
+    LCT_UNROLL for (int r = 0; r < RT; ++r) {
       const __m512bh x = bcast_pair(p + r * ldp + 2 * j);
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bb[v]);
     }
@@ -75,19 +77,19 @@ inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb
   store_acc(acc, c, ldc);
 }
 
-// R rows of NV fp32 vectors to bf16, row-major at dst (row stride ld).
-inline void store_rows_bf16(const V (&s)[R][NV], bf16* dst, int64_t ld) {
-  LCT_UNROLL for (int r = 0; r < R; ++r)
+// RT rows of NV fp32 vectors to bf16, row-major at dst (row stride ld).
+inline void store_rows_bf16(const V (&s)[RT][NV], bf16* dst, int64_t ld) {
+  LCT_UNROLL for (int r = 0; r < RT; ++r)
     LCT_UNROLL for (int v = 0; v < NV; v += 2)
       _mm512_storeu_si512(dst + r * ld + v * W, (__m512i)_mm512_cvtne2ps_pbh(s[r][v + 1], s[r][v]));
 }
 
-// Rows (2i, 2i+1) of R rows to bf16, interleaved: dst[(i * ld) + 2c + e] = s[2i + e][c].
-inline void store_row_pairs_bf16(const V (&s)[R][NV], bf16* dst, int64_t ld) {
+// Rows (2i, 2i+1) of RT rows to bf16, interleaved: dst[(i * ld) + 2c + e] = s[2i + e][c].
+inline void store_row_pairs_bf16(const V (&s)[RT][NV], bf16* dst, int64_t ld) {
   alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i zip = _mm512_load_si512(kZip);
-  LCT_UNROLL for (int r = 0; r < R; r += 2)
+  LCT_UNROLL for (int r = 0; r < RT; r += 2)
     LCT_UNROLL for (int v = 0; v < NV; ++v) {
       const __m512i two = (__m512i)_mm512_cvtne2ps_pbh(s[r + 1][v], s[r][v]);  // row r | row r+1
       _mm512_storeu_si512(dst + (r / 2) * ld + 2 * v * W, _mm512_permutexvar_epi16(zip, two));
@@ -99,14 +101,14 @@ inline void store_row_pairs_bf16(const V (&s)[R][NV], bf16* dst, int64_t ld) {
 // exp2_bf16's 3e-6; the row sums take the same p, the backward recomputes P with exp2).
 void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
   const int64_t D = t.D, np = t.np;
-  float* s = t.scores;  // [R][np] fp32 scores
-  bf16* p = t.scratch;  // [R][np] their p
-  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
-    V mx[R];
-    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[R][NV]) {
+  float* s = t.scores;  // [RT][np] fp32 scores
+  bf16* p = t.scratch;  // [RT][np] their p
+  for (int64_t r0 = 0; r0 < t.rows; r0 += RT) {
+    V mx[RT];
+    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[RT][NV]) {
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
     });
-    float corr[R];
+    float corr[RT];
     const bool rescale = softmax_strip(
         s, np, mx, t.m + r0, t.l + r0, corr,
         [&](int r, int64_t c, V x) {
@@ -123,17 +125,17 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
 void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
   const int64_t D = t.D, np = t.np;
   // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k.
-  for (int64_t r0 = 0; r0 < t.rows; r0 += R) {
+  for (int64_t r0 = 0; r0 < t.rows; r0 += RT) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
-      V s[R][NV];
+      V s[RT][NV];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       softmax_known(s, t.lse2 + r0);
-      LCT_UNROLL for (int r = 0; r < R; ++r)
+      LCT_UNROLL for (int r = 0; r < RT; ++r)
         LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + r * NC + v * W, s[r][v]);
       store_row_pairs_bf16(s, t.pi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
       mk_abt_bf16(t.dout + r0 * t.ldq, t.ldq, t.vt2 + 2 * c0, 2 * np, D, s);  // s now holds dP
-      LCT_UNROLL for (int r = 0; r < R; ++r) {
+      LCT_UNROLL for (int r = 0; r < RT; ++r) {
         const V dl = Simd::set1(t.delta[r0 + r]);
         LCT_UNROLL for (int v = 0; v < NV; ++v)
           s[r][v] = Simd::mul(Simd::load(t.p + r * NC + v * W), Simd::sub(s[r][v], dl));

@@ -5,8 +5,9 @@
 
 namespace lct::LCT_ISA_NS {
 // 6 x 2 score vectors = 16 keys per chunk, 12 of the 16 ymm registers; p . v in 6 x 2
-// accumulators (measured 13% faster than 4 rows on 2 Zen 5 cores run as AVX2); dK/dV in
-// 4 keys x 3 vectors, enough independent chains to keep both FMA pipes busy.
+// accumulators (measured 13% faster than 4 rows on 2 Zen 5 cores run as AVX2; 128-row query
+// blocks end in two strips of 4); dK/dV in 4 keys x 3 vectors, enough independent chains to
+// keep both FMA pipes busy.
 struct Shape {
   static constexpr int R = 6, NV = 2, DC = 2, KC = 4, DB = 3;
 };
@@ -19,7 +20,7 @@ struct Shape {
 namespace lct {
 const IsaKernels* isa_kernels_avx2() {
   using namespace avx2;
-  static const IsaKernels k{Isa::Avx2, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile,
+  static const IsaKernels k{Isa::Avx2, W, RT, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile,
                             row_max, exp_shift_sum};
   return &k;
 }

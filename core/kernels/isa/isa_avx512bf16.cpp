@@ -35,7 +35,7 @@ double bf16_probe(int64_t iters) {
 namespace lct {
 const IsaKernels* isa_kernels_avx512bf16() {
   using namespace avx512bf16;
-  static const IsaKernels k{Isa::Avx512Bf16, W, R, NC, fma_probe, bf16_probe, flash_fwd_tile,
+  static const IsaKernels k{Isa::Avx512Bf16, W, RT, NC, fma_probe, bf16_probe, flash_fwd_tile,
                             flash_bwd_tile, row_max, exp_shift_sum, flash_fwd_tile_bf16,
                             flash_bwd_tile_bf16};
   return &k;

@@ -16,7 +16,7 @@ struct Shape {
 namespace lct {
 const IsaKernels* isa_kernels_generic() {
   using namespace generic;
-  static const IsaKernels k{Isa::Generic, W, R, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile,
+  static const IsaKernels k{Isa::Generic, W, RT, NC, fma_probe, nullptr, flash_fwd_tile, flash_bwd_tile,
                             row_max, exp_shift_sum};
   return &k;
 }

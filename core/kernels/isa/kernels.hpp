@@ -14,7 +14,7 @@ namespace lct {
 // (row stride ldq).
 struct FlashFwdTile {
   int64_t D = 0;
-  int64_t rows = 0;             // query rows, a multiple of the ISA's strip_rows
+  int64_t rows = 0;             // query rows, a multiple of the ISA's strip_rows (4)
   int64_t np = 0;               // key columns, a multiple of the ISA's key_chunk
   int64_t ldq = 0;              // row stride of q
   const float* q = nullptr;     // [rows][ldq]
@@ -29,7 +29,7 @@ struct FlashFwdTile {
   float* acc = nullptr;         // [rows][D] running sum of p * v
   float* m = nullptr;           // [rows] running max of s (-inf before any visible key)
   float* l = nullptr;           // [rows] running sum of p
-  float* scratch = nullptr;     // [strip_rows][np]
+  float* scratch = nullptr;     // [min(rows, 6)][np]
 };
 
 // One query block against one key block of the backward pass (same units; lse2 = lse *
@@ -83,7 +83,7 @@ struct FlashBwdTileBf16 {
 struct IsaKernels {
   Isa isa;
   int width;        // floats per vector: head_dim must be a multiple
-  int strip_rows;   // query rows per micro-kernel strip
+  int strip_rows;   // a tile's query rows are a multiple of this (its shortest strip; bf16's only)
   int key_chunk;    // key columns per micro-kernel chunk
   // Runs `iters` iterations of independent multiply-adds on this thread; returns the FLOPs.
   double (*fma_probe)(int64_t iters);
