@@ -67,8 +67,10 @@ inline void store_acc(const V (&acc)[ROWS][DC], float* c, int64_t ldc) {
 }
 
 // c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, ROWS x DC vectors.
+// A call, not inlined: inlined into the forward strip, its row pointers and strides were
+// kept on the stack and reloaded on every key (GCC 12), 11% off the fp32 forward tile.
 template <int ROWS, int DC>
-inline void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
+__attribute__((noinline)) void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
                   int64_t ldc, const float* scale, bool zero_c) {
   V acc[ROWS][DC];
   load_acc(acc, c, ldc, scale, zero_c);
@@ -204,52 +206,59 @@ inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float
   return rescale;
 }
 
-void flash_fwd_tile(const FlashFwdTile& t) {
+// One strip of N rows of the forward tile: scores, online softmax, p . v.
+template <int N>
+inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
   const int64_t D = t.D, np = t.np;
-  float* s = t.scratch;  // [R][np]: a strip's scores, then its p
-  over_strips(t.rows, [&](int64_t r0, auto strip) {
-    constexpr int N = decltype(strip)::value;
-    V mx[N];
-    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
-      mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, sc);
-    });
-    float corr[N];
-    const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr,
-                                       [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); },
-                                       [](V x) { return Simd::exp2(x); });
-    over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-      mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
-                                    rescale ? corr : nullptr, false);
-    });
+  float* s = t.scratch;  // [N][np]: the strip's scores, then its p
+  V mx[N];
+  strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
+    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, sc);
+  });
+  float corr[N];
+  const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr,
+                                     [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); },
+                                     [](V x) { return Simd::exp2(x); });
+  over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
+    mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
+                                  rescale ? corr : nullptr, false);
+  });
+}
+
+void flash_fwd_tile(const FlashFwdTile& t) {
+  over_strips(t.rows, [&](int64_t r0, auto strip) { fwd_strip<decltype(strip)::value>(t, r0); });
+}
+
+// Phase A of the backward tile for one strip of N rows: P = 2^(s - lse2), dS = P * (dP -
+// delta), dq = dS k.
+template <int N>
+inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
+  const int64_t D = t.D, np = t.np;
+  for (int64_t c0 = 0; c0 < np; c0 += NC) {
+    V s[N][NV];
+    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
+    if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
+    softmax_known(s, t.lse2 + r0);
+    LCT_UNROLL for (int r = 0; r < N; ++r)
+      LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
+    mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + c0, np, D, s);  // s now holds dP
+    LCT_UNROLL for (int r = 0; r < N; ++r) {
+      const V dl = Simd::set1(t.delta[r0 + r]);
+      const float* pr = t.p + (r0 + r) * np + c0;
+      float* dsr = t.ds + (r0 + r) * np + c0;
+      LCT_UNROLL for (int v = 0; v < NV; ++v)
+        Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
+    }
+  }
+  over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
+    mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
+                                  nullptr, true);
   });
 }
 
 void flash_bwd_tile(const FlashBwdTile& t) {
   const int64_t D = t.D, np = t.np;
-  // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k.
-  over_strips(t.rows, [&](int64_t r0, auto strip) {
-    constexpr int N = decltype(strip)::value;
-    for (int64_t c0 = 0; c0 < np; c0 += NC) {
-      V s[N][NV];
-      mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
-      if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-      softmax_known(s, t.lse2 + r0);
-      LCT_UNROLL for (int r = 0; r < N; ++r)
-        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
-      mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + c0, np, D, s);  // s now holds dP
-      LCT_UNROLL for (int r = 0; r < N; ++r) {
-        const V dl = Simd::set1(t.delta[r0 + r]);
-        const float* pr = t.p + (r0 + r) * np + c0;
-        float* dsr = t.ds + (r0 + r) * np + c0;
-        LCT_UNROLL for (int v = 0; v < NV; ++v)
-          Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
-      }
-    }
-    over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-      mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
-                                    nullptr, true);
-    });
-  });
+  over_strips(t.rows, [&](int64_t r0, auto strip) { bwd_strip<decltype(strip)::value>(t, r0); });
   // Phase B, per group of KC keys, in passes of 24 rows so that a pass's P, dS, dout and q
   // rows stay in L1 across the key groups (dK and dV, [np, D] each, are loaded and stored
   // once a pass instead): dv += P^T dout, dk += dS^T q. Each sum adds its rows in order.
