@@ -154,14 +154,39 @@ inline void softmax_known(V (&s)[ROWS][NV], const float* lse2) {
   }
 }
 
-// A strip's scores for the whole key block (ROWS x np, log2 units) into s, chunk by chunk
+// The key columns [0, end) of a tile that a strip of ROWS rows from r0 may see, in whole
+// chunks: trailing chunks none of whose keys any row can see are left out (on the causal
+// diagonal, the chunks past the strip's last row: a quarter of a 128 x 128 tile). A key can
+// be seen only by a row of its document at an idx at or after it, so a chunk whose every
+// key of the strip's documents comes after the strip's last idx is left out. Their scores
+// would be -inf and p exactly 0, so leaving them out changes no bit.
+template <int ROWS, class Tile>
+inline int64_t visible_end(const Tile& t, int64_t r0) {
+  if (!t.masked) return t.np;
+  int32_t qmax = INT32_MIN, dmin = INT32_MAX, dmax = INT32_MIN;
+  for (int r = 0; r < ROWS; ++r) {
+    qmax = std::max(qmax, t.qidx[r0 + r]);
+    dmin = std::min(dmin, t.qdoc[r0 + r]);
+    dmax = std::max(dmax, t.qdoc[r0 + r]);
+  }
+  int64_t end = t.np;
+  for (; end > 0; end -= NC) {
+    bool seen = false;
+    for (int64_t c = end - NC; c < end; ++c)
+      seen |= t.kdoc[c] >= dmin && t.kdoc[c] <= dmax && t.kidx[c] <= qmax;
+    if (seen) break;
+  }
+  return end;
+}
+
+// A strip's scores for key columns [0, cols) (ROWS x cols, log2 units) into s, chunk by chunk
 // (scores(c0, sc) makes a chunk's in registers, masked there), and each row's running
 // maximum as a vector, so the softmax needs no extra pass over s to find it. Tile: the fp32
 // or bf16 forward tile (the same tags).
 template <int ROWS, class Tile, class Scores>
-inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[ROWS], Scores&& scores) {
+inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&mx)[ROWS], Scores&& scores) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) mx[r] = Simd::set1(kNegInf);
-  for (int64_t c0 = 0; c0 < t.np; c0 += NC) {
+  for (int64_t c0 = 0; c0 < cols; c0 += NC) {
     V sc[ROWS][NV];
     scores(c0, sc);
     if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
@@ -173,14 +198,14 @@ inline void strip_scores(const Tile& t, int64_t r0, float* s, V (&mx)[ROWS], Sco
   }
 }
 
-// Online softmax over a strip's scores in L1 (ROWS x np): one max and one sum per row per
-// tile, not per chunk; the rows go through the exponentials together, so no row waits on
-// another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of the
+// Online softmax over a strip's scores in L1 (ROWS x cols, row stride np): one max and one
+// sum per row per tile, not per chunk; the rows go through the exponentials together, so no
+// row waits on another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of the
 // fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
 // rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
 // -inf: 2^(-inf - 0)).
 template <int ROWS, class Store, class Exp2>
-inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float* m, float* l,
+inline bool softmax_strip(const float* s, int64_t np, int64_t cols, const V (&mx)[ROWS], float* m, float* l,
                           float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
   bool rescale = false;
   V shift[ROWS], sum[ROWS];
@@ -196,7 +221,7 @@ inline bool softmax_strip(const float* s, int64_t np, const V (&mx)[ROWS], float
     shift[r] = Simd::set1(m_new == kNegInf ? 0.0f : -m_new);
     sum[r] = Simd::zero();
   }
-  for (int64_t c = 0; c < np; c += W)
+  for (int64_t c = 0; c < cols; c += W)
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
       const V p = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
       store(r, c, p);
@@ -211,16 +236,18 @@ template <int N>
 inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
   const int64_t D = t.D, np = t.np;
   float* s = t.scratch;  // [N][np]: the strip's scores, then its p
+  const int64_t cols = visible_end<N>(t, r0);
+  if (cols == 0) return;  // nothing visible: m, l and acc stay as they are
   V mx[N];
-  strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
+  strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
     mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, sc);
   });
   float corr[N];
-  const bool rescale = softmax_strip(s, np, mx, t.m + r0, t.l + r0, corr,
+  const bool rescale = softmax_strip(s, np, cols, mx, t.m + r0, t.l + r0, corr,
                                      [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); },
                                      [](V x) { return Simd::exp2(x); });
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-    mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, np, t.acc + r0 * D + d0, D,
+    mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, cols, t.acc + r0 * D + d0, D,
                                   rescale ? corr : nullptr, false);
   });
 }
@@ -233,8 +260,13 @@ void flash_fwd_tile(const FlashFwdTile& t) {
 // delta), dq = dS k.
 template <int N>
 inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
-  const int64_t D = t.D, np = t.np;
-  for (int64_t c0 = 0; c0 < np; c0 += NC) {
+  const int64_t D = t.D, np = t.np, cols = visible_end<N>(t, r0);
+  for (int64_t c0 = cols; c0 < np; c0 += NC)  // P and dS of the keys no row sees: 0
+    for (int r = 0; r < N; ++r) {
+      std::fill(t.p + (r0 + r) * np + c0, t.p + (r0 + r) * np + c0 + NC, 0.0f);
+      std::fill(t.ds + (r0 + r) * np + c0, t.ds + (r0 + r) * np + c0 + NC, 0.0f);
+    }
+  for (int64_t c0 = 0; c0 < cols; c0 += NC) {
     V s[N][NV];
     mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0, np, D, s);
     if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
@@ -251,7 +283,7 @@ inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
     }
   }
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-    mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, np, t.dq + r0 * D + d0, D,
+    mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, cols, t.dq + r0 * D + d0, D,
                                   nullptr, true);
   });
 }

@@ -104,19 +104,21 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
   float* s = t.scores;  // [RT][np] fp32 scores
   bf16* p = t.scratch;  // [RT][np] their p
   for (int64_t r0 = 0; r0 < t.rows; r0 += RT) {
+    const int64_t cols = visible_end<RT>(t, r0);
+    if (cols == 0) continue;  // nothing visible: m, l and acc stay as they are
     V mx[RT];
-    strip_scores(t, r0, s, mx, [&](int64_t c0, V(&sc)[RT][NV]) {
+    strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[RT][NV]) {
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
     });
     float corr[RT];
     const bool rescale = softmax_strip(
-        s, np, mx, t.m + r0, t.l + r0, corr,
+        s, np, cols, mx, t.m + r0, t.l + r0, corr,
         [&](int r, int64_t c, V x) {
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * np + c), (__m256i)_mm512_cvtneps_pbh(x));
         },
         [](V x) { return Simd::exp2_bf16(x); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-      mk_ab_bf16<decltype(dc)::value>(p, np, t.v2 + 2 * d0, 2 * D, np, t.acc + r0 * D + d0, D,
+      mk_ab_bf16<decltype(dc)::value>(p, np, t.v2 + 2 * d0, 2 * D, cols, t.acc + r0 * D + d0, D,
                                       rescale ? corr : nullptr, false);
     });
   }
