@@ -70,8 +70,9 @@ inline void store_acc(const V (&acc)[ROWS][DC], float* c, int64_t ldc) {
 // A call, not inlined: inlined into the forward strip, its row pointers and strides were
 // kept on the stack and reloaded on every key (GCC 12), 11% off the fp32 forward tile.
 template <int ROWS, int DC>
-__attribute__((noinline)) void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb, int64_t K, float* c,
-                  int64_t ldc, const float* scale, bool zero_c) {
+__attribute__((noinline)) void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb,
+                                     int64_t K, float* c, int64_t ldc, const float* scale,
+                                     bool zero_c) {
   V acc[ROWS][DC];
   load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t k = 0; k < K; ++k) {
@@ -184,7 +185,8 @@ inline int64_t visible_end(const Tile& t, int64_t r0) {
 // maximum as a vector, so the softmax needs no extra pass over s to find it. Tile: the fp32
 // or bf16 forward tile (the same tags).
 template <int ROWS, class Tile, class Scores>
-inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&mx)[ROWS], Scores&& scores) {
+inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&mx)[ROWS],
+                         Scores&& scores) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) mx[r] = Simd::set1(kNegInf);
   for (int64_t c0 = 0; c0 < cols; c0 += NC) {
     V sc[ROWS][NV];
@@ -198,15 +200,15 @@ inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&
   }
 }
 
-// Online softmax over a strip's scores in L1 (ROWS x cols, row stride np): one max and one
-// sum per row per tile, not per chunk; the rows go through the exponentials together, so no
-// row waits on another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of the
-// fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
+// Online softmax over a strip's scores in L1 (ROWS x cols, row stride np): one max and one sum
+// per row per tile, not per chunk; the rows go through the exponentials together, so no row
+// waits on another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of
+// the fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
 // rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
 // -inf: 2^(-inf - 0)).
 template <int ROWS, class Store, class Exp2>
-inline bool softmax_strip(const float* s, int64_t np, int64_t cols, const V (&mx)[ROWS], float* m, float* l,
-                          float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
+inline bool softmax_strip(const float* s, int64_t np, int64_t cols, const V (&mx)[ROWS],
+                          float* m, float* l, float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
   bool rescale = false;
   V shift[ROWS], sum[ROWS];
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
