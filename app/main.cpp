@@ -1,6 +1,7 @@
 // lctrain: parse, start MPI, build the topology once, run one subcommand with every rank
 // agreeing on the outcome, exit with the same code everywhere.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -20,6 +21,15 @@ int launcher_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (const char* v = std::getenv(var)) return std::atoi(v);
   return 0;
+}
+
+// The error line in one write: written in pieces, a launcher's own message about the ranks'
+// exit (Open MPI's "----" banner, printed as another rank exits) could land between them.
+void print_error(const std::string& error) {
+  std::string line = "lctrain: error: " + error;
+  if (line.back() != '\n') line += '\n';
+  std::fflush(stdout);
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 int dispatch(lct::Context& ctx) {
@@ -43,7 +53,7 @@ int main(int argc, char** argv) {
   if (inv.exit_code >= 0) {  // help, --version or a usage error: no MPI needed
     if (launcher_rank() == 0) {
       std::cout << inv.output << std::flush;
-      if (!inv.error.empty()) std::cerr << "lctrain: error: " << inv.error << std::flush;
+      if (!inv.error.empty()) print_error(inv.error);
     }
     return inv.exit_code;
   }
@@ -64,7 +74,7 @@ int main(int argc, char** argv) {
   });
   if (error.empty()) error = lct::run_agreed(world, [&] { code = dispatch(*ctx); });
   if (!error.empty()) {
-    if (world.root()) std::cerr << "lctrain: error: " << error << std::endl;
+    if (world.root()) print_error(error);
     code = lct::kExitError;
   }
   // --comm-timeout bounds a hung MPI_Finalize too, at most a minute: the run is complete there.
