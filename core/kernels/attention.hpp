@@ -146,9 +146,6 @@ class FlashAttention {
   template <class T>  // one backward task: key blocks [jb0, jb1) of KV head g
   void backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread);
   BwdTiles bwd_tiles(Scratch& sc) const;
-  struct PendingDq;
-  template <class T>
-  bool add_dq(const BwdCall<T>& c, const PendingDq& p, bool wait, int thread);
   template <class T>
   void add_key_grads(const BwdCall<T>& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const;
   template <class T>

@@ -14,11 +14,8 @@
 
 #include "common/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/dq_order.hpp"
 #include "kernels/isa/kernels.hpp"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace lct {
 
@@ -30,16 +27,7 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr int32_t kQueryNoDoc = INT32_MIN + 1, kKeyPadDoc = INT32_MIN;
 // The most query heads of one KV head that the forward walks together (see forward()).
 constexpr int64_t kMaxHeadGroup = 16;
-// The most consecutive key blocks of one backward task (see backward()).
-constexpr int64_t kMaxKeyRun = 4;
-// The most dQ contributions a backward task holds while they wait for their turn.
-constexpr int64_t kPendingDq = 4;
-
-void pause_cpu() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
+constexpr int64_t kMaxKeyRun = KeyRuns::kMaxKeyRun, kPendingDq = DqQueue::kSlots;
 
 std::vector<TagSpan> spans(TokenTags t, int64_t n, int64_t block) {
   std::vector<TagSpan> out;
@@ -128,7 +116,7 @@ struct FlashAttention::Packed {
   Buffer<int32_t> kidx, kdoc;  // [nk, np]
   Buffer<float> lse2;     // [H, Tq]
   Buffer<bf16> q2, dout2; // [H, nq, bqp/2, D, 2]   bf16 products
-  std::unique_ptr<std::atomic<int64_t>[]> turn;  // [H, nq]: key block whose dQ goes next
+  std::unique_ptr<DqTurns> turns;  // [H, nq]: key block whose dQ goes next
 };
 
 FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa, Precision products)
@@ -156,7 +144,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   pk.kdoc = Buffer<int32_t>(size_t(nk * np_));
   pk.lse2 = Buffer<float>(size_t(lim.heads * lim.max_tq));
   for (Buffer<bf16>* b : {&pk.q2, &pk.dout2}) *b = Buffer<bf16>(b16 * size_t(lim.heads * nq * bqp_ * D));
-  pk.turn = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(1, lim.heads * nq)));
+  pk.turns = std::make_unique<DqTurns>(lim.heads, nq);
 
   const int threads = omp_get_max_threads();
   const size_t G = size_t(lim.heads / lim.kv_heads), bq = size_t(bqp_), d = size_t(D), np = size_t(np_);
@@ -479,37 +467,23 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
       pack_row_pairs(dout + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.dout2.data() + off);
     }
   }
-  for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t ib = 0; ib < grid.nq; ++ib)
-      pk.turn[size_t(h * grid.nq + ib)].store(grid.next_visible(ib, 0), std::memory_order_relaxed);
-  // A task is a run of consecutive key blocks of one KV head: each query block's rows are
-  // then copied once for the run's tiles instead of once a tile. Runs shorten while fewer
-  // than 8 tasks per thread would remain. Neither the run nor the thread count changes
-  // the bits: dK and dV of a key block are summed over the query blocks in order, dQ over
-  // the key blocks in order.
-  int64_t run = kMaxKeyRun;
-  while (run > 1 && d.KV * ((grid.nk + run - 1) / run) < 8 * omp_get_max_threads()) run /= 2;
-  const int64_t runs = (grid.nk + run - 1) / run, tasks = d.KV * runs;
+  pk.turns->start(grid, d.H);
+  // A task is a run of consecutive key blocks of one KV head (dq_order.hpp): each query
+  // block's rows are then copied once for the run's tiles instead of once a tile. Neither
+  // the run nor the thread count changes the bits: dK and dV of a key block are summed over
+  // the query blocks in order, dQ over the key blocks in order.
+  const KeyRuns runs(d.KV, grid.nk, omp_get_max_threads());
   std::atomic<int64_t> next_task{0};
   const BwdCall<T> c{d, grid, q, dout, delta, qt, dq, dk, dv};
 #pragma omp parallel
   {
     const int thread = omp_get_thread_num();
-    for (int64_t task = next_task.fetch_add(1); task < tasks; task = next_task.fetch_add(1)) {
-      // Run by run, each over the KV heads: tasks that run side by side are of different
-      // heads (different turns) where there are enough heads, and a run's predecessor, whose
-      // dQ goes first, was handed out before it.
-      const int64_t g = task % d.KV, jb0 = task / d.KV * run;
-      backward_run(c, g, jb0, std::min(grid.nk, jb0 + run), thread);
+    for (int64_t task = next_task.fetch_add(1); task < runs.tasks; task = next_task.fetch_add(1)) {
+      const int64_t g = task % d.KV, jb0 = task / d.KV * runs.run;
+      backward_run(c, g, jb0, std::min(grid.nk, jb0 + runs.run), thread);
     }
   }
 }
-
-// A tile's dQ contribution waiting for its turn on (head h, query block ib).
-struct FlashAttention::PendingDq {
-  int64_t h, ib, jb, rows;
-  const float* dq;  // [rows, D] in the thread's scratch, not yet scaled
-};
 
 // The backward tiles' fields that do not change within a task, for either product type.
 struct FlashAttention::BwdTiles {
@@ -527,14 +501,8 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
   std::fill(sc.dk.data(), sc.dk.data() + (jb1 - jb0) * np * D, 0.0f);
   std::fill(sc.dv.data(), sc.dv.data() + (jb1 - jb0) * np * D, 0.0f);
   BwdTiles b = bwd_tiles(sc);
-  // The tiles' dQ contributions wait in a ring of kPendingDq slots for their turn, so a tile
-  // runs while an earlier task still adds to its query block; a full ring waits.
-  PendingDq pending[kPendingDq];
-  int64_t first = 0, queued = 0;
-  auto settle = [&](int64_t keep) {  // adds what is due, waiting while more than `keep` queue
-    for (; queued > 0; ++first, --queued)
-      if (!add_dq(c, pending[first % kPendingDq], queued > keep, thread)) break;
-  };
+  DqQueue queue({packed_->turns.get(), &grid, c.dq, d.H, D, 1.0f / std::sqrt(float(D))}, sc.dq.data(), bqp * D,
+                thread == 0 ? &progress_ : nullptr);
   for (int64_t ib = 0; ib < grid.nq; ++ib) {
     if (grid.next_visible(ib, jb0) >= jb1) continue;
     const int64_t i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
@@ -546,9 +514,8 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
         const Tile kind = grid.tile(ib, jb);
         if (kind == Tile::Skip) continue;
         if (thread == 0 && progress_) progress_();
-        settle(kPendingDq - 1);
         const size_t off = size_t((g * grid.nk + jb) * np * D), mine = size_t((jb - jb0) * np * D);
-        float* dq_tile = sc.dq.data() + (first + queued) % kPendingDq * bqp * D;
+        float* dq_tile = queue.slot();
         b.t.masked = b.t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;
         b.t.kidx = b.t16.kidx = pk.kidx.data() + jb * np;
         b.t.kdoc = b.t16.kdoc = pk.kdoc.data() + jb * np;
@@ -562,12 +529,11 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
           b.t.kt = pk.kt.data() + off, b.t.vt = pk.vt.data() + off, b.t.k = pk.k.data() + off;
           kern_->flash_bwd_tile(b.t);
         }
-        pending[(first + queued++) % kPendingDq] = {h, ib, jb, rows, dq_tile};
-        settle(kPendingDq);
+        queue.push(h, ib, jb, rows);
       }
     }
   }
-  settle(0);
+  queue.drain();
   add_key_grads(c, sc, g, jb0, jb1);
 }
 
@@ -587,28 +553,6 @@ void FlashAttention::add_key_grads(const BwdCall<T>& c, const Scratch& sc, int64
         dvr[e] += y[e];
       }
     }
-}
-
-// Adds a tile's dQ contribution [rows, D] once every earlier key block has added its own to
-// the same (head, query block), then passes the turn on; without `wait`, only if that has
-// happened already. Returns whether it added.
-template <class T>
-bool FlashAttention::add_dq(const BwdCall<T>& c, const PendingDq& p, bool wait, int thread) {
-  std::atomic<int64_t>& turn = packed_->turn[size_t(p.h * c.grid.nq + p.ib)];
-  while (turn.load(std::memory_order_acquire) != p.jb) {
-    if (!wait) return false;
-    if (thread == 0 && progress_) progress_();
-    pause_cpu();
-  }
-  const int64_t D = c.d.D, ldq = c.d.H * D, i0 = p.ib * c.grid.BQ;
-  const float scale = 1.0f / std::sqrt(float(D));
-  for (int64_t r = 0; r < p.rows; ++r) {
-    float* out = c.dq + (i0 + r) * ldq + p.h * D;
-    const float* src = p.dq + r * D;
-    for (int64_t x = 0; x < D; ++x) out[x] += scale * src[x];
-  }
-  turn.store(c.grid.next_visible(p.ib, p.jb + 1), std::memory_order_release);
-  return true;
 }
 
 FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {

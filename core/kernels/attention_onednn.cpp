@@ -5,12 +5,14 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "kernels/dq_order.hpp"
 #include "kernels/isa/kernels.hpp"
 
 namespace lct {
@@ -130,12 +132,14 @@ struct OneDnnAttention::Impl {
   size_t elem;  // bytes of an operand
   Buffer<char> q, k, v, dout;
   struct Scratch {
-    Buffer<float> s, dp, acc, dk, dv, m, l;  // s [BQ, strip], dp [BQ, BK], acc [BQ, D], dk dv [BK, D], m l [BQ]
+    Buffer<float> s, dp, acc, m, l;  // s [BQ, strip], dp [BQ, BK], acc [BQ, D], m l [BQ]
+    Buffer<float> dk, dv, dq;        // dk dv [kMaxKeyRun, BK, D]: a backward task's; dq [kSlots, BQ, D]
     Buffer<char> p, ds;                      // p [BQ, strip], ds [BQ, BK] in the product type
     std::unique_ptr<Products> products;
   };
   std::vector<Scratch> scratch;
-  std::function<void()> progress;  // thread 0's, between tasks
+  DqTurns turns;                   // backward's dQ order
+  std::function<void()> progress;  // thread 0's, between tiles
   void between_tasks() const {
     if (progress && omp_get_thread_num() == 0) progress();
   }
@@ -143,7 +147,7 @@ struct OneDnnAttention::Impl {
   Impl(const AttnLimits& l, AttnBlocks b, Isa isa, bool bf16_products)
       : lim(l), blocks(b), b16(bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
         q(size_t(l.max_tq * l.heads * l.head_dim) * elem), k(size_t(l.max_tk * l.kv_heads * l.head_dim) * elem),
-        v(k.size()), dout(q.size()) {
+        v(k.size()), dout(q.size()), turns(l.heads, (l.max_tq + b.q - 1) / b.q) {
     if (!kern) fail("this build of lctrain has no '", int(isa), "' kernels");
     const int threads = omp_get_max_threads();
     scratch.resize(size_t(threads));
@@ -154,8 +158,9 @@ struct OneDnnAttention::Impl {
       s.s = Buffer<float>(strip);
       s.dp = Buffer<float>(tile);
       s.acc = Buffer<float>(size_t(b.q) * D);
-      s.dk = Buffer<float>(size_t(b.k) * D);
-      s.dv = Buffer<float>(size_t(b.k) * D);
+      s.dk = Buffer<float>(size_t(KeyRuns::kMaxKeyRun * b.k) * D);
+      s.dv = Buffer<float>(size_t(KeyRuns::kMaxKeyRun * b.k) * D);
+      s.dq = Buffer<float>(size_t(DqQueue::kSlots * b.q) * D);
       s.m = Buffer<float>(size_t(b.q));
       s.l = Buffer<float>(size_t(b.q));
       s.p = Buffer<char>(strip * elem);
@@ -203,12 +208,13 @@ struct OneDnnAttention::Impl {
         between_tasks();
       }
   }
-  // src [n] as a product operand: itself in fp32, else rounded into dst.
-  const char* as_products(const float* src, int64_t n, char* dst) const {
-    if (!b16) return reinterpret_cast<const char*>(src);
-    bf16* out = reinterpret_cast<bf16*>(dst);
-    for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(src[i]);
-    return dst;
+  // Row i [n] of the tile whose fp32 values are at f and bf16 operand at b: its operand.
+  char* operand_row(float* f, char* b, int64_t i, int64_t n) const {
+    return b16 ? b + size_t(i * n) * elem : reinterpret_cast<char*>(f + i * n);
+  }
+  // x [n] = e^(x - m) as the operand at out (x itself in fp32); returns the fp32 sum.
+  float exp_row(float* x, int64_t n, float m, char* out) const {
+    return b16 ? kern->exp_shift_sum_bf16(x, n, m, reinterpret_cast<bf16*>(out)) : kern->exp_shift_sum(x, n, m);
   }
 
   void forward_block(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, TokenTags qt, TokenTags kt,
@@ -220,10 +226,15 @@ struct OneDnnAttention::Impl {
   TileOperands scores_and_probabilities(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, int64_t jb,
                                         TokenTags qt, TokenTags kt, const float* lse, const float* delta,
                                         Scratch& s);
-  void backward_keys(const AttnDims& d, const TileGrid& g, int64_t kvh, int64_t jb, TokenTags qt, TokenTags kt,
-                     const float* lse, const float* delta, float* dk, float* dv);
-  void backward_queries(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib, TokenTags qt, TokenTags kt,
-                        const float* lse, const float* delta, float* dq);
+  struct BwdCall {
+    const AttnDims& d;
+    const TileGrid& g;
+    TokenTags qt, kt;
+    const float *lse, *delta;
+    float *dq, *dk, *dv;
+  };
+  void backward_run(const BwdCall& c, int64_t kvh, int64_t jb0, int64_t jb1);
+  void add_key_grads(const BwdCall& c, const Scratch& s, int64_t kvh, int64_t jb0, int64_t jb1) const;
 };
 
 OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products)
@@ -234,7 +245,8 @@ size_t OneDnnAttention::workspace_bytes_for(const AttnLimits& l, AttnBlocks b, i
   const size_t elem = products == Precision::Bf16 && onednn_has_bf16_products() ? sizeof(bf16) : sizeof(float);
   const size_t packed = 2 * size_t(l.max_tq * l.heads * l.head_dim) + 2 * size_t(l.max_tk * l.kv_heads * l.head_dim);
   const size_t strip = size_t(b.q * b.k * kStripBlocks), tile = size_t(b.q * b.k), D = size_t(l.head_dim);
-  const size_t floats = strip + tile + size_t(b.q) * D + 2 * size_t(b.k) * D + 2 * size_t(b.q);
+  const size_t floats = strip + tile + size_t(b.q) * D + 2 * size_t(KeyRuns::kMaxKeyRun * b.k) * D +
+                        size_t(DqQueue::kSlots * b.q) * D + 2 * size_t(b.q);
   return packed * elem + size_t(threads) * (floats * sizeof(float) + (strip + tile) * elem);
 }
 
@@ -268,15 +280,16 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
     for (int64_t i = 0; i < R; ++i) {  // online softmax: rescale what is there, add the strip
       float* srow = s.s.data() + i * N;
       const float m = std::max(s.m[size_t(i)], kern->row_max(srow, N));
+      char* prow = operand_row(s.s.data(), s.p.data(), i, N);
       float sum = 0;
-      if (m == kNegInf) std::fill(srow, srow + N, 0.0f);  // nothing seen yet
-      else sum = kern->exp_shift_sum(srow, N, m);
+      if (m == kNegInf) std::memset(prow, 0, size_t(N) * elem);  // nothing seen yet: p = 0
+      else sum = exp_row(srow, N, m, prow);
       const float alpha = s.m[size_t(i)] == kNegInf ? 0.0f : std::exp(s.m[size_t(i)] - m);
       s.l[size_t(i)] = s.l[size_t(i)] * alpha + sum;
       s.m[size_t(i)] = m;
       for (int64_t x = 0; x < D; ++x) s.acc[size_t(i * D + x)] *= alpha;
     }
-    const char* p = as_products(s.s.data(), R * N, s.p.data());
+    const char* p = operand_row(s.s.data(), s.p.data(), 0, N);
     s.products->run({R, D, N, N, 1, D, 1, D, true}, p, row(v, kvh, d.Tk, c0, D), s.acc.data());
     jb = je < g.nk ? g.next_visible(ib, je) : g.nk;
   }
@@ -307,63 +320,77 @@ OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilit
   s.products->run({R, C, D, D, 1, 1, D, C, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
   s.products->run({R, C, D, D, 1, 1, D, C, false}, row(dout, h, d.Tq, r0, D), row(v, kvh, d.Tk, c0, D),
                   s.dp.data());
+  if (masked)  // masked scores are -inf: their p and dS come out 0
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t c = 0; c < C; ++c)
+        if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window))
+          s.s[size_t(i * C + c)] = kNegInf;
   for (int64_t i = 0; i < R; ++i) {
     const float row_lse = lse[h * d.Tq + r0 + i], row_delta = delta[h * d.Tq + r0 + i];
-    float* p = s.s.data() + i * C;
-    float* ds = s.dp.data() + i * C;
+    float* sr = s.s.data() + i * C;
+    float* dpr = s.dp.data() + i * C;
+    char* p = operand_row(s.s.data(), s.p.data(), i, C);
+    char* ds = operand_row(s.dp.data(), s.ds.data(), i, C);
     if (row_lse == kNegInf) {  // a query that sees nothing (padding)
-      std::fill(p, p + C, 0.0f);
-      std::fill(ds, ds + C, 0.0f);
-      continue;
+      std::memset(p, 0, size_t(C) * elem);
+      std::memset(ds, 0, size_t(C) * elem);
+    } else if (b16) {
+      kern->probs_and_grads_bf16(sr, dpr, C, row_lse, row_delta, reinterpret_cast<bf16*>(p),
+                                 reinterpret_cast<bf16*>(ds));
+    } else {
+      kern->probs_and_grads(sr, dpr, C, row_lse, row_delta);
     }
-    kern->exp_shift_sum(p, C, row_lse);
-    if (masked)
-      for (int64_t c = 0; c < C; ++c)
-        if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window)) p[c] = 0.0f;
-    for (int64_t c = 0; c < C; ++c) ds[c] = p[c] * (ds[c] - row_delta);
   }
-  return {as_products(s.s.data(), R * C, s.p.data()), as_products(s.dp.data(), R * C, s.ds.data())};
+  return {operand_row(s.s.data(), s.p.data(), 0, C), operand_row(s.dp.data(), s.ds.data(), 0, C)};
 }
 
-// dK and dV of one key block of one KV head: over every query head of its group and every
-// query block that sees it, dV += P^T dO and dK += dS^T (q / sqrt(D)).
-void OneDnnAttention::Impl::backward_keys(const AttnDims& d, const TileGrid& g, int64_t kvh, int64_t jb,
-                                          TokenTags qt, TokenTags kt, const float* lse, const float* delta,
-                                          float* dk, float* dv) {
-  Scratch& s = scratch[size_t(omp_get_thread_num())];
-  const int64_t D = d.D, group = d.H / d.KV, c0 = jb * g.BK, C = g.cols(jb, d.Tk);
-  std::fill(s.dk.data(), s.dk.data() + C * D, 0.0f);
-  std::fill(s.dv.data(), s.dv.data() + C * D, 0.0f);
-  for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-    for (int64_t ib = 0; ib < g.nq; ++ib) {
-      if (g.tile(ib, jb) == Tile::Skip) continue;
-      const int64_t r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
-      const TileOperands t = scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
-      s.products->run({C, D, R, 1, C, D, 1, D, true}, t.p, row(dout, h, d.Tq, r0, D), s.dv.data());
-      s.products->run({C, D, R, 1, C, D, 1, D, true}, t.ds, row(q, h, d.Tq, r0, D), s.dk.data());
-    }
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t x = 0; x < D; ++x) {
-      dk[((c0 + c) * d.KV + kvh) * D + x] += s.dk[size_t(c * D + x)];
-      dv[((c0 + c) * d.KV + kvh) * D + x] += s.dv[size_t(c * D + x)];
-    }
+// One backward task: key blocks [jb0, jb1) of KV head kvh, over every query block that sees
+// them and every query head of the group, each tile's P and dS once: dV += P^T dO and
+// dK += dS^T (q / sqrt(D)) in the task's scratch, dQ's contribution dS K into the queue.
+void OneDnnAttention::Impl::backward_run(const BwdCall& c, int64_t kvh, int64_t jb0, int64_t jb1) {
+  const int thread = omp_get_thread_num();
+  Scratch& s = scratch[size_t(thread)];
+  const AttnDims& d = c.d;
+  const TileGrid& g = c.g;
+  const int64_t D = d.D, group = d.H / d.KV, BK = g.BK;
+  std::fill(s.dk.data(), s.dk.data() + (jb1 - jb0) * BK * D, 0.0f);
+  std::fill(s.dv.data(), s.dv.data() + (jb1 - jb0) * BK * D, 0.0f);
+  DqQueue queue({&turns, &g, c.dq, d.H, D, 1.0f / std::sqrt(float(D))}, s.dq.data(), g.BQ * D,
+                thread == 0 ? &progress : nullptr);
+  for (int64_t ib = 0; ib < g.nq; ++ib) {
+    if (g.next_visible(ib, jb0) >= jb1) continue;
+    const int64_t r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+      for (int64_t jb = jb0; jb < jb1; ++jb) {
+        if (g.tile(ib, jb) == Tile::Skip) continue;
+        between_tasks();
+        const int64_t C = g.cols(jb, d.Tk);
+        float* dk = s.dk.data() + (jb - jb0) * BK * D;
+        float* dv = s.dv.data() + (jb - jb0) * BK * D;
+        const TileOperands t = scores_and_probabilities(d, g, h, ib, jb, c.qt, c.kt, c.lse, c.delta, s);
+        s.products->run({C, D, R, 1, C, D, 1, D, true}, t.p, row(dout, h, d.Tq, r0, D), dv);
+        s.products->run({C, D, R, 1, C, D, 1, D, true}, t.ds, row(q, h, d.Tq, r0, D), dk);
+        float* dq = queue.slot();
+        s.products->run({R, D, C, C, 1, D, 1, D, false}, t.ds, row(k, kvh, d.Tk, jb * BK, D), dq);
+        queue.push(h, ib, jb, R);
+      }
+  }
+  queue.drain();
+  add_key_grads(c, s, kvh, jb0, jb1);
 }
 
-// dQ of one query block of one head: over the key blocks it sees, dQ += dS K / sqrt(D).
-void OneDnnAttention::Impl::backward_queries(const AttnDims& d, const TileGrid& g, int64_t h, int64_t ib,
-                                             TokenTags qt, TokenTags kt, const float* lse, const float* delta,
-                                             float* dq) {
-  Scratch& s = scratch[size_t(omp_get_thread_num())];
-  const int64_t D = d.D, kvh = h / (d.H / d.KV), r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
-  std::fill(s.acc.data(), s.acc.data() + R * D, 0.0f);
-  for (int64_t jb = g.next_visible(ib, 0); jb < g.nk; jb = g.next_visible(ib, jb + 1)) {
-    const int64_t C = g.cols(jb, d.Tk);
-    const TileOperands t = scores_and_probabilities(d, g, h, ib, jb, qt, kt, lse, delta, s);
-    s.products->run({R, D, C, C, 1, D, 1, D, true}, t.ds, row(k, kvh, d.Tk, jb * g.BK, D), s.acc.data());
-  }
-  const float scale = 1.0f / std::sqrt(float(D));
-  for (int64_t i = 0; i < R; ++i)
-    for (int64_t x = 0; x < D; ++x) dq[((r0 + i) * d.H + h) * D + x] += scale * s.acc[size_t(i * D + x)];
+// Adds a task's dK and dV of key blocks [jb0, jb1) of KV head kvh to the call's.
+void OneDnnAttention::Impl::add_key_grads(const BwdCall& c, const Scratch& s, int64_t kvh, int64_t jb0,
+                                          int64_t jb1) const {
+  const int64_t D = c.d.D, ldk = c.d.KV * D;
+  for (int64_t jb = jb0; jb < jb1; ++jb)
+    for (int64_t col = 0, c0 = jb * c.g.BK; col < c.g.cols(jb, c.d.Tk); ++col) {
+      const size_t at = size_t(((jb - jb0) * c.g.BK + col) * D);
+      for (int64_t x = 0; x < D; ++x) {
+        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + size_t(x)];
+        c.dv[(c0 + col) * ldk + kvh * D + x] += s.dv[at + size_t(x)];
+      }
+    }
 }
 
 template <class T>
@@ -374,10 +401,17 @@ void OneDnnAttention::backward(const AttnDims& d, const T* q, const T* k, const 
   m.take(d, q, k, v);
   m.pack(dout, d.Tq, d.H, d.D, 1.0f, m.dout);
   const TileGrid g(d, qt, kt, m.blocks);
-  m.for_each_task(d.KV, g.nk,
-                  [&](int64_t kvh, int64_t jb) { m.backward_keys(d, g, kvh, jb, qt, kt, lse, delta, dk, dv); });
-  m.for_each_task(d.H, g.nq,
-                  [&](int64_t h, int64_t ib) { m.backward_queries(d, g, h, ib, qt, kt, lse, delta, dq); });
+  m.turns.start(g, d.H);
+  // Tasks of runs of key blocks handed out in key order (dq_order.hpp): the same bits on any
+  // thread count.
+  const KeyRuns runs(d.KV, g.nk, omp_get_max_threads());
+  const Impl::BwdCall c{d, g, qt, kt, lse, delta, dq, dk, dv};
+  std::atomic<int64_t> next_task{0};
+#pragma omp parallel
+  for (int64_t task = next_task.fetch_add(1); task < runs.tasks; task = next_task.fetch_add(1)) {
+    const int64_t kvh = task % d.KV, jb0 = task / d.KV * runs.run;
+    m.backward_run(c, kvh, jb0, std::min(g.nk, jb0 + runs.run));
+  }
 }
 
 #define LCT_ONEDNN_ATTENTION(T)                                                                              \

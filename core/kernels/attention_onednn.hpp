@@ -15,11 +15,11 @@
 // Forward: one task per (query head, query block); the visible key blocks are taken in
 // strips of up to kStripBlocks consecutive blocks (one product each way per strip), with the
 // online softmax (natural exp, the max subtracted) over each strip.
-// Backward: two passes, both in a fixed order, so the bits do not depend on the thread count:
-// one task per (KV head, key block) sums its dK and dV over the query blocks (and the query
-// heads of its group) that see it; one task per (query head, query block) sums its dQ over
-// the key blocks it sees. The scores and probabilities are computed in both (7 products per
-// tile instead of 5) so that no task writes another's rows.
+// Backward: one pass, as the fused kernel's (dq_order.hpp): one task per (KV head, run of
+// key blocks) computes each tile's P and dS once (5 products a tile), sums its dK and dV over
+// the query blocks (and the query heads of its group) that see it, and hands each tile's dQ
+// contribution to the query block's turn, so dQ is summed in key order: the bits do not
+// depend on the thread count.
 #pragma once
 #include <functional>
 #include <memory>

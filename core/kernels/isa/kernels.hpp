@@ -93,6 +93,11 @@ struct IsaKernels {
   // The softmax's row pieces between products of the oneDNN tile path (softmax_rows.hpp)
   float (*row_max)(const float* x, int64_t n);
   float (*exp_shift_sum)(float* x, int64_t n, float shift);  // x = e^(x - shift); returns the sum
+  float (*exp_shift_sum_bf16)(const float* x, int64_t n, float shift, bf16* out);  // the same into bf16 out
+  // p = e^(s - lse), ds = p (dp - delta): in place, or into bf16 p and ds
+  void (*probs_and_grads)(float* s, float* dp, int64_t n, float lse, float delta);
+  void (*probs_and_grads_bf16)(const float* s, const float* dp, int64_t n, float lse, float delta, bf16* p,
+                               bf16* ds);
   // bf16 operands (vdpbf16ps); null where the ISA has no bf16 dot product
   void (*flash_fwd_tile_bf16)(const FlashFwdTileBf16& t) = nullptr;
   void (*flash_bwd_tile_bf16)(const FlashBwdTileBf16& t) = nullptr;

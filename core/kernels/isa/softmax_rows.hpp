@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/bf16.hpp"
+
 namespace lct::LCT_ISA_NS {
 
 // max of x [n]; -inf when n is 0 or every x is -inf (a row that sees nothing yet).
@@ -20,9 +22,23 @@ inline float row_max(const float* x, int64_t n) {
   return m;
 }
 
-// x [n] = e^(x - shift), as 2^((x - shift) log2 e): exactly 0 where x is -inf (masked);
-// returns the sum. shift is finite.
-inline float exp_shift_sum(float* x, int64_t n, float shift) {
+// v stored in the products' type: fp32 as it is; bf16 rounded to nearest even (as to_bf16:
+// vcvtneps2bf16 where the ISA has it, else lane by lane).
+inline void store_product(float* p, Simd::V v) { Simd::store(p, v); }
+inline void store_product(bf16* p, Simd::V v) {
+#if defined(LCT_ISA_AVX512) && defined(__AVX512BF16__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+#else
+  alignas(64) float x[Simd::W];
+  Simd::store(x, v);
+  for (int i = 0; i < Simd::W; ++i) p[i] = to_bf16(x[i]);
+#endif
+}
+
+// out [n] = e^(x - shift) in the products' type (out may be x), as 2^((x - shift) log2 e):
+// exactly 0 where x is -inf (masked); returns the sum of the fp32 values. shift is finite.
+template <class Out>
+inline float exp_shift_sum_to(const float* x, int64_t n, float shift, Out* out) {
   constexpr int W = Simd::W;
   constexpr float kLog2e = 1.44269504088896341f;
   const float base = -shift * kLog2e;
@@ -31,12 +47,50 @@ inline float exp_shift_sum(float* x, int64_t n, float shift) {
   int64_t i = 0;
   for (; i + W <= n; i += W) {
     const Simd::V p = Simd::exp2(Simd::fma(Simd::load(x + i), scale, offset));
-    Simd::store(x + i, p);
+    store_product(out + i, p);
     acc = Simd::add(acc, p);
   }
   float sum = Simd::reduce_add(acc);
-  for (; i < n; ++i) sum += x[i] = std::exp2(x[i] * kLog2e + base);
+  for (; i < n; ++i) {
+    const float p = std::exp2(x[i] * kLog2e + base);
+    store_as(out + i, p);
+    sum += p;
+  }
   return sum;
+}
+inline float exp_shift_sum(float* x, int64_t n, float shift) { return exp_shift_sum_to(x, n, shift, x); }
+inline float exp_shift_sum_bf16(const float* x, int64_t n, float shift, bf16* out) {
+  return exp_shift_sum_to(x, n, shift, out);
+}
+
+// A backward tile's row in one pass: p = e^(s - lse) (0 where s is -inf: masked) and
+// dS = p (dP - delta), both stored in the products' type (p may be s, ds dp). lse finite.
+template <class Out>
+inline void probs_and_grads_to(const float* s, const float* dp, int64_t n, float lse, float delta, Out* p, Out* ds) {
+  constexpr int W = Simd::W;
+  constexpr float kLog2e = 1.44269504088896341f;
+  const float base = -lse * kLog2e;
+  const Simd::V scale = Simd::set1(kLog2e), offset = Simd::set1(base), dl = Simd::set1(delta);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const Simd::V pv = Simd::exp2(Simd::fma(Simd::load(s + i), scale, offset));
+    const Simd::V dv = Simd::mul(pv, Simd::sub(Simd::load(dp + i), dl));
+    store_product(p + i, pv);
+    store_product(ds + i, dv);
+  }
+  for (; i < n; ++i) {
+    const float pv = std::exp2(s[i] * kLog2e + base);
+    const float dv = pv * (dp[i] - delta);
+    store_as(p + i, pv);
+    store_as(ds + i, dv);
+  }
+}
+inline void probs_and_grads(float* s, float* dp, int64_t n, float lse, float delta) {
+  probs_and_grads_to(s, dp, n, lse, delta, s, dp);
+}
+inline void probs_and_grads_bf16(const float* s, const float* dp, int64_t n, float lse, float delta, bf16* p,
+                                 bf16* ds) {
+  probs_and_grads_to(s, dp, n, lse, delta, p, ds);
 }
 
 }  // namespace lct::LCT_ISA_NS

@@ -1,0 +1,86 @@
+// Backward's dQ summed in a fixed order by both attention paths (attention_flash.cpp,
+// attention_onednn.cpp), so the bits do not depend on the thread count and no thread keeps
+// a private dQ.
+//
+// A backward task is a run of consecutive key blocks of one KV head: it owns those blocks'
+// dK/dV and walks the query blocks that see them. Each tile also contributes to its query
+// block's dQ, which other tasks write too. A tile's contribution [rows, D] is added when every
+// earlier key block has added its own: each (head, query block) holds a turn (the key block
+// whose contribution goes next), passed on with release/acquire. A task keeps up to kSlots
+// contributions waiting for their turn, so its tiles run on while an earlier task still adds
+// to the same query block; a full ring waits.
+//
+// No deadlock: tasks are handed out in key order (run by run), a contribution waits only on
+// earlier key blocks, so on tasks handed out before it, and the earliest running task never
+// waits.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "kernels/attention.hpp"
+
+namespace lct {
+
+// The length of a backward task's run of key blocks: up to kMaxKeyRun, shorter while fewer
+// than 8 tasks per thread would remain. The run does not change the bits.
+struct KeyRuns {
+  static constexpr int64_t kMaxKeyRun = 4;
+  int64_t run, runs, tasks;  // blocks per run, runs per KV head, runs x KV heads
+  KeyRuns(int64_t kv_heads, int64_t nk, int threads);
+  // Task t (handed out in increasing order) is KV head t % kv_heads, key blocks from run
+  // t / kv_heads: side by side, tasks are of different heads (different turns).
+};
+
+// The per-(head, query block) turns of one call; sized once for the largest call.
+class DqTurns {
+ public:
+  DqTurns(int64_t heads, int64_t max_query_blocks);
+  void start(const TileGrid& grid, int64_t heads);  // each turn at its first visible key block
+  std::atomic<int64_t>& of(int64_t h, int64_t ib, int64_t nq) { return turn_[size_t(h * nq + ib)]; }
+
+ private:
+  std::unique_ptr<std::atomic<int64_t>[]> turn_;
+  int64_t size_;
+};
+
+// Where the contributions go: dq [Tq, H*D] += scale x contribution.
+struct DqTarget {
+  DqTurns* turns;
+  const TileGrid* grid;
+  float* dq;
+  int64_t H, D;
+  float scale;
+};
+
+// One task's contributions waiting for their turn; slots [kSlots, slot_floats] are the
+// thread's scratch. progress (or null) is called while waiting.
+class DqQueue {
+ public:
+  static constexpr int64_t kSlots = 4;
+  DqQueue(const DqTarget& target, float* slots, int64_t slot_floats, const std::function<void()>* progress)
+      : t_(target), slots_(slots), slot_floats_(slot_floats), progress_(progress) {}
+  // Where the next tile writes its contribution [rows, D] (row stride D); waits while the
+  // ring is full.
+  float* slot();
+  // The contribution in slot() is the tile (h, ib, jb)'s; adds what is due without waiting.
+  void push(int64_t h, int64_t ib, int64_t jb, int64_t rows);
+  void drain();  // waits until every queued contribution is added
+
+ private:
+  struct Pending {
+    int64_t h, ib, jb, rows;
+    const float* dq;
+  };
+  bool add(const Pending& p, bool wait);
+  void settle(int64_t keep);  // adds what is due, waiting while more than `keep` are queued
+  DqTarget t_;
+  float* slots_;
+  int64_t slot_floats_;
+  const std::function<void()>* progress_;
+  Pending pending_[kSlots];
+  int64_t first_ = 0, queued_ = 0;
+};
+
+}  // namespace lct
