@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -115,11 +116,6 @@ bool onednn_has_bf16_products() {
   return has;
 }
 
-// Whether query (qidx, qdoc) sees key (kidx, kdoc): attention.hpp's rule, one pair.
-inline bool sees(int32_t qidx, int32_t qdoc, int32_t kidx, int32_t kdoc, int64_t window) {
-  return qdoc >= 0 && qdoc == kdoc && kidx <= qidx && (window <= 0 || int64_t(kidx) > int64_t(qidx) - window);
-}
-
 }  // namespace
 
 // The operands packed per head in the product type P (fp32 or bf16): q scaled by 1/sqrt(D)
@@ -208,6 +204,20 @@ struct OneDnnAttention::Impl {
         between_tasks();
       }
   }
+  // Scores [R, n] (row stride ld) of queries r0.. and keys c0..: -inf where not seen.
+  void mask_scores(float* s, int64_t ld, int64_t R, int64_t r0, int64_t c0, int64_t n, TokenTags qt, TokenTags kt,
+                   int64_t window) const {
+    for (int64_t i = 0; i < R; ++i) {
+      float* row = s + i * ld;
+      const int32_t qidx = qt.idx[r0 + i], qdoc = qt.doc[r0 + i];
+      if (qdoc < 0) {  // padding sees nothing
+        std::fill(row, row + n, kNegInf);
+        continue;
+      }
+      const int32_t qlo = window > 0 ? int32_t(std::max<int64_t>(INT32_MIN, int64_t(qidx) - window + 1)) : INT32_MIN;
+      kern->mask_row(row, kt.idx + c0, kt.doc + c0, n, qidx, qlo, qdoc);
+    }
+  }
   // Row i [n] of the tile whose fp32 values are at f and bf16 operand at b: its operand.
   char* operand_row(float* f, char* b, int64_t i, int64_t n) const {
     return b16 ? b + size_t(i * n) * elem : reinterpret_cast<char*>(f + i * n);
@@ -273,10 +283,7 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
     s.products->run({R, N, D, D, 1, 1, D, N, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
     for (int64_t b = jb; b < je; ++b)
       if (g.tile(ib, b) == Tile::Masked)
-        for (int64_t i = 0; i < R; ++i)
-          for (int64_t c = b * g.BK; c < b * g.BK + g.cols(b, d.Tk); ++c)
-            if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c], kt.doc[c], d.window))
-              s.s[size_t(i * N + c - c0)] = kNegInf;
+        mask_scores(s.s.data() + (b * g.BK - c0), N, R, r0, b * g.BK, g.cols(b, d.Tk), qt, kt, d.window);
     for (int64_t i = 0; i < R; ++i) {  // online softmax: rescale what is there, add the strip
       float* srow = s.s.data() + i * N;
       const float m = std::max(s.m[size_t(i)], kern->row_max(srow, N));
@@ -320,11 +327,7 @@ OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilit
   s.products->run({R, C, D, D, 1, 1, D, C, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
   s.products->run({R, C, D, D, 1, 1, D, C, false}, row(dout, h, d.Tq, r0, D), row(v, kvh, d.Tk, c0, D),
                   s.dp.data());
-  if (masked)  // masked scores are -inf: their p and dS come out 0
-    for (int64_t i = 0; i < R; ++i)
-      for (int64_t c = 0; c < C; ++c)
-        if (!sees(qt.idx[r0 + i], qt.doc[r0 + i], kt.idx[c0 + c], kt.doc[c0 + c], d.window))
-          s.s[size_t(i * C + c)] = kNegInf;
+  if (masked) mask_scores(s.s.data(), C, R, r0, c0, C, qt, kt, d.window);  // p and dS come out 0 there
   for (int64_t i = 0; i < R; ++i) {
     const float row_lse = lse[h * d.Tq + r0 + i], row_delta = delta[h * d.Tq + r0 + i];
     float* sr = s.s.data() + i * C;
@@ -357,7 +360,11 @@ void OneDnnAttention::Impl::backward_run(const BwdCall& c, int64_t kvh, int64_t 
   std::fill(s.dv.data(), s.dv.data() + (jb1 - jb0) * BK * D, 0.0f);
   DqQueue queue({&turns, &g, c.dq, d.H, D, 1.0f / std::sqrt(float(D))}, s.dq.data(), g.BQ * D,
                 thread == 0 ? &progress : nullptr);
-  for (int64_t ib = 0; ib < g.nq; ++ib) {
+  // Query blocks last to first: side by side, the tasks of one KV head then start on the same
+  // query block, so each waits for its predecessor's first contribution only; walked first
+  // to last, a task would wait at its first query block until every earlier run had worked
+  // its way there.
+  for (int64_t ib = g.nq - 1; ib >= 0; --ib) {
     if (g.next_visible(ib, jb0) >= jb1) continue;
     const int64_t r0 = ib * g.BQ, R = g.rows(ib, d.Tq);
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)

@@ -92,6 +92,9 @@ struct IsaKernels {
   void (*flash_bwd_tile)(const FlashBwdTile& t);
   // The softmax's row pieces between products of the oneDNN tile path (softmax_rows.hpp)
   float (*row_max)(const float* x, int64_t n);
+  // s = -inf where the query does not see the key (a masked tile's row)
+  void (*mask_row)(float* s, const int32_t* kidx, const int32_t* kdoc, int64_t n, int32_t qidx, int32_t qlo,
+                   int32_t qdoc);
   float (*exp_shift_sum)(float* x, int64_t n, float shift);  // x = e^(x - shift); returns the sum
   float (*exp_shift_sum_bf16)(const float* x, int64_t n, float shift, bf16* out);  // the same into bf16 out
   // p = e^(s - lse), ds = p (dp - delta): in place, or into bf16 p and ds

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/bf16.hpp"
 
@@ -35,6 +36,29 @@ inline void store_product(bf16* p, Simd::V v) {
 #endif
 }
 
+// s [n] = -inf where the query (qidx, qlo, qdoc >= 0) does not see the key (kidx, kdoc):
+// Simd::visible's rule, qlo the lowest idx of the query's window (INT32_MIN without one).
+inline void mask_row(float* s, const int32_t* kidx, const int32_t* kdoc, int64_t n, int32_t qidx, int32_t qlo,
+                     int32_t qdoc) {
+  constexpr int W = Simd::W;
+  const Simd::V hidden = Simd::set1(-INFINITY);
+  int64_t i = 0;
+  for (; i + W <= n; i += W)
+    Simd::store(s + i, Simd::keep(Simd::visible(kidx + i, kdoc + i, qidx, qlo, qdoc), Simd::load(s + i), hidden));
+  for (; i < n; ++i)
+    if (!(kidx[i] <= qidx && kidx[i] >= qlo && kdoc[i] == qdoc)) s[i] = -INFINITY;
+}
+
+// 2^x for a value stored in the products' type: where it is rounded to bf16 and the ISA has
+// the shorter polynomial (AVX-512), that one, as the fused bf16 forward does.
+template <class Out>
+inline Simd::V exp2_for(Simd::V x) {
+#if defined(LCT_ISA_AVX512)
+  if constexpr (std::is_same_v<Out, bf16>) return Simd::exp2_bf16(x);
+#endif
+  return Simd::exp2(x);
+}
+
 // out [n] = e^(x - shift) in the products' type (out may be x), as 2^((x - shift) log2 e):
 // exactly 0 where x is -inf (masked); returns the sum of the fp32 values. shift is finite.
 template <class Out>
@@ -46,7 +70,7 @@ inline float exp_shift_sum_to(const float* x, int64_t n, float shift, Out* out) 
   Simd::V acc = Simd::zero();
   int64_t i = 0;
   for (; i + W <= n; i += W) {
-    const Simd::V p = Simd::exp2(Simd::fma(Simd::load(x + i), scale, offset));
+    const Simd::V p = exp2_for<Out>(Simd::fma(Simd::load(x + i), scale, offset));
     store_product(out + i, p);
     acc = Simd::add(acc, p);
   }
@@ -73,7 +97,7 @@ inline void probs_and_grads_to(const float* s, const float* dp, int64_t n, float
   const Simd::V scale = Simd::set1(kLog2e), offset = Simd::set1(base), dl = Simd::set1(delta);
   int64_t i = 0;
   for (; i + W <= n; i += W) {
-    const Simd::V pv = Simd::exp2(Simd::fma(Simd::load(s + i), scale, offset));
+    const Simd::V pv = exp2_for<Out>(Simd::fma(Simd::load(s + i), scale, offset));
     const Simd::V dv = Simd::mul(pv, Simd::sub(Simd::load(dp + i), dl));
     store_product(p + i, pv);
     store_product(ds + i, dv);
