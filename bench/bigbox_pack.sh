@@ -5,6 +5,8 @@
 # DIR/root.tar.xz plus enter.sh and the PyTorch peer torch2_train.py. DIR should be ignored by
 # git (e.g. build-bigbox: /build*/ is) and carried.
 #   bash bench/bigbox_pack.sh [DIR]
+# With BASELINE=path/to/lctrain (another portable build, e.g. of the previous commit), that
+# binary travels too, as lctrain-base, to compare the two on the same machine in one lease.
 # There (as root), from the checkout:
 #   bash DIR/enter.sh DIR/root.tar.xz            # unpacks to /tmp/root; /work = /tmp/lct_work
 #   chroot /tmp/root /usr/bin/env -i PATH=/usr/local/bin:/usr/bin LD_LIBRARY_PATH=/usr/local/bin \
@@ -21,6 +23,7 @@ cmake -S "$here" -B "$B" -DCMAKE_BUILD_TYPE=Release -DLCT_NATIVE=OFF -DLCT_BUILD
   -DCMAKE_CXX_FLAGS=-march=x86-64-v3 > /dev/null
 cmake --build "$B" -j"$(nproc)" --target lctrain > /dev/null
 cp "$here/bench/cp_sweep.sh" "$here/bench/xeon_bf16.sh" "$here/bench/plan_sweep.sh" "$DIR/extra/"
+[ -z "${BASELINE:-}" ] || install -m755 "$BASELINE" "$DIR/extra/lctrain-base"
 # Libraries of lctrain from packages the tree does not hold (mkroot.sh's list)
 for lib in libdnnl.so.2 libsentencepiece.so.0 libsentencepiece_train.so.0; do
   path=$(ldd "$B/app/lctrain" | awk -v l="$lib" '$1 == l {print $3}')
