@@ -130,7 +130,7 @@ struct OneDnnAttention::Impl {
   struct Scratch {
     Buffer<float> s, dp, acc, m, l;  // s [BQ, strip], dp [BQ, BK], acc [BQ, D], m l [BQ]
     Buffer<float> dk, dv, dq;        // dk dv [kMaxKeyRun, BK, D]: a backward task's; dq [kSlots, BQ, D]
-    Buffer<char> p, ds;                      // p [BQ, strip], ds [BQ, BK] in the product type
+    Buffer<char> p, ds;              // p [BQ, strip], ds [BQ, BK] in the product type
     std::unique_ptr<Products> products;
   };
   std::vector<Scratch> scratch;
