@@ -6,6 +6,9 @@
 # and took) and in bf16 forced to the fused path. Every log lands in OUTDIR and is packed into
 # OUTDIR/runs.tar; the most important runs go first, so a run cut short still leaves them.
 #   bash bench/xeon_bf16.sh OUTDIR THREADS "S ..." [STEPS] [PRESET]
+# With BASE=NAME (another build on the PATH, e.g. the lctrain-base that bigbox_pack.sh's BASELINE
+# packs), that build's oneDNN attention and bf16 training run too, last, on the same machine:
+# lent machines of one kind differ by 5-10%, so a before/after comparison belongs in one call.
 # The PyTorch peer runs outside the tree with the machine's python3, on the same files:
 #   python3 torch2_train.py --model OUTDIR/model.h5 --data OUTDIR/dataS.h5 --seq-len S --bf16
 set -uo pipefail
@@ -32,14 +35,14 @@ run() {
   echo "   [exit $rc, $(($(date +%s) - start)) s]"
 }
 
-bench_attention() {  # PRECISION KERNEL
-  run "attn_$1_$2" "$L" --threads "$THREADS" bench attention --seq-len "${LENS// /,}" --heads 8 \
+bench_attention() {  # PRECISION KERNEL  (the build: $TRAINER, default lctrain)
+  run "${PREFIX:-}attn_$1_$2" "${TRAINER:-$L}" --threads "$THREADS" bench attention --seq-len "${LENS// /,}" --heads 8 \
     --kv-heads 2 --head-dim 64 --precision "$1" --attention-kernel "$2"
 }
 
-train() {  # NAME S PRECISION [FLAGS...]
+train() {  # NAME S PRECISION [FLAGS...]  (the build: $TRAINER, default lctrain)
   local name=$1 S=$2 precision=$3; shift 3
-  run "S${S}_$name" "$L" --threads "$THREADS" train --model "$OUT/model.h5" --data "$OUT/data$S.h5" \
+  run "S${S}_$name" "${TRAINER:-$L}" --threads "$THREADS" train --model "$OUT/model.h5" --data "$OUT/data$S.h5" \
     --seq-len "$S" --steps "$STEPS" --precision "$precision" --log-every 1 --run-dir "$OUT/S${S}_$name" --force "$@"
 }
 
@@ -55,5 +58,10 @@ for S in $LENS; do
   train fp32 "$S" fp32
   train bf16_fused "$S" bf16 --attention-kernel fused
 done
+if [ -n "${BASE:-}" ]; then
+  TRAINER=$(command -v "$BASE") || { echo "xeon_bf16: no $BASE on the PATH" >&2; exit 1; }
+  PREFIX=base_ bench_attention bf16 onednn
+  for S in $LENS; do train base_bf16_auto "$S" bf16; done
+fi
 (cd "$OUT" && tar -cf runs.tar --exclude='*/checkpoints' ./*.log lscpu.txt S*/timing.h5)
 echo "wrote $OUT/runs.tar"
