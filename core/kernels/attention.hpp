@@ -37,6 +37,10 @@ struct TokenTags {
   const int32_t* idx;
   const int32_t* doc;
 };
+// The lowest key idx a query at idx sees under `window` (INT32_MIN without one).
+inline int32_t window_low(int32_t idx, int64_t window) {
+  return window > 0 ? int32_t(std::max<int64_t>(INT32_MIN, int64_t(idx) - window + 1)) : INT32_MIN;
+}
 
 // What a run of tokens spans, padding excluded: enough to decide for whole blocks.
 struct TagSpan {

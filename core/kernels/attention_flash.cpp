@@ -305,7 +305,7 @@ struct QueryTags {
 void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int64_t window, QueryTags out) {
   for (int64_t r = 0; r < bqp; ++r) {
     out.idx[r] = r < rows ? qt.idx[i0 + r] : 0;
-    out.lo[r] = window > 0 ? int32_t(std::max<int64_t>(INT32_MIN, int64_t(out.idx[r]) - window + 1)) : INT32_MIN;
+    out.lo[r] = window_low(out.idx[r], window);
     out.doc[r] = r < rows && qt.doc[i0 + r] >= 0 ? qt.doc[i0 + r] : kQueryNoDoc;
   }
 }
@@ -472,17 +472,10 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
   // block's rows are then copied once for the run's tiles instead of once a tile. Neither
   // the run nor the thread count changes the bits: dK and dV of a key block are summed over
   // the query blocks in order, dQ over the key blocks in order.
-  const KeyRuns runs(d.KV, grid.nk, omp_get_max_threads());
-  std::atomic<int64_t> next_task{0};
   const BwdCall<T> c{d, grid, q, dout, delta, qt, dq, dk, dv};
-#pragma omp parallel
-  {
-    const int thread = omp_get_thread_num();
-    for (int64_t task = next_task.fetch_add(1); task < runs.tasks; task = next_task.fetch_add(1)) {
-      const int64_t g = task % d.KV, jb0 = task / d.KV * runs.run;
-      backward_run(c, g, jb0, std::min(grid.nk, jb0 + runs.run), thread);
-    }
-  }
+  KeyRuns(d.KV, grid.nk, omp_get_max_threads()).for_each([&](int64_t g, int64_t jb0, int64_t jb1) {
+    backward_run(c, g, jb0, jb1, omp_get_thread_num());
+  });
 }
 
 // The backward tiles' fields that do not change within a task, for either product type.

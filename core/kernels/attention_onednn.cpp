@@ -214,8 +214,7 @@ struct OneDnnAttention::Impl {
         std::fill(row, row + n, kNegInf);
         continue;
       }
-      const int32_t qlo = window > 0 ? int32_t(std::max<int64_t>(INT32_MIN, int64_t(qidx) - window + 1)) : INT32_MIN;
-      kern->mask_row(row, kt.idx + c0, kt.doc + c0, n, qidx, qlo, qdoc);
+      kern->mask_row(row, kt.idx + c0, kt.doc + c0, n, qidx, window_low(qidx, window), qdoc);
     }
   }
   // Row i [n] of the tile whose fp32 values are at f and bf16 operand at b: its operand.
@@ -411,14 +410,9 @@ void OneDnnAttention::backward(const AttnDims& d, const T* q, const T* k, const 
   m.turns.start(g, d.H);
   // Tasks of runs of key blocks handed out in key order (dq_order.hpp): the same bits on any
   // thread count.
-  const KeyRuns runs(d.KV, g.nk, omp_get_max_threads());
   const Impl::BwdCall c{d, g, qt, kt, lse, delta, dq, dk, dv};
-  std::atomic<int64_t> next_task{0};
-#pragma omp parallel
-  for (int64_t task = next_task.fetch_add(1); task < runs.tasks; task = next_task.fetch_add(1)) {
-    const int64_t kvh = task % d.KV, jb0 = task / d.KV * runs.run;
-    m.backward_run(c, kvh, jb0, std::min(g.nk, jb0 + runs.run));
-  }
+  KeyRuns(d.KV, g.nk, omp_get_max_threads()).for_each(
+      [&](int64_t kvh, int64_t jb0, int64_t jb1) { m.backward_run(c, kvh, jb0, jb1); });
 }
 
 #define LCT_ONEDNN_ATTENTION(T)                                                                              \

@@ -18,15 +18,14 @@ void pause_cpu() {
 }
 }  // namespace
 
-KeyRuns::KeyRuns(int64_t kv_heads, int64_t nk, int threads) : run(kMaxKeyRun) {
+KeyRuns::KeyRuns(int64_t heads, int64_t key_blocks, int threads) : kv_heads(heads), nk(key_blocks), run(kMaxKeyRun) {
   while (run > 1 && kv_heads * ((nk + run - 1) / run) < 8 * int64_t(threads)) run /= 2;
-  runs = (nk + run - 1) / run;
-  tasks = kv_heads * runs;
+  tasks = kv_heads * ((nk + run - 1) / run);
 }
 
 DqTurns::DqTurns(int64_t heads, int64_t max_query_blocks)
-    : turn_(std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(1, heads * max_query_blocks)))),
-      size_(std::max<int64_t>(1, heads * max_query_blocks)) {}
+    : size_(std::max<int64_t>(1, heads * max_query_blocks)),
+      turn_(std::make_unique<std::atomic<int64_t>[]>(size_t(size_))) {}
 
 void DqTurns::start(const TileGrid& grid, int64_t heads) {
   if (heads * grid.nq > size_) fail("DqTurns: ", heads * grid.nq, " turns asked of ", size_);
@@ -37,11 +36,12 @@ void DqTurns::start(const TileGrid& grid, int64_t heads) {
 
 float* DqQueue::slot() {
   settle(kSlots - 1);
-  return slots_ + (first_ + queued_) % kSlots * slot_floats_;
+  return slot_at(first_ + queued_);
 }
 
 void DqQueue::push(int64_t h, int64_t ib, int64_t jb, int64_t rows) {
-  pending_[(first_ + queued_++) % kSlots] = {h, ib, jb, rows, slots_ + (first_ + queued_ - 1) % kSlots * slot_floats_};
+  const int64_t i = first_ + queued_++;
+  pending_[i % kSlots] = {h, ib, jb, rows, slot_at(i)};
   settle(kSlots);
 }
 

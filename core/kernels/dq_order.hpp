@@ -14,6 +14,7 @@
 // earlier key blocks, so on tasks handed out before it, and the earliest running task never
 // waits.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -27,10 +28,22 @@ namespace lct {
 // than 8 tasks per thread would remain. The run does not change the bits.
 struct KeyRuns {
   static constexpr int64_t kMaxKeyRun = 4;
-  int64_t run, runs, tasks;  // blocks per run, runs per KV head, runs x KV heads
-  KeyRuns(int64_t kv_heads, int64_t nk, int threads);
-  // Task t (handed out in increasing order) is KV head t % kv_heads, key blocks from run
-  // t / kv_heads: side by side, tasks are of different heads (different turns).
+  int64_t kv_heads, nk;
+  int64_t run, tasks;  // blocks per run; runs per KV head x KV heads
+  KeyRuns(int64_t heads, int64_t key_blocks, int threads);
+  // fn(kv_head, jb0, jb1) for every task, on a parallel region of all threads. Task t is
+  // handed out in increasing order (which the turns' progress needs): KV head t % kv_heads,
+  // key blocks of run t / kv_heads, so side by side tasks are of different heads (different
+  // turns) where there are enough heads.
+  template <class F>
+  void for_each(const F& fn) const {
+    std::atomic<int64_t> next{0};
+#pragma omp parallel
+    for (int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1)) {
+      const int64_t jb0 = t / kv_heads * run;
+      fn(t % kv_heads, jb0, std::min(nk, jb0 + run));
+    }
+  }
 };
 
 // The per-(head, query block) turns of one call; sized once for the largest call.
@@ -41,8 +54,8 @@ class DqTurns {
   std::atomic<int64_t>& of(int64_t h, int64_t ib, int64_t nq) { return turn_[size_t(h * nq + ib)]; }
 
  private:
-  std::unique_ptr<std::atomic<int64_t>[]> turn_;
   int64_t size_;
+  std::unique_ptr<std::atomic<int64_t>[]> turn_;
 };
 
 // Where the contributions go: dq [Tq, H*D] += scale x contribution.
@@ -73,6 +86,7 @@ class DqQueue {
     int64_t h, ib, jb, rows;
     const float* dq;
   };
+  float* slot_at(int64_t i) const { return slots_ + i % kSlots * slot_floats_; }
   bool add(const Pending& p, bool wait);
   void settle(int64_t keep);  // adds what is due, waiting while more than `keep` are queued
   DqTarget t_;

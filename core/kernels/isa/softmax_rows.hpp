@@ -9,6 +9,9 @@
 
 namespace lct::LCT_ISA_NS {
 
+// e^x is computed as 2^(x log2 e)
+constexpr float kRowsLog2e = 1.44269504088896341f;
+
 // max of x [n]; -inf when n is 0 or every x is -inf (a row that sees nothing yet).
 inline float row_max(const float* x, int64_t n) {
   constexpr int W = Simd::W;
@@ -64,9 +67,8 @@ inline Simd::V exp2_for(Simd::V x) {
 template <class Out>
 inline float exp_shift_sum_to(const float* x, int64_t n, float shift, Out* out) {
   constexpr int W = Simd::W;
-  constexpr float kLog2e = 1.44269504088896341f;
-  const float base = -shift * kLog2e;
-  const Simd::V scale = Simd::set1(kLog2e), offset = Simd::set1(base);
+  const float base = -shift * kRowsLog2e;
+  const Simd::V scale = Simd::set1(kRowsLog2e), offset = Simd::set1(base);
   Simd::V acc = Simd::zero();
   int64_t i = 0;
   for (; i + W <= n; i += W) {
@@ -76,7 +78,7 @@ inline float exp_shift_sum_to(const float* x, int64_t n, float shift, Out* out) 
   }
   float sum = Simd::reduce_add(acc);
   for (; i < n; ++i) {
-    const float p = std::exp2(x[i] * kLog2e + base);
+    const float p = std::exp2(x[i] * kRowsLog2e + base);
     store_as(out + i, p);
     sum += p;
   }
@@ -92,9 +94,8 @@ inline float exp_shift_sum_bf16(const float* x, int64_t n, float shift, bf16* ou
 template <class Out>
 inline void probs_and_grads_to(const float* s, const float* dp, int64_t n, float lse, float delta, Out* p, Out* ds) {
   constexpr int W = Simd::W;
-  constexpr float kLog2e = 1.44269504088896341f;
-  const float base = -lse * kLog2e;
-  const Simd::V scale = Simd::set1(kLog2e), offset = Simd::set1(base), dl = Simd::set1(delta);
+  const float base = -lse * kRowsLog2e;
+  const Simd::V scale = Simd::set1(kRowsLog2e), offset = Simd::set1(base), dl = Simd::set1(delta);
   int64_t i = 0;
   for (; i + W <= n; i += W) {
     const Simd::V pv = exp2_for<Out>(Simd::fma(Simd::load(s + i), scale, offset));
@@ -103,7 +104,7 @@ inline void probs_and_grads_to(const float* s, const float* dp, int64_t n, float
     store_product(ds + i, dv);
   }
   for (; i < n; ++i) {
-    const float pv = std::exp2(s[i] * kLog2e + base);
+    const float pv = std::exp2(s[i] * kRowsLog2e + base);
     const float dv = pv * (dp[i] - delta);
     store_as(p + i, pv);
     store_as(ds + i, dv);
