@@ -103,6 +103,7 @@ struct FlashAttention::Scratch {
   Buffer<float> p, ds;                 // [bqp, np] (bf16 products: p is the [R, np] scratch)
   Buffer<bf16> p16, ds16, pi, dsi;     // [bqp, np] bf16 products
   Buffer<float> dk, dv;                // [run, np, D]: the backward task's key blocks
+  Buffer<bf16> keys16;                 // [2, np, D] bf16 products: a key block's rows while packed
 };
 
 // Per call: keys and values of every (KV head, key block) packed for the micro-kernels; the
@@ -170,6 +171,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     for (Buffer<bf16>* b : {&s.p16, &s.ds16, &s.pi, &s.dsi}) *b = Buffer<bf16>(b16 * bq * np);
     s.dk = Buffer<float>(size_t(kMaxKeyRun) * np * d);
     s.dv = Buffer<float>(size_t(kMaxKeyRun) * np * d);
+    s.keys16 = Buffer<bf16>(b16 * 2 * np * d);
   }
 }
 
@@ -184,7 +186,7 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   // pairs and a strip's fp32 scores.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = std::max<int64_t>(4, b.q / 4 * 4), D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, G = lim.heads / lim.kv_heads;
-  const int64_t per_thread = bqp * D * (1 + 2 * G + kPendingDq) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + 2 * kMaxKeyRun * np * D;
+  const int64_t per_thread = bqp * D * (1 + 2 * G + kPendingDq) + (5 + 2 * G) * bqp + (2 * bqp + 6) * np + (2 * kMaxKeyRun + 1) * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -198,7 +200,7 @@ size_t FlashAttention::workspace_bytes() const {
   for (const Scratch& s : scratch_) {
     for (const Buffer<float>* b : {&s.q, &s.dout, &s.lse2, &s.delta, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
       n += b->size() * 4;
-    for (const Buffer<bf16>* b : {&s.q16, &s.dout16, &s.p16, &s.ds16, &s.pi, &s.dsi}) n += b->size() * 2;
+    for (const Buffer<bf16>* b : {&s.q16, &s.dout16, &s.p16, &s.ds16, &s.pi, &s.dsi, &s.keys16}) n += b->size() * 2;
     n += (s.qidx.size() + s.qlo.size() + s.qdoc.size()) * 4;
   }
   return n;
@@ -217,50 +219,118 @@ void FlashAttention::check(const AttnDims& d) const {
          lim_.kv_heads, ", ", lim_.head_dim, "]");
 }
 
-// Per (KV head, key block), zero beyond the block's keys, in the products' layouts:
-//   fp32  kt/vt [D][np], k/v [np][D]      bf16  kt2/vt2 [D/2][np][2], k2/v2 [np/2][D][2]
-// keys transposed for the scores pre-scaled by softmax_scale * log2(e); and key tags [np]
-// with padding that matches no query.
+namespace {
+
+// The layouts of a key block (n rows of D, row stride ld, zero for rows n..np), for products
+// with the reduction over D (transposed) or over the keys:
+//   fp32  transposed [D][np] (times mult), rows [np][D]
+//   bf16  pairs of dimensions [D/2][np][2], pairs of rows [np/2][D][2]
+// The loops are plain copies (one conversion each at most) that the compiler vectorises.
+template <class T>
+void transpose_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, float mult, float* out) {
+  for (int64_t i = 0; i < D; ++i) {
+    float* o = out + i * np;
+    for (int64_t c = 0; c < n; ++c) o[c] = load_f32(x[c * ld + i]) * mult;
+    std::fill(o + n, o + np, 0.0f);
+  }
+}
+template <class T>
+void copy_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, float* out) {
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = 0; i < D; ++i) out[c * D + i] = load_f32(x[c * ld + i]);
+  std::fill(out + n * D, out + np * D, 0.0f);
+}
+void transpose_pairs(const bf16* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
+  for (int64_t i = 0; i < D / 2; ++i) {
+    bf16* o = out + i * 2 * np;
+    for (int64_t c = 0; c < n; ++c) std::memcpy(o + 2 * c, x + c * ld + 2 * i, 2 * sizeof(bf16));
+    std::fill(o + 2 * n, o + 2 * np, bf16{});
+  }
+}
+inline bf16 as_bf16(float x) { return to_bf16(x); }
+inline bf16 as_bf16(bf16 x) { return x; }
+// Also a query block's q and dout rows (n = its rows, np = bqp) for the dK and dV products.
+template <class T>
+void interleave_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
+  for (int64_t j = 0; 2 * j < np; ++j) {
+    bf16* o = out + j * 2 * D;
+    const T* a = x + 2 * j * ld;
+    if (2 * j + 1 < n) {
+      const T* b = a + ld;
+      for (int64_t i = 0; i < D; ++i) {
+        o[2 * i] = as_bf16(a[i]);
+        o[2 * i + 1] = as_bf16(b[i]);
+      }
+    } else if (2 * j < n) {  // never read past the block: a missing second row is zero
+      for (int64_t i = 0; i < D; ++i) {
+        o[2 * i] = as_bf16(a[i]);
+        o[2 * i + 1] = bf16{};
+      }
+    } else {
+      std::fill(o, o + 2 * D, bf16{});
+    }
+  }
+}
+// A key block's rows in bf16 times mult: in place when they are bf16 already and unscaled,
+// else converted into `copy` [n][D]. Sets the rows' stride.
+template <class T>
+const bf16* rows_bf16(const T* x, int64_t ld, int64_t n, int64_t D, float mult, bf16* copy, int64_t* stride) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (mult == 1.0f) {
+      *stride = ld;
+      return x;
+    }
+  }
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = 0; i < D; ++i) copy[c * D + i] = to_bf16(load_f32(x[c * ld + i]) * mult);
+  *stride = D;
+  return copy;
+}
+
+}  // namespace
+
+// Per (KV head, key block), in the products' layouts (above), keys for the scores
+// pre-scaled by softmax_scale * log2(e); and key tags [np] with padding that matches no
+// query. The backward reads no v in key-row layout (p v is the forward's).
 template <class T>
 void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward) {
   const int64_t D = d.D, ldk = d.KV * D, np = np_;
   const int64_t nk = (d.Tk + np - 1) / np;
   const float mult = kLog2e / std::sqrt(float(D));
   Packed& pk = *packed_;
-  const bool b16 = bf16_tiles_;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < d.KV * nk; ++task) {
-    const int64_t g = task / nk, jb = task % nk, j0 = jb * np, cols = std::min(np, d.Tk - j0);
+    const int64_t g = task / nk, jb = task % nk, j0 = jb * np, n = std::min(np, d.Tk - j0);
     const size_t off = size_t(task * np * D);
-    for (int64_t c = 0; c < np; ++c) {
-      const bool real = c < cols;
-      const T* ks = real ? k + (j0 + c) * ldk + g * D : nullptr;
-      const T* vs = real ? v + (j0 + c) * ldk + g * D : nullptr;
-      for (int64_t x = 0; x < D; ++x) {
-        const float kx = real ? load_f32(ks[x]) : 0.0f, vx = real ? load_f32(vs[x]) : 0.0f;
-        if (b16) {
-          const size_t t2 = off + size_t((x / 2) * 2 * np + 2 * c + x % 2);  // [D/2][np][2]
-          const size_t r2 = off + size_t((c / 2) * 2 * D + 2 * x + c % 2);   // [np/2][D][2]
-          pk.kt2[t2] = to_bf16(kx * mult);
-          pk.v2[r2] = to_bf16(vx);
-          if (backward) {
-            pk.vt2[t2] = to_bf16(vx);
-            pk.k2[r2] = to_bf16(kx);
-          }
-        } else {
-          pk.kt[off + size_t(x * np + c)] = kx * mult;
-          pk.v[off + size_t(c * D + x)] = vx;
-          if (backward) {
-            pk.vt[off + size_t(x * np + c)] = vx;
-            pk.k[off + size_t(c * D + x)] = kx;
-          }
-        }
+    const T* kb = k + j0 * ldk + g * D;
+    const T* vb = v + j0 * ldk + g * D;
+    if (bf16_tiles_) {
+      bf16* copy = scratch_[size_t(omp_get_thread_num())].keys16.data();
+      int64_t ld;
+      const bf16* rows = rows_bf16(vb, ldk, n, D, 1.0f, copy, &ld);
+      if (backward) {
+        transpose_pairs(rows, ld, n, np, D, pk.vt2.data() + off);
+        rows = rows_bf16(kb, ldk, n, D, 1.0f, copy, &ld);
+        interleave_rows(rows, ld, n, np, D, pk.k2.data() + off);
+      } else {
+        interleave_rows(rows, ld, n, np, D, pk.v2.data() + off);
       }
-      if (g == 0) {
-        pk.kidx[size_t(jb * np + c)] = real ? kt.idx[j0 + c] : INT32_MAX;
-        pk.kdoc[size_t(jb * np + c)] = real ? kt.doc[j0 + c] : kKeyPadDoc;
+      rows = rows_bf16(kb, ldk, n, D, mult, copy + np * D, &ld);
+      transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off);
+    } else {
+      transpose_rows(kb, ldk, n, np, D, mult, pk.kt.data() + off);
+      if (backward) {
+        transpose_rows(vb, ldk, n, np, D, 1.0f, pk.vt.data() + off);
+        copy_rows(kb, ldk, n, np, D, pk.k.data() + off);
+      } else {
+        copy_rows(vb, ldk, n, np, D, pk.v.data() + off);
       }
     }
+    if (g == 0)
+      for (int64_t c = 0; c < np; ++c) {
+        pk.kidx[size_t(jb * np + c)] = c < n ? kt.idx[j0 + c] : INT32_MAX;
+        pk.kdoc[size_t(jb * np + c)] = c < n ? kt.doc[j0 + c] : kKeyPadDoc;
+      }
   }
 }
 
@@ -319,25 +389,6 @@ void share_tile_fields(A& a, B& b, int64_t D, int64_t np, QueryTags tags) {
   a.qidx = b.qidx = tags.idx;
   a.qlo = b.qlo = tags.lo;
   a.qdoc = b.qdoc = tags.doc;
-}
-
-// One query block of one head by pairs of rows: out[(r / 2) * 2D + 2c + r % 2], zero beyond.
-template <class T>
-void pack_row_pairs(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, bf16* out) {
-  for (int64_t r = 0; r < bqp; r += 2) {
-    bf16* o = out + r * D;  // rows r and r + 1, interleaved
-    if (r >= rows) {
-      std::fill(o, o + 2 * D, bf16{});
-      continue;
-    }
-    const T* a = x + r * ld;
-    const T* b = r + 1 < rows ? a + ld : a;        // never read past the block...
-    const float keep_b = r + 1 < rows ? 1.0f : 0.0f;  // ...a missing second row is zero
-    for (int64_t c = 0; c < D; ++c) {
-      o[2 * c] = to_bf16(load_f32(a[c]));
-      o[2 * c + 1] = to_bf16(keep_b * load_f32(b[c]));
-    }
-  }
 }
 
 // Output rows of one query block of one head: o = acc / l, lse = m + log2(l) in natural
@@ -463,8 +514,8 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
     for (int64_t task = 0; task < d.H * grid.nq; ++task) {
       const int64_t h = task / grid.nq, ib = task % grid.nq, i0 = ib * grid.BQ;
       const size_t off = size_t(task * bqp * D);
-      pack_row_pairs(q + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.q2.data() + off);
-      pack_row_pairs(dout + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.dout2.data() + off);
+      interleave_rows(q + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.q2.data() + off);
+      interleave_rows(dout + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.dout2.data() + off);
     }
   }
   pk.turns->start(grid, d.H);
