@@ -29,6 +29,7 @@ namespace lct::LCT_ISA_NS {
 using V = Simd::V;
 constexpr int W = Simd::W, R = Shape::R, RT = 4, NV = Shape::NV, NC = NV * W, KC = Shape::KC;
 static_assert(R >= RT, "a strip has at least RT rows");
+static_assert(NV % 2 == 0, "the softmax takes a chunk's vectors two at a time");
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #define LCT_UNROLL _Pragma("GCC unroll 32")
@@ -202,8 +203,8 @@ inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&
 
 // Online softmax over a strip's scores in L1 (ROWS x cols, row stride np): one max and one sum
 // per row per tile, not per chunk; the rows go through the exponentials together, so no row
-// waits on another's reductions. p = exp2(s - m_new) goes to store(r, column, p) (the sum is of
-// the fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
+// waits on another's reductions. p = exp2(s - m_new) of columns c..c+2W goes to store(r, c, p0,
+// p1) (two vectors: bf16 stores convert both at once; the sum is of the fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
 // rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
 // -inf: 2^(-inf - 0)).
 template <int ROWS, class Store, class Exp2>
@@ -223,11 +224,12 @@ inline bool softmax_strip(const float* s, int64_t np, int64_t cols, const V (&mx
     shift[r] = Simd::set1(m_new == kNegInf ? 0.0f : -m_new);
     sum[r] = Simd::zero();
   }
-  for (int64_t c = 0; c < cols; c += W)
+  for (int64_t c = 0; c < cols; c += 2 * W)  // cols: whole chunks, an even number of vectors
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
-      const V p = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
-      store(r, c, p);
-      sum[r] = Simd::add(sum[r], p);
+      const V p0 = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
+      const V p1 = exp2(Simd::add(Simd::load(s + r * np + c + W), shift[r]));
+      store(r, c, p0, p1);
+      sum[r] = Simd::add(Simd::add(sum[r], p0), p1);
     }
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
   return rescale;
@@ -246,7 +248,10 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
   });
   float corr[N];
   const bool rescale = softmax_strip(s, np, cols, mx, t.m + r0, t.l + r0, corr,
-                                     [&](int r, int64_t c, V p) { Simd::store(s + r * np + c, p); },
+                                     [&](int r, int64_t c, V p0, V p1) {
+                                       Simd::store(s + r * np + c, p0);
+                                       Simd::store(s + r * np + c + W, p1);
+                                     },
                                      [](V x) { return Simd::exp2(x); });
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
     mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, cols, t.acc + r0 * D + d0, D,

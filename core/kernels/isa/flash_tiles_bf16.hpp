@@ -113,8 +113,8 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
     float corr[RT];
     const bool rescale = softmax_strip(
         s, np, cols, mx, t.m + r0, t.l + r0, corr,
-        [&](int r, int64_t c, V x) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * np + c), (__m256i)_mm512_cvtneps_pbh(x));
+        [&](int r, int64_t c, V p0, V p1) {
+          _mm512_storeu_si512(p + r * np + c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
         },
         [](V x) { return Simd::exp2_bf16(x); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
