@@ -152,7 +152,8 @@ struct OneDnn {
 // How a product's C is cut over the threads: a grid of rows x cols tiles, one per thread, each
 // a single-threaded oneDNN product. Rows first: a row tile reads its rows of A and all of B;
 // columns only where rows would run below 32 per thread. Why not oneDNN's own threading: on
-// a 2-core Zen 5 the training step's products ran 3-50% faster as tiles (docs/results).
+// a 2-core Zen 5 a 30m step's products ran 1.06-1.19x faster as tiles, the narrow weight
+// gradients up to 1.8x (docs/results/2026-11-27-zen5-gemm-tiles.md).
 struct TileGrid {
   int64_t rows = 1, cols = 1, tile_m = 0, tile_n = 0;
   int tiles() const { return int(rows * cols); }

@@ -1,7 +1,8 @@
 // Row-major matrix products over all of the rank's OpenMP threads, through one library
 // chosen once at start-up:
 //   onednn    oneDNN's matmul (JIT kernels picked from the CPU's features at run time: AVX2,
-//             AVX-512, AVX512_BF16, AMX), whatever OpenBLAS detects. The default.
+//             AVX-512, AVX512_BF16, AMX), whatever OpenBLAS detects; C cut into one tile per
+//             thread, each tile a single-threaded matmul. The default.
 //   openblas  the portable fallback: one coarse OpenMP region over tiles of C, each tile one
 //             single-threaded cblas_sgemm (OpenBLAS stays at 1 thread, see sys/threads.hpp).
 // Both are deterministic for a given thread count. Call from outside parallel regions.
