@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
-#include <memory>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>

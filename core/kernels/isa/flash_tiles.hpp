@@ -203,10 +203,11 @@ inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&
 
 // Online softmax over a strip's scores in L1 (ROWS x cols, row stride np): one max and one sum
 // per row per tile, not per chunk; the rows go through the exponentials together, so no row
-// waits on another's reductions. p = exp2(s - m_new) of columns c..c+2W goes to store(r, c, p0,
-// p1) (two vectors: bf16 stores convert both at once; the sum is of the fp32 p); corr[r] rescales what row r summed before. Returns whether any row needs
-// rescaling. A row with nothing visible so far keeps m = -inf and p = 0 (its scores are all
-// -inf: 2^(-inf - 0)).
+// waits on another's reductions. p = exp2(s - m_new) of columns c..c+2W goes to
+// store(r, c, p0, p1) (two vectors: bf16 stores convert both at once; the sum is of the fp32
+// p); corr[r] rescales what row r summed before. Returns whether any row needs rescaling. A
+// row with nothing visible so far keeps m = -inf and p = 0 (its scores are all -inf:
+// 2^(-inf - 0)).
 template <int ROWS, class Store, class Exp2>
 inline bool softmax_strip(const float* s, int64_t np, int64_t cols, const V (&mx)[ROWS],
                           float* m, float* l, float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
