@@ -17,15 +17,33 @@ double learning_rate(const AdamWConfig& c, int64_t step) {
 
 double global_norm(const float* g, size_t n) { return std::sqrt(sum_squares(g, n)); }
 
+namespace {
+// One thread's share of sum_squares: kLanes running sums side by side (a single chain of
+// dependent adds runs at one element per add latency), added in a fixed order at the end.
+constexpr int kLanes = 16;
+double sum_squares_serial(const float* __restrict g, int64_t n) {
+  double lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int j = 0; j < kLanes; ++j) lane[j] += double(g[i + j]) * double(g[i + j]);
+  }
+  for (; i < n; ++i) lane[i % kLanes] += double(g[i]) * double(g[i]);
+  double s = 0;
+  for (double l : lane) s += l;
+  return s;
+}
+}  // namespace
+
 double sum_squares(const float* g, size_t n) {
   const int threads = omp_get_max_threads();
   std::vector<double> partial(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
   {
-    double s = 0;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < int64_t(n); ++i) s += double(g[i]) * double(g[i]);
-    partial[size_t(omp_get_thread_num())] = s;
+    // The static split of omp for, by hand, so each thread's part is one contiguous range.
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t lo = n * size_t(t) / size_t(nt), hi = n * size_t(t + 1) / size_t(nt);
+    partial[size_t(t)] = sum_squares_serial(g + lo, int64_t(hi - lo));
   }
   double total = 0;
   for (double p : partial) total += p;  // fixed order: deterministic
@@ -67,12 +85,33 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, std::vector<S
   take_moments(total_size(pieces_));
 }
 
+namespace {
+// One step's constants of the update (torch.optim.AdamW's arithmetic, in float).
+struct AdamWRule {
+  float b1, b2, eps, step_size, inv_sqrt_bc2, grad_mult;
+};
+
+// The update of n parameters over plain arrays. Restrict pointers and no errno from sqrt
+// (its argument is never negative) let it vectorise; each element's operations and their
+// order are those of the scalar loop, so the results are the same bits.
+void adamw_update(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                  int64_t n, const AdamWRule r, const float keep) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * r.grad_mult;
+    m[i] = r.b1 * m[i] + (1.0f - r.b1) * gi;
+    v[i] = r.b2 * v[i] + (1.0f - r.b2) * gi * gi;
+    const float denom = __builtin_sqrtf(v[i]) * r.inv_sqrt_bc2 + r.eps;
+    p[i] = p[i] * keep - r.step_size * m[i] / denom;
+  }
+}
+}  // namespace
+
 void AdamW::step(float* params, const float* grads, int64_t step, double lr, double grad_mult) {
   const double bc1 = 1.0 - std::pow(config_.beta1, double(step));
   const double bc2 = 1.0 - std::pow(config_.beta2, double(step));
-  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
-  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  const float gm = float(grad_mult);
+  const AdamWRule rule{float(config_.beta1), float(config_.beta2), float(config_.eps), float(lr / bc1),
+                       float(1.0 / std::sqrt(bc2)), float(grad_mult)};
   // Whole-layout arrays (one range, at its offsets) or the shard's pieces back to back.
   const bool packed = !pieces_.empty();
   const std::vector<Shard> ranges = packed ? pieces_ : std::vector<Shard>{shard_};
@@ -92,14 +131,7 @@ void AdamW::step(float* params, const float* grads, int64_t step, double lr, dou
       // On a tier the moments (and parameters) stream through in chunks: the next one read
       // ahead, the finished one written back. The elements and their arithmetic are the same.
       stream_chunks(hi - lo, {{mt_.get(), at}, {vt_.get(), at}, {pt_, lo}}, [&](size_t c0, size_t c1) {
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = int64_t(c0); i < int64_t(c1); ++i) {
-          const float gi = g[i] * gm;
-          m[i] = b1 * m[i] + (1.0f - b1) * gi;
-          v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-          const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-          p[i] = p[i] * keep - step_size * m[i] / denom;
-        }
+        adamw_update(p + c0, g + c0, m + c0, v + c0, int64_t(c1 - c0), rule, keep);
       });
     }
     local += r.size();
