@@ -2,10 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "kernels/vexp.hpp"
+#include "kernels/isa/kernels.hpp"
 
 namespace lct {
 
@@ -110,54 +111,57 @@ template void RopeTable::forward(const float*, float*, const int32_t*, int64_t, 
 template void RopeTable::forward(const float*, bf16*, const int32_t*, int64_t, int64_t) const;
 
 namespace {
-// sigmoid over n values: s[i] = 1 / (1 + exp(-g[i])); g as fp32 in gf (a copy for bf16)
-template <class X>
-inline void sigmoid(float* s, float* gf, const X* g, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gf[i] = load_f32(g[i]);
-  int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp256(_mm256_sub_ps(zero, _mm256_loadu_ps(gf + i)));
-    _mm256_storeu_ps(s + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
-  }
-#endif
-  for (; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-gf[i]));
+// The ISA's table, the portable one where this build has none for `isa`.
+const IsaKernels& kernels_for(Isa isa) {
+  const IsaKernels* k = isa_kernels(isa);
+  return k ? *k : *isa_kernels(Isa::Generic);
 }
-constexpr int64_t kChunk = 2048;  // elements per task: fits L1 with its sigmoid
+
+// Calls part(lo, hi) on each OpenMP thread for its contiguous share of [0, n), cut at
+// multiples of 64 values (whole cache lines in either type).
+template <class Part>
+void split_over_threads(int64_t n, Part&& part) {
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), lines = (n + 63) / 64;
+    const int64_t lo = std::min(n, lines * t / nt * 64), hi = std::min(n, lines * (t + 1) / nt * 64);
+    if (lo < hi) part(lo, hi);
+  }
+}
+
+void swiglu_forward_part(const IsaKernels& k, float* h, const float* g, const float* u, int64_t n) {
+  k.swiglu_forward(h, g, u, n);
+}
+void swiglu_forward_part(const IsaKernels& k, bf16* h, const bf16* g, const bf16* u, int64_t n) {
+  k.swiglu_forward_bf16(h, g, u, n);
+}
+void swiglu_backward_part(const IsaKernels& k, float* dg, float* du, const float* dh, const float* g,
+                          const float* u, int64_t n) {
+  k.swiglu_backward(dg, du, dh, g, u, n);
+}
+void swiglu_backward_part(const IsaKernels& k, bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf16* u,
+                          int64_t n) {
+  k.swiglu_backward_bf16(dg, du, dh, g, u, n);
+}
 }  // namespace
 
 template <class X>
-void swiglu_forward(X* h, const X* gate, const X* up, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < n; b += kChunk) {
-    const int64_t m = std::min(kChunk, n - b);
-    float s[kChunk], g[kChunk];
-    sigmoid(s, g, gate + b, m);
-#pragma omp simd
-    for (int64_t i = 0; i < m; ++i) store_as(h + b + i, g[i] * s[i] * load_f32(up[b + i]));
-  }
+void swiglu_forward(Isa isa, X* h, const X* gate, const X* up, int64_t n) {
+  const IsaKernels& k = kernels_for(isa);
+  split_over_threads(n, [&](int64_t lo, int64_t hi) { swiglu_forward_part(k, h + lo, gate + lo, up + lo, hi - lo); });
 }
 
 template <class X>
-void swiglu_backward(X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < n; b += kChunk) {
-    const int64_t m = std::min(kChunk, n - b);
-    float s[kChunk], gf[kChunk];
-    sigmoid(s, gf, gate + b, m);
-#pragma omp simd
-    for (int64_t i = 0; i < m; ++i) {
-      const float g = gf[i], si = s[i], d = load_f32(dh[b + i]);
-      store_as(dup + b + i, d * g * si);
-      store_as(dgate + b + i, d * load_f32(up[b + i]) * si * (1.0f + g * (1.0f - si)));
-    }
-  }
+void swiglu_backward(Isa isa, X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n) {
+  const IsaKernels& k = kernels_for(isa);
+  split_over_threads(n, [&](int64_t lo, int64_t hi) {
+    swiglu_backward_part(k, dgate + lo, dup + lo, dh + lo, gate + lo, up + lo, hi - lo);
+  });
 }
-template void swiglu_forward(float*, const float*, const float*, int64_t);
-template void swiglu_forward(bf16*, const bf16*, const bf16*, int64_t);
-template void swiglu_backward(float*, float*, const float*, const float*, const float*, int64_t);
-template void swiglu_backward(bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t);
+template void swiglu_forward(Isa, float*, const float*, const float*, int64_t);
+template void swiglu_forward(Isa, bf16*, const bf16*, const bf16*, int64_t);
+template void swiglu_backward(Isa, float*, float*, const float*, const float*, const float*, int64_t);
+template void swiglu_backward(Isa, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t);
 
 void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t T, int64_t C,
                        int64_t v0, int64_t V) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/bf16.hpp"
+#include "sys/isa.hpp"
 
 namespace lct {
 
@@ -44,12 +45,13 @@ class RopeTable {
   std::vector<float> cos_, sin_;  // [max_pos, D/2]
 };
 
-// h = silu(gate) * up, all [T*I] (n elements).
+// h = silu(gate) * up, all [T*I] (n elements), by the kernel path `isa` (its table's
+// swiglu rows; the same bits on every x86 path for gates above -87).
 template <class X>
-void swiglu_forward(X* h, const X* gate, const X* up, int64_t n);
+void swiglu_forward(Isa isa, X* h, const X* gate, const X* up, int64_t n);
 // dgate, dup from dh (overwritten).
 template <class X>
-void swiglu_backward(X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n);
+void swiglu_backward(Isa isa, X* dgate, X* dup, const X* dh, const X* gate, const X* up, int64_t n);
 
 // x[t] = table[tokens[t]]    x [T, C], table [V, C]. Vocabulary-parallel (tensor parallelism):
 // table holds the rows [v0, v0 + V) of the whole vocabulary, and the tokens outside them get

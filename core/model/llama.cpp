@@ -434,7 +434,8 @@ class LlamaPassesOf final : public LlamaPasses {
   MlpWeights<X> mlp_weights(const LayerTensorsOf<X>& wx) const { return {wx.w_gate, wx.w_up, wx.w_down}; }
   MlpBuffers<X> mlp_buffers(const LayerActs<X>& a) const {
     const bool kept = a.gate != nullptr;
-    return {m_.shape_.mlp_rows(), kept, kept ? a.gate : sp_.gate, kept ? a.up : sp_.up, sp_.h, sp_.dgate, sp_.dup};
+    return {m_.shape_.mlp_rows(), kept, kept ? a.gate : sp_.gate, kept ? a.up : sp_.up, sp_.h, sp_.dgate, sp_.dup,
+            m_.shape_.isa};
   }
 
   // x_out null: rebuild only what layer_backward reads (--checkpointing full).

@@ -38,7 +38,7 @@ void mlp_forward(float* y, const X* x, const MlpWeights<X>& w, const MlpBuffers<
     const int64_t t = std::min(b.rows, n - r0);
     const GateUp<X> g = gate_up(x, w, b, r0, t, C, I, true, clock);
     if (!y) continue;
-    swiglu_forward(b.h, g.gate, g.up, t * I);
+    swiglu_forward(b.isa, b.h, g.gate, g.up, t * I);
     clock.lap(Phase::Other);
     linear_forward(y + r0 * C, b.h, w.down, t, I, C);
     clock.lap(Phase::Gemm);
@@ -53,12 +53,12 @@ void mlp_backward(float* dx, const X* dy, const X* x, const MlpWeights<X>& w, co
     const X* dy_t = dy + r0 * C;
     const X* x_t = x + r0 * C;
     const GateUp<X> gu = gate_up(x, w, b, r0, t, C, I, !b.kept, clock);
-    swiglu_forward(b.h, gu.gate, gu.up, t * I);  // made again: cheaper than keeping [n, I]
+    swiglu_forward(b.isa, b.h, gu.gate, gu.up, t * I);  // made again: cheaper than keeping [n, I]
     clock.lap(Phase::Other);
     linear_backward_weight(g.down, dy_t, b.h, t, I, C);
     linear_backward_input(b.h, dy_t, w.down, t, I, C, false);  // h now holds dh
     clock.lap(Phase::Gemm);
-    swiglu_backward(b.dgate, b.dup, b.h, gu.gate, gu.up, t * I);
+    swiglu_backward(b.isa, b.dgate, b.dup, b.h, gu.gate, gu.up, t * I);
     clock.lap(Phase::Other);
     linear_backward_weight(g.gate, b.dgate, x_t, t, C, I);
     linear_backward_weight(g.up, b.dup, x_t, t, C, I);

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/clock.hpp"
+#include "sys/isa.hpp"
 
 namespace lct {
 
@@ -32,6 +33,7 @@ struct MlpBuffers {
   bool kept;      // gate and up are [n, I] arrays kept from the forward (untiled), else [rows, I] scratch
   X *gate, *up;
   X *h, *dgate, *dup;  // scratch [rows, I]
+  Isa isa;             // the kernel path of SwiGLU's element-wise part
 };
 
 // y null: only what the backward reads (the recomputation of --checkpointing full): untiled,

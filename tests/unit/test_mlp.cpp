@@ -1,13 +1,17 @@
 // The SwiGLU MLP over sequence tiles (model/mlp.hpp) against a plain double reference and
 // against itself untiled: output, input gradient and the three weight gradients, for tiles
-// that divide the rows and tiles that leave a short last one.
+// that divide the rows and tiles that leave a short last one; and SwiGLU's element-wise
+// kernels of every path this CPU runs against the definition, in fp32 and bf16.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "common/bf16.hpp"
+#include "kernels/layers.hpp"
 #include "model/mlp.hpp"
+#include "test_isa.hpp"
 
 namespace lct {
 namespace {
@@ -88,19 +92,21 @@ TEST_P(MlpTiles, TiledAndUntiledMatchTheReference) {
   const Reference ref = reference(x, wg, wu, wd, dy, s);
   const MlpWeights<float> w{wg.data(), wu.data(), wd.data()};
 
+  for (Isa isa : test_isas())
   for (int64_t rows : {n, int64_t(1), int64_t(7), int64_t(32), n - 1, n + 5}) {
     if (rows < 1) continue;
     const bool kept = rows >= n;  // the model keeps gate and up only when untiled
     const int64_t R = kept ? n : rows;
     std::vector<float> gate(static_cast<size_t>(R * I)), up(static_cast<size_t>(R * I)), h(static_cast<size_t>(R * I)), dgate(static_cast<size_t>(R * I)),
         dup(static_cast<size_t>(R * I));
-    const MlpBuffers<float> b{kept ? n : rows, kept, gate.data(), up.data(), h.data(), dgate.data(), dup.data()};
+    const MlpBuffers<float> b{kept ? n : rows, kept, gate.data(), up.data(), h.data(), dgate.data(), dup.data(), isa};
     std::vector<float> y(static_cast<size_t>(n * C)), dx(size_t(n * C), 99.0f), gw(size_t(I * C), 0.0f), uw(size_t(I * C), 0.0f),
         dw(size_t(C * I), 0.0f);
     PhaseClock clock;
     mlp_forward(y.data(), x.data(), w, b, n, C, I, clock);
     mlp_backward(dx.data(), dy.data(), x.data(), w, MlpGrads{gw.data(), uw.data(), dw.data()}, b, n, C, I, clock);
-    SCOPED_TRACE(::testing::Message() << "n " << n << " C " << C << " I " << I << " rows per tile " << rows);
+    SCOPED_TRACE(::testing::Message() << "n " << n << " C " << C << " I " << I << " rows per tile " << rows
+                                      << " path " << int(isa));
     EXPECT_LT(rel_diff(y.data(), ref.y), 1e-5);
     EXPECT_LT(rel_diff(dx.data(), ref.dx), 1e-5);  // overwritten, not added to the 99s
     EXPECT_LT(rel_diff(gw.data(), ref.dwg), 1e-5);
@@ -111,6 +117,66 @@ TEST_P(MlpTiles, TiledAndUntiledMatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, MlpTiles,
                          ::testing::Values(MlpCase{64, 16, 40}, MlpCase{100, 24, 56}, MlpCase{33, 8, 20}));
+
+// SwiGLU's element-wise forward and backward of type X on path `isa`, against the definition
+// in double: each result within `tol` relative (or `tol` absolute, near 0).
+template <class X>
+void check_swiglu(Isa isa, int64_t n, double tol) {
+  std::mt19937 gen(11 + n);
+  std::uniform_real_distribution<float> wide(-30.0f, 30.0f), unit(-2.0f, 2.0f);
+  const size_t N = static_cast<size_t>(n);
+  std::vector<X> g(N), u(N), dh(N), h(N), dg(N), du(N);
+  for (int64_t i = 0; i < n; ++i) {
+    store_as(&g[size_t(i)], i % 3 == 0 ? wide(gen) : unit(gen));  // both tails of the sigmoid
+    store_as(&u[size_t(i)], unit(gen));
+    store_as(&dh[size_t(i)], unit(gen));
+  }
+  swiglu_forward(isa, h.data(), g.data(), u.data(), n);
+  swiglu_backward(isa, dg.data(), du.data(), dh.data(), g.data(), u.data(), n);
+  auto near = [&](X got, double want) {
+    return std::abs(double(load_f32(got)) - want) <= tol * std::max(1.0, std::abs(want));
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = load_f32(g[size_t(i)]), ui = load_f32(u[size_t(i)]), di = load_f32(dh[size_t(i)]);
+    const double s = 1.0 / (1.0 + std::exp(-gi));
+    ASSERT_TRUE(near(h[size_t(i)], gi * s * ui)) << "h at " << i << " of " << n << ", gate " << gi;
+    ASSERT_TRUE(near(du[size_t(i)], di * gi * s)) << "dup at " << i << " of " << n;
+    ASSERT_TRUE(near(dg[size_t(i)], di * ui * s * (1.0 + gi * (1.0 - s)))) << "dgate at " << i << " of " << n;
+  }
+}
+
+TEST(SwigluRows, EveryPathMatchesTheDefinition) {
+  for (Isa isa : test_isas())
+    for (int64_t n : {1, 7, 15, 16, 17, 64, 1000, 4099}) {
+      SCOPED_TRACE(::testing::Message() << "path " << int(isa) << ", " << n << " values");
+      check_swiglu<float>(isa, n, 2e-6);
+      check_swiglu<bf16>(isa, n, 1.0 / 128);  // one bf16 rounding of each result
+    }
+}
+
+// The vector paths store the same bits for gates from -80 to 80 (one exp2 of the same
+// polynomial and one division per value; below about -87 e^-g leaves the float range, where
+// AVX2 clamps and AVX-512 goes to inf, both giving silu = -0 or a denormal). A NaN gate stays
+// NaN; a +inf one gives silu = inf.
+TEST(SwigluRows, VectorPathsAgreeAndKeepNaN) {
+  const std::vector<Isa> isas = test_isas();
+  const int64_t n = 531;
+  const size_t N = static_cast<size_t>(n);
+  std::vector<float> g(N), u(N, 1.5f);
+  for (int64_t i = 0; i < n; ++i) g[size_t(i)] = float(i - n / 2) * 0.3f;
+  g[5] = NAN;
+  g[6] = INFINITY;
+  std::vector<float> first;
+  for (Isa isa : isas) {
+    if (isa == Isa::Generic) continue;  // std::exp2 there, not the vector polynomial
+    std::vector<float> h(N);
+    swiglu_forward(isa, h.data(), g.data(), u.data(), n);
+    EXPECT_TRUE(std::isnan(h[5])) << int(isa);
+    EXPECT_EQ(h[6], INFINITY) << int(isa);
+    if (first.empty()) first = h;
+    for (int64_t i = 7; i < n; ++i) ASSERT_EQ(h[size_t(i)], first[size_t(i)]) << "path " << int(isa) << " at " << i;
+  }
+}
 
 }  // namespace
 }  // namespace lct

@@ -101,6 +101,13 @@ struct IsaKernels {
   void (*probs_and_grads)(float* s, float* dp, int64_t n, float lse, float delta);
   void (*probs_and_grads_bf16)(const float* s, const float* dp, int64_t n, float lse, float delta, bf16* p,
                                bf16* ds);
+  // SwiGLU's element-wise part over n values (swiglu_rows.hpp; layers.hpp threads it)
+  void (*swiglu_forward)(float* h, const float* gate, const float* up, int64_t n);
+  void (*swiglu_forward_bf16)(bf16* h, const bf16* gate, const bf16* up, int64_t n);
+  void (*swiglu_backward)(float* dgate, float* dup, const float* dh, const float* gate, const float* up,
+                          int64_t n);
+  void (*swiglu_backward_bf16)(bf16* dgate, bf16* dup, const bf16* dh, const bf16* gate, const bf16* up,
+                               int64_t n);
   // bf16 operands (vdpbf16ps); null where the ISA has no bf16 dot product
   void (*flash_fwd_tile_bf16)(const FlashFwdTileBf16& t) = nullptr;
   void (*flash_bwd_tile_bf16)(const FlashBwdTileBf16& t) = nullptr;

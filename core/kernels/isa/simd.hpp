@@ -9,10 +9,15 @@
 //   V         the vector type
 //   exp2(x)   2^x for x < +inf, about 1 ulp; exactly 0 for x < -127 and for -inf (masked scores);
 //             NaN stays NaN
+//   load_bf16(p), store_bf16(p, v)   W bf16 values widened to fp32 / rounded from fp32 as
+//             to_bf16 does (nearest even, NaN kept quiet), in integer arithmetic on every
+//             ISA so that each path stores the same bits
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "common/bf16.hpp"
 
 #if defined(LCT_ISA_AVX512) && !defined(__AVX512F__)
 #error "the avx512 kernels need -march=x86-64-v4"
@@ -55,7 +60,19 @@ struct Simd {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V load_bf16(const bf16* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static void store_bf16(bf16* p, V v) {
+    const __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x400000));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
   static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
   static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
   // lanes where the key is visible to the query: same document (>= 0) and qlo <= idx <= qidx
@@ -105,7 +122,22 @@ struct Simd {
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V load_bf16(const bf16* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static void store_bf16(bf16* p, V v) {
+    const __m256i u = _mm256_castps_si256(v), one = _mm256_set1_epi32(1);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+    r = _mm256_srli_epi32(r, 16);  // every lane now fits 16 bits: the unsigned pack keeps it
+    const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+  }
   static float reduce_max(V v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -156,7 +188,10 @@ struct Simd {
   static V mul(V a, V b) { return a * b; }
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
+  static V div(V a, V b) { return a / b; }
   static V max(V a, V b) { return a < b ? b : a; }
+  static V load_bf16(const bf16* p) { return to_f32(*p); }
+  static void store_bf16(bf16* p, V v) { *p = to_bf16(v); }
   static float reduce_max(V v) { return v; }
   static float reduce_add(V v) { return v; }
   static Mask visible(const int32_t* kidx, const int32_t* kdoc, int32_t qidx, int32_t qlo, int32_t qdoc) {
