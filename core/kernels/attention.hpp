@@ -157,6 +157,7 @@ class FlashAttention {
 
   const IsaKernels* kern_;
   bool bf16_tiles_ = false;
+  bool dq_in_place_ = false;  // tiles add their dQ in place when it is their turn (DqQueue::in_place)
   AttnLimits lim_;
   AttnBlocks blocks_;
   int64_t np_, bqp_;  // key block padded to the key chunk, query block to the strip

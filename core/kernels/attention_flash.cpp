@@ -128,6 +128,9 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   if (!kern_) fail("this build of lctrain has no '", int(isa), "' kernels");
   if (lim.head_dim % kern_->width != 0) kern_ = isa_kernels(Isa::Generic);
   bf16_tiles_ = products == Precision::Bf16 && kern_->flash_fwd_tile_bf16;
+  // The vector paths' multiply-add is one fused operation, the rounding of DqQueue's add, so
+  // a tile may add its dQ in place with the same bits; the portable path's may not be fused.
+  dq_in_place_ = kern_->isa != Isa::Generic;
   // Blocks are whole strips and chunks of the micro-kernels: only a sequence's last block
   // is ever partial. Query blocks round down, so that under the causal mask no query block
   // reaches past the key block of its own rows (rounded up, every one needs one more key
@@ -545,7 +548,8 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
   std::fill(sc.dk.data(), sc.dk.data() + (jb1 - jb0) * np * D, 0.0f);
   std::fill(sc.dv.data(), sc.dv.data() + (jb1 - jb0) * np * D, 0.0f);
   BwdTiles b = bwd_tiles(sc);
-  DqQueue queue({packed_->turns.get(), &grid, c.dq, d.H, D, 1.0f / std::sqrt(float(D))}, sc.dq.data(), bqp * D,
+  const float dq_scale = 1.0f / std::sqrt(float(D));
+  DqQueue queue({packed_->turns.get(), &grid, c.dq, d.H, D, dq_scale}, sc.dq.data(), bqp * D,
                 thread == 0 ? &progress_ : nullptr);
   for (int64_t ib = 0; ib < grid.nq; ++ib) {
     if (grid.next_visible(ib, jb0) >= jb1) continue;
@@ -559,13 +563,18 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
         if (kind == Tile::Skip) continue;
         if (thread == 0 && progress_) progress_();
         const size_t off = size_t((g * grid.nk + jb) * np * D), mine = size_t((jb - jb0) * np * D);
-        float* dq_tile = queue.slot();
+        // In place where it is this tile's turn and the block has no padding rows: the
+        // kernel adds to dQ as it goes, instead of a slot written and read back.
+        float* dq_rows = dq_in_place_ && b.t.rows == rows ? queue.in_place(h, ib, jb) : nullptr;
+        float* dq_tile = dq_rows ? nullptr : queue.slot();
         b.t.masked = b.t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;
         b.t.kidx = b.t16.kidx = pk.kidx.data() + jb * np;
         b.t.kdoc = b.t16.kdoc = pk.kdoc.data() + jb * np;
         b.t.dk = b.t16.dk = sc.dk.data() + mine;
         b.t.dv = b.t16.dv = sc.dv.data() + mine;
-        b.t.dq = b.t16.dq = dq_tile;
+        b.t.dq = b.t16.dq = dq_rows ? dq_rows : dq_tile;
+        b.t.lddq = b.t16.lddq = dq_rows ? d.H * D : D;
+        b.t.dq_add = b.t16.dq_add = dq_rows ? dq_scale : 0.0f;
         if (bf16_tiles_) {
           b.t16.kt2 = pk.kt2.data() + off, b.t16.vt2 = pk.vt2.data() + off, b.t16.k2 = pk.k2.data() + off;
           kern_->flash_bwd_tile_bf16(b.t16);
@@ -573,7 +582,8 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
           b.t.kt = pk.kt.data() + off, b.t.vt = pk.vt.data() + off, b.t.k = pk.k.data() + off;
           kern_->flash_bwd_tile(b.t);
         }
-        queue.push(h, ib, jb, rows);
+        if (dq_rows) queue.pass(h, ib, jb);
+        else queue.push(h, ib, jb, rows);
       }
     }
   }

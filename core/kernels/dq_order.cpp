@@ -1,6 +1,7 @@
 #include "kernels/dq_order.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.hpp"
 
@@ -65,10 +66,19 @@ bool DqQueue::add(const Pending& p, bool wait) {
   for (int64_t r = 0; r < p.rows; ++r) {
     float* out = t_.dq + (i0 + r) * ldq + p.h * D;
     const float* src = p.dq + r * D;
-    for (int64_t x = 0; x < D; ++x) out[x] += t_.scale * src[x];
+    for (int64_t x = 0; x < D; ++x) out[x] = std::fma(t_.scale, src[x], out[x]);
   }
   turn.store(t_.grid->next_visible(p.ib, p.jb + 1), std::memory_order_release);
   return true;
+}
+
+float* DqQueue::in_place(int64_t h, int64_t ib, int64_t jb) const {
+  if (t_.turns->of(h, ib, t_.grid->nq).load(std::memory_order_acquire) != jb) return nullptr;
+  return t_.dq + ib * t_.grid->BQ * t_.H * t_.D + h * t_.D;
+}
+
+void DqQueue::pass(int64_t h, int64_t ib, int64_t jb) {
+  t_.turns->of(h, ib, t_.grid->nq).store(t_.grid->next_visible(ib, jb + 1), std::memory_order_release);
 }
 
 }  // namespace lct

@@ -79,6 +79,12 @@ class DqQueue {
   float* slot();
   // The contribution in slot() is the tile (h, ib, jb)'s; adds what is due without waiting.
   void push(int64_t h, int64_t ib, int64_t jb, int64_t rows);
+  // Where the tile (h, ib, jb) may add its contribution to dQ itself (row stride H*D, each
+  // value += scale x contribution by one fused multiply-add, as add() does): its rows of
+  // dQ when it is their turn now, every earlier key block's contribution added; else null.
+  // Between the two turns nothing else touches those rows. After such a tile: pass().
+  float* in_place(int64_t h, int64_t ib, int64_t jb) const;
+  void pass(int64_t h, int64_t ib, int64_t jb);
   void drain();  // waits until every queued contribution is added
 
  private:

@@ -67,13 +67,26 @@ inline void store_acc(const V (&acc)[ROWS][DC], float* c, int64_t ldc) {
     LCT_UNROLL for (int v = 0; v < DC; ++v) Simd::store(c + r * ldc + v * W, acc[r][v]);
 }
 
-// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, ROWS x DC vectors.
+// c = acc, or with add not 0, c += add * acc (one multiply-add per value)
+template <int ROWS, int DC>
+inline void store_or_add_acc(const V (&acc)[ROWS][DC], float* c, int64_t ldc, float add) {
+  if (add == 0.0f) return store_acc(acc, c, ldc);
+  const V a = Simd::set1(add);
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r)
+    LCT_UNROLL for (int v = 0; v < DC; ++v) {
+      float* x = c + r * ldc + v * W;
+      Simd::store(x, Simd::fma(a, acc[r][v], Simd::load(x)));
+    }
+}
+
+// c = (scale ? c * scale[r] : zero_c ? 0 : c) + p . b over K keys, ROWS x DC vectors; with
+// add not 0 (and zero_c), c += add * (p . b) instead (store_or_add_acc).
 // A call, not inlined: inlined into the forward strip, its row pointers and strides were
 // kept on the stack and reloaded on every key (GCC 12), 11% off the fp32 forward tile.
 template <int ROWS, int DC>
 __attribute__((noinline)) void mk_ab(const float* p, int64_t ldp, const float* b, int64_t ldb,
                                      int64_t K, float* c, int64_t ldc, const float* scale,
-                                     bool zero_c) {
+                                     bool zero_c, float add = 0.0f) {
   V acc[ROWS][DC];
   load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t k = 0; k < K; ++k) {
@@ -84,7 +97,7 @@ __attribute__((noinline)) void mk_ab(const float* p, int64_t ldp, const float* b
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = Simd::fma(x, bb[v], acc[r][v]);
     }
   }
-  store_acc(acc, c, ldc);
+  store_or_add_acc(acc, c, ldc, add);
 }
 
 template <int DC>
@@ -291,8 +304,9 @@ inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
     }
   }
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-    mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, cols, t.dq + r0 * D + d0, D,
-                                  nullptr, true);
+    const int64_t lddq = t.lddq ? t.lddq : D;
+    mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + d0, D, cols, t.dq + r0 * lddq + d0, lddq,
+                                  nullptr, true, t.dq_add);
   });
 }
 

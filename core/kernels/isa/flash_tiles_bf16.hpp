@@ -43,10 +43,11 @@ inline void mk_abt_bf16(const bf16* a, int64_t lda, const bf16* bt2, int64_t ldb
   }
 }
 
-// c[RT][DC] = (scale ? c * scale[r] : zero_c ? 0 : c) + p[RT][K] . b2[K/2][DC][2]
+// c[RT][DC] = (scale ? c * scale[r] : zero_c ? 0 : c) + p[RT][K] . b2[K/2][DC][2]; with add
+// not 0 (and zero_c), c += add * (p . b2) instead
 template <int DC>
 inline void mk_ab_bf16(const bf16* p, int64_t ldp, const bf16* b2, int64_t ldb, int64_t K,
-                       float* c, int64_t ldc, const float* scale, bool zero_c) {
+                       float* c, int64_t ldc, const float* scale, bool zero_c, float add = 0.0f) {
   V acc[RT][DC];
   load_acc(acc, c, ldc, scale, zero_c);
   for (int64_t j = 0; j < K / 2; ++j) {
@@ -57,7 +58,7 @@ inline void mk_ab_bf16(const bf16* p, int64_t ldp, const bf16* b2, int64_t ldb, 
       LCT_UNROLL for (int v = 0; v < DC; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bb[v]);
     }
   }
-  store_acc(acc, c, ldc);
+  store_or_add_acc(acc, c, ldc, add);
 }
 
 // c[KC][DC] += a2[rows/2][KC][2]^T . b2[rows/2][DC][2]  (pairs of rows)
@@ -145,9 +146,10 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
       store_rows_bf16(s, t.ds + r0 * np + c0, np);
       store_row_pairs_bf16(s, t.dsi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
     }
+    const int64_t lddq = t.lddq ? t.lddq : D;
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab_bf16<decltype(dc)::value>(t.ds + r0 * np, np, t.k2 + 2 * d0, 2 * D, np,
-                                      t.dq + r0 * D + d0, D, nullptr, true);
+                                      t.dq + r0 * lddq + d0, lddq, nullptr, true, t.dq_add);
     });
   }
   // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.

@@ -47,7 +47,11 @@ struct FlashBwdTile {
   bool masked = false;
   float* p = nullptr;            // [rows][np] scratch
   float* ds = nullptr;           // [rows][np] scratch
-  float* dq = nullptr;           // [rows][D]  overwritten with dS k
+  // [rows][lddq]: overwritten with dS k; or, where dq_add is not 0, dq += dq_add * dS k
+  // with one fused multiply-add per value (the rounding of DqQueue's add). lddq 0 means D.
+  float* dq = nullptr;
+  int64_t lddq = 0;
+  float dq_add = 0.0f;
   float* dk = nullptr;           // [np][D]    += dS^T q
   float* dv = nullptr;           // [np][D]    += P^T dout
 };
@@ -78,6 +82,8 @@ struct FlashBwdTileBf16 {
   bf16 *ds = nullptr;                // [rows][np] scratch
   bf16 *pi = nullptr, *dsi = nullptr;  // [rows/2][np][2] scratch
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // as FlashBwdTile
+  int64_t lddq = 0;
+  float dq_add = 0.0f;
 };
 
 struct IsaKernels {
