@@ -566,13 +566,12 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
         // In place where it is this tile's turn and the block has no padding rows: the
         // kernel adds to dQ as it goes, instead of a slot written and read back.
         float* dq_rows = dq_in_place_ && b.t.rows == rows ? queue.in_place(h, ib, jb) : nullptr;
-        float* dq_tile = dq_rows ? nullptr : queue.slot();
         b.t.masked = b.t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;
         b.t.kidx = b.t16.kidx = pk.kidx.data() + jb * np;
         b.t.kdoc = b.t16.kdoc = pk.kdoc.data() + jb * np;
         b.t.dk = b.t16.dk = sc.dk.data() + mine;
         b.t.dv = b.t16.dv = sc.dv.data() + mine;
-        b.t.dq = b.t16.dq = dq_rows ? dq_rows : dq_tile;
+        b.t.dq = b.t16.dq = dq_rows ? dq_rows : queue.slot();
         b.t.lddq = b.t16.lddq = dq_rows ? d.H * D : D;
         b.t.dq_add = b.t16.dq_add = dq_rows ? dq_scale : 0.0f;
         if (bf16_tiles_) {

@@ -62,19 +62,22 @@ bool DqQueue::add(const Pending& p, bool wait) {
     if (progress_ && *progress_) (*progress_)();
     pause_cpu();
   }
-  const int64_t D = t_.D, ldq = t_.H * D, i0 = p.ib * t_.grid->BQ;
+  const int64_t D = t_.D, ldq = t_.H * D;
+  float* rows = rows_of(p.h, p.ib);
   for (int64_t r = 0; r < p.rows; ++r) {
-    float* out = t_.dq + (i0 + r) * ldq + p.h * D;
+    float* out = rows + r * ldq;
     const float* src = p.dq + r * D;
     for (int64_t x = 0; x < D; ++x) out[x] = std::fma(t_.scale, src[x], out[x]);
   }
-  turn.store(t_.grid->next_visible(p.ib, p.jb + 1), std::memory_order_release);
+  pass(p.h, p.ib, p.jb);
   return true;
 }
 
+float* DqQueue::rows_of(int64_t h, int64_t ib) const { return t_.dq + ib * t_.grid->BQ * t_.H * t_.D + h * t_.D; }
+
 float* DqQueue::in_place(int64_t h, int64_t ib, int64_t jb) const {
   if (t_.turns->of(h, ib, t_.grid->nq).load(std::memory_order_acquire) != jb) return nullptr;
-  return t_.dq + ib * t_.grid->BQ * t_.H * t_.D + h * t_.D;
+  return rows_of(h, ib);
 }
 
 void DqQueue::pass(int64_t h, int64_t ib, int64_t jb) {

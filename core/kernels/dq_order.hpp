@@ -93,6 +93,7 @@ class DqQueue {
     const float* dq;
   };
   float* slot_at(int64_t i) const { return slots_ + i % kSlots * slot_floats_; }
+  float* rows_of(int64_t h, int64_t ib) const;  // (head, query block)'s first row of dQ
   bool add(const Pending& p, bool wait);
   void settle(int64_t keep);  // adds what is due, waiting while more than `keep` are queued
   DqTarget t_;

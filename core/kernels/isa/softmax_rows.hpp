@@ -27,15 +27,13 @@ inline float row_max(const float* x, int64_t n) {
 }
 
 // v stored in the products' type: fp32 as it is; bf16 rounded to nearest even (as to_bf16:
-// vcvtneps2bf16 where the ISA has it, else lane by lane).
+// vcvtneps2bf16 where the ISA has it, else Simd::store_bf16).
 inline void store_product(float* p, Simd::V v) { Simd::store(p, v); }
 inline void store_product(bf16* p, Simd::V v) {
 #if defined(LCT_ISA_AVX512) && defined(__AVX512BF16__)
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
 #else
-  alignas(64) float x[Simd::W];
-  Simd::store(x, v);
-  for (int i = 0; i < Simd::W; ++i) p[i] = to_bf16(x[i]);
+  Simd::store_bf16(p, v);
 #endif
 }
 

@@ -10,6 +10,8 @@
 
 namespace lct::LCT_ISA_NS {
 
+// Not store_product (softmax_rows.hpp): its vcvtneps2bf16 treats denormals as 0, and every
+// path here stores exactly to_bf16's bits.
 inline Simd::V load_values(const float* p) { return Simd::load(p); }
 inline Simd::V load_values(const bf16* p) { return Simd::load_bf16(p); }
 inline void store_values(float* p, Simd::V v) { Simd::store(p, v); }
