@@ -454,6 +454,16 @@ def sigterm_inside_a_step_longer_than_the_grace_writes_the_state_the_step_starte
         print(f"SIGTERM to {who} in step 3: checkpoint of step 2, resumed bit-exact")
 
 
+def launcher_crashed_in_its_teardown(p):
+    """Open MPI 4.1's mpiexec, left by ranks that did not finalize, now and then crashes in its
+    own PMIx server's teardown (rarely, under load: SIGSEGV in PMIx_server_finalize, called
+    from orte_finalize). The ranks had already exited with their code; a crash of lctrain
+    itself shows lctrain's frames and still fails the test."""
+    return (cc.MPI_FAMILY == "openmpi" and p.returncode == -signal.SIGSEGV
+            and "PMIx_server_finalize" in p.stderr and re.search(r"(mpiexec|mpirun|orterun)\(", p.stderr)
+            and "lctrain(" not in p.stderr)
+
+
 @case
 def a_rank_hung_in_mpi_finalize_exits_with_the_runs_code():
     """MPICH 4.0 over UCX's TCP can hang in MPI_Finalize once the run is written (docs/mpi.md):
@@ -465,7 +475,8 @@ def a_rank_hung_in_mpi_finalize_exits_with_the_runs_code():
     p = train("r", "--steps", "2", "--cp", "2", "--comm-timeout", "2", ranks=2,
               env={"LCT_INJECT_FAULT": "finalize:1:0"})
     took = time.time() - t0
-    assert p.returncode == (1 if cc.MPI_FAMILY == "openmpi" else 0), (p.returncode, p.stderr[-2000:])
+    assert p.returncode == (1 if cc.MPI_FAMILY == "openmpi" else 0) or launcher_crashed_in_its_teardown(p), \
+        (p.returncode, p.stderr[-2000:])
     lines = [l for l in p.stderr.splitlines() if "MPI_Finalize has not returned 2 s" in l]
     assert any(l.startswith("lctrain: rank 1:") for l in lines), p.stderr
     assert all(l.endswith("exiting with its code 0") for l in lines), lines
