@@ -19,9 +19,12 @@ struct Shape {
 
 namespace lct::LCT_ISA_NS {
 
-// 12 independent vdpbf16ps chains; each instruction is 32 multiply-adds (64 FLOPs).
+// 24 independent vdpbf16ps chains; each instruction is 32 multiply-adds (64 FLOPs). Twelve,
+// enough for the FMA probe, left this one bound by vdpbf16ps's latency on Zen 5: one thread
+// measured 404 GFLOP/s with 12 chains, 436-443 with 16 or 24 (2 per cycle, the same issue
+// rate as the FMA's), so every bf16 %peak read ~8% high. 24 + 2 operands fit 32 registers.
 double bf16_probe(int64_t iters) {
-  constexpr int kChains = 12;
+  constexpr int kChains = 24;
   __m512 acc[kChains];
   for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(0.001f * float(j + 1));
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3400);
