@@ -71,17 +71,13 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     fail("bench: --heads must be a positive multiple of --kv-heads, and --head-dim positive");
   const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;
   const Precision precision = std::is_same_v<X, bf16> ? Precision::Bf16 : Precision::Fp32;
-  const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
   if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
   std::ostream& out = ctx.out();
-  char line[256];
-  std::snprintf(line, sizeof line, "%8s %9s %9s %6s %9s %9s %6s %9s %7s %7s %9s\n", "S", "fwd s",
-                "fwd GF/s", "%peak", "f+b s", "f+b GF/s", "%peak", "gemm GF/s", "fwd/gm",
-                "f+b/gm", "work MiB");
-  out << line << std::flush;
-  Table table({"seq_len", "heads", "kv_heads", "head_dim", "threads", "fwd_s", "fwd_gflops",
-               "fwd_peak_frac", "fwdbwd_s", "fwdbwd_gflops", "fwdbwd_peak_frac", "gemm_gflops",
-               "fwd_gemm_ratio", "fwdbwd_gemm_ratio", "workspace_mib"});
+  struct Timed {
+    int64_t S;
+    double f, fb, g, ws;  // seconds forward, forward+backward; gemm GFLOP/s; workspace MiB
+  };
+  std::vector<Timed> timed;
   const Isa attn_isa = ctx.attention_isa(precision);
   Isa used = attn_isa;
   Precision products = precision;
@@ -98,7 +94,6 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
     const TokenTags tags{idx.data(), doc.data()};
     const AttnDims d{S, S, H, KV, D};
-    const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
     double f = 0, fb = 0, ws = 0;
     const auto time = [&](auto& kernel) {  // forward, then forward + backward, medians
       auto forward = [&] { kernel.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
@@ -123,11 +118,26 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
       used = kernel.isa();
       time(kernel);
     }
+    timed.push_back({S, f, fb, g, ws});
+    out << "timed S = " << S << "\n" << std::flush;
+  }
+  ctx.measure_peak(true);
+  const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
+  char line[256];
+  std::snprintf(line, sizeof line, "%8s %9s %9s %6s %9s %9s %6s %9s %7s %7s %9s\n", "S", "fwd s",
+                "fwd GF/s", "%peak", "f+b s", "f+b GF/s", "%peak", "gemm GF/s", "fwd/gm",
+                "f+b/gm", "work MiB");
+  out << line;
+  Table table({"seq_len", "heads", "kv_heads", "head_dim", "threads", "fwd_s", "fwd_gflops",
+               "fwd_peak_frac", "fwdbwd_s", "fwdbwd_gflops", "fwdbwd_peak_frac", "gemm_gflops",
+               "fwd_gemm_ratio", "fwdbwd_gemm_ratio", "workspace_mib"});
+  for (const auto& [S, f, fb, g, ws] : timed) {
+    const double fwd_flops = 4.0 * double(S) * double(S) * double(D) * double(H) * (o.causal ? 0.5 : 1.0);
     const double gf = fwd_flops / f / 1e9, gfb = o.backward ? 3.5 * fwd_flops / fb / 1e9 : 0.0;
     std::snprintf(line, sizeof line, "%8lld %9.3f %9.1f %5.1f%% %9.3f %9.1f %5.1f%% %9.1f %7.2f %7.2f %9.1f\n",
                   (long long)S, f, gf, 100 * gf / peak, fb, gfb, 100 * gfb / peak, g, gf / g,
                   gfb / g, ws);
-    out << line << std::flush;
+    out << line;
     table.add({double(S), double(H), double(KV), double(D), double(ctx.topo.threads), f, gf,
                gf / peak, fb, gfb, gfb / peak, g, gf / g, gfb / g, ws});
   }
@@ -147,7 +157,6 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   const ModelConfig c = model_preset(o.preset);
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t HD = c.num_attention_heads * c.head_dim(), KVD = c.num_key_value_heads * c.head_dim();
-  const double peak = ctx.topo.peak.fp32;
   const GemmLib in_use = gemm_lib();
   struct Layer {
     const char* name;
@@ -156,12 +165,14 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   const Layer layers[] = {{"q_proj", C, HD}, {"k_proj", C, KVD}, {"o_proj", HD, C},
                           {"gate_proj", C, I}, {"down_proj", I, C}, {"lm_head", C, V}};
   std::ostream& out = ctx.out();
-  char line[256];
-  std::snprintf(line, sizeof line, "%7s %-10s %-8s %6s %6s %6s %11s %6s %11s %6s\n", "T", "layer",
-                "product", "M", "N", "K", "oneDNN GF/s", "%peak", "OpenBLAS", "%peak");
-  out << line << std::flush;
-  Table table({"tokens", "layer", "product", "M", "N", "K", "onednn_gflops", "onednn_peak_frac",
-               "openblas_gflops", "openblas_peak_frac"});
+  struct Timed {
+    int64_t T;
+    size_t layer, product;
+    const char* product_name;
+    int64_t M, N, K;
+    double g[2];  // GFLOP/s: oneDNN, OpenBLAS
+  };
+  std::vector<Timed> timed;
   for (const int64_t T : lens) {
     for (size_t li = 0; li < std::size(layers); ++li) {
       const Layer& L = layers[li];
@@ -186,16 +197,28 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
           gemm_setup(lib, ctx.topo.isa);
           g[int(lib)] = flops / median_seconds(o.repeats, p.run) / 1e9;
         }
-        std::snprintf(line, sizeof line, "%7lld %-10s %-8s %6lld %6lld %6lld %11.1f %5.1f%% %11.1f %5.1f%%\n",
-                      (long long)T, L.name, p.name, (long long)p.M, (long long)p.N, (long long)p.K,
-                      g[0], 100 * g[0] / peak, g[1], 100 * g[1] / peak);
-        out << line << std::flush;
-        table.add({double(T), double(li), double(pi), double(p.M), double(p.N), double(p.K), g[0],
-                   g[0] / peak, g[1], g[1] / peak});
+        timed.push_back({T, li, pi, p.name, p.M, p.N, p.K, {g[0], g[1]}});
       }
     }
+    out << "timed T = " << T << "\n" << std::flush;
   }
   gemm_setup(in_use, ctx.topo.isa);
+  ctx.measure_peak(true);
+  const double peak = ctx.topo.peak.fp32;
+  char line[256];
+  std::snprintf(line, sizeof line, "%7s %-10s %-8s %6s %6s %6s %11s %6s %11s %6s\n", "T", "layer",
+                "product", "M", "N", "K", "oneDNN GF/s", "%peak", "OpenBLAS", "%peak");
+  out << line;
+  Table table({"tokens", "layer", "product", "M", "N", "K", "onednn_gflops", "onednn_peak_frac",
+               "openblas_gflops", "openblas_peak_frac"});
+  for (const Timed& t : timed) {
+    std::snprintf(line, sizeof line, "%7lld %-10s %-8s %6lld %6lld %6lld %11.1f %5.1f%% %11.1f %5.1f%%\n",
+                  (long long)t.T, layers[t.layer].name, t.product_name, (long long)t.M,
+                  (long long)t.N, (long long)t.K, t.g[0], 100 * t.g[0] / peak, t.g[1], 100 * t.g[1] / peak);
+    out << line;
+    table.add({double(t.T), double(t.layer), double(t.product), double(t.M), double(t.N), double(t.K),
+               t.g[0], t.g[0] / peak, t.g[1], t.g[1] / peak});
+  }
   out << "model " << o.preset << " (C " << C << ", I " << I << ", V " << V << ", q " << HD << ", kv "
       << KVD << "); %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how << "); OpenBLAS "
       << openblas_kernels() << " kernels; medians of " << o.repeats << " runs\n";

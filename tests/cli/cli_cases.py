@@ -575,6 +575,11 @@ def bench_attention_writes_its_table():
         peak = f.attrs["peak_gflops"]
         # the fraction of the measured peak is the ratio of the two figures it is made of
         assert peak > 0 and np.allclose(f["steps/fwd_peak_frac"][:] * peak, f["steps/fwd_gflops"][:])
+    # probed before and after the timings; the table is against the higher reading of each
+    before = float(re.search(r"^peak: fp32 ([\d.]+) GFLOP/s", p.stdout, re.M).group(1))
+    after = float(re.search(r"^peak, the higher of the probes before and after: fp32 ([\d.]+) GFLOP/s",
+                            p.stdout, re.M).group(1))
+    assert after >= before and abs(peak - after) < 0.06, (before, after, peak)
     p = ok("bench", "attention", "--seq-len", "256", "--heads", "4", "--kv-heads", "2", "--repeats", "1",
            "--precision", "bf16", "--out", "b16.h5")
     assert "bf16 inputs" in p.stdout, p.stdout
