@@ -80,9 +80,9 @@ void Context::measure_peak(bool keep_higher) {
   }
   topo.peak = p;
   std::ostream& o = out();
-  o << std::fixed << std::setprecision(1) << (keep_higher ? "peak, the higher of the probes before and after: fp32 " : "peak: fp32 ")
-    << p.fp32 << " GFLOP/s per rank ("
-    << p.fp32_how << ")";
+  o << std::fixed << std::setprecision(1)
+    << (keep_higher ? "peak, the higher of the probes before and after: fp32 " : "peak: fp32 ") << p.fp32
+    << " GFLOP/s per rank (" << p.fp32_how << ")";
   if (p.bf16 > 0) o << ", bf16 " << p.bf16 << " (" << p.bf16_how << ")";
   if (p.bf16_amx_nominal > 0) o << ", AMX bf16 nominal " << p.bf16_amx_nominal;
   o << std::defaultfloat << std::setprecision(6) << "\n" << std::flush;

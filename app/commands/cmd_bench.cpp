@@ -213,8 +213,8 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
                "openblas_gflops", "openblas_peak_frac"});
   for (const Timed& t : timed) {
     std::snprintf(line, sizeof line, "%7lld %-10s %-8s %6lld %6lld %6lld %11.1f %5.1f%% %11.1f %5.1f%%\n",
-                  (long long)t.T, layers[t.layer].name, t.product_name, (long long)t.M,
-                  (long long)t.N, (long long)t.K, t.g[0], 100 * t.g[0] / peak, t.g[1], 100 * t.g[1] / peak);
+                  (long long)t.T, layers[t.layer].name, t.product_name, (long long)t.M, (long long)t.N,
+                  (long long)t.K, t.g[0], 100 * t.g[0] / peak, t.g[1], 100 * t.g[1] / peak);
     out << line;
     table.add({double(t.T), double(t.layer), double(t.product), double(t.M), double(t.N), double(t.K),
                t.g[0], t.g[0] / peak, t.g[1], t.g[1] / peak});
