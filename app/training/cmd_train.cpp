@@ -294,7 +294,7 @@ int cmd_train(Context& ctx) {
   print_data_line(out, o, plan, mc, loader, in.schedule->seq_len_at(state.step + 1), peak, peak_how);
   TrainLoop loop{ctx,    o,      mc,         mesh,  *parts, *in.dataset, *in.schedule, data, in.eval_data.get(),
                  state,  record, run.get(),  layout, where, run_provenance(ctx, state.init_from),
-                 peak,   peak_how, in.init.layout, progress};
+                 peak,   peak_how, in.precision, in.init.layout, progress};
   return loop.train();
 }
 

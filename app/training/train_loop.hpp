@@ -41,6 +41,7 @@ struct TrainLoop {
   Provenance prov;
   double peak;
   std::string peak_how;
+  Precision precision;  // of the products: which probed peak the MFU is of
   const ParamLayout& whole_layout;  // the model file's (the model's is a tp rank's slices)
   StepProgress& progress;           // rank 0's lines inside long steps
 
@@ -56,6 +57,7 @@ struct TrainLoop {
   };
   Outcome step(int64_t step, const Pace& pace, PhaseClock& clock);
   int finish();
+  void reprobe_peak();
   void announce_stage(int64_t step, int64_t first_step);
   void checkpoint_into(PhaseClock& clock);  // checkpoint(), timed as the step's IO
   std::string evaluate_if_due(int64_t step, bool stop, StepFigures& fig);

@@ -192,6 +192,13 @@ void TrainRecord::add(const StepFigures& f) {
                                                                            : std::nan(""));
 }
 
+void TrainRecord::rescale_mfu(double factor) {
+  std::vector<double>& mfu = table_.column("mfu").values;
+  const std::vector<double>& restart = table_.column("restart").values;
+  for (size_t i = 0; i < mfu.size(); ++i)
+    if (restart[i] == restart.back()) mfu[i] *= factor;
+}
+
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   const StepStats& st = f.stats;
   char line[480], par[160] = "", seq[32] = "", unbalanced[32] = "";
@@ -349,9 +356,9 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
   if (tail("mfu") > 1.0)  // no step can beat the hardware: the peak itself is too low
     out << (peak_how == "--peak-gflops"
                 ? "note: MFU above 100%: the --peak-gflops given is below what the steps reached\n"
-                : "note: MFU above 100% means the start-up peak probe ran slower than the steps did "
-                  "(other work on these cores while it ran?); pass --peak-gflops with this "
-                  "machine's peak to compare runs\n");
+                : "note: MFU above 100% means both peak probes, at start-up and at the end, ran "
+                  "slower than the steps did (other work on these cores while they ran?); pass "
+                  "--peak-gflops with this machine's peak to compare runs\n");
 }
 
 std::string eval_line(int64_t step, const EvalResult& r) {

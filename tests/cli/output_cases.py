@@ -139,6 +139,7 @@ def resume_continues_a_one_rank_table_of_the_older_layout():
     assert p.returncode == 85, p.stdout + p.stderr
     old = {}
     with h5py.File("r/timing.h5", "r+") as f:  # rewrite the per-rank columns as the old binary did
+        mfu_before = f["steps"]["mfu"][:]
         for name in RANK_COLUMNS:
             d = f["steps"][name]
             attrs, values = dict(d.attrs), d[:].reshape(-1)
@@ -151,6 +152,10 @@ def resume_continues_a_one_rank_table_of_the_older_layout():
     assert list(steps["restart"]) == [0, 0, 0, 1, 1, 1], steps["restart"]
     for name in RANK_COLUMNS:
         assert np.array_equal(steps[name][:3, 0], old[name]), name  # the earlier rows kept
+    # the peak probed again at the run's end re-bases this run's MFU only
+    peak = timing("r")[1]["peak_gflops"]
+    assert np.array_equal(steps["mfu"][:3], mfu_before), (steps["mfu"], mfu_before)
+    assert np.allclose(steps["mfu"][3:] * peak, steps["gflops"][3:]), (steps["mfu"], steps["gflops"], peak)
     print("a [steps] table of the older layout continued as [steps, 1]")
 
 
