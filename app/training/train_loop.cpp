@@ -339,7 +339,7 @@ void TrainLoop::reprobe_peak() {
   ctx.measure_peak(true);
   const auto [higher, how] = ctx.mfu_peak(precision, 0);
   if (higher <= peak) return;
-  record.rescale_mfu(peak / higher);
+  record.rebase_mfu(higher);
   peak = higher;
   peak_how = how;
 }

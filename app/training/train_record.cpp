@@ -192,11 +192,12 @@ void TrainRecord::add(const StepFigures& f) {
                                                                            : std::nan(""));
 }
 
-void TrainRecord::rescale_mfu(double factor) {
+void TrainRecord::rebase_mfu(double peak_gflops) {
   std::vector<double>& mfu = table_.column("mfu").values;
+  const std::vector<double>& gflops = table_.column("gflops").values;
   const std::vector<double>& restart = table_.column("restart").values;
   for (size_t i = 0; i < mfu.size(); ++i)
-    if (restart[i] == restart.back()) mfu[i] *= factor;
+    if (restart[i] == restart.back()) mfu[i] = gflops[i] / peak_gflops;
 }
 
 std::string TrainRecord::step_line(const StepFigures& f, double eta) const {

@@ -67,8 +67,8 @@ class TrainRecord {
   bool continue_from(TimingTable previous, int64_t seq_len);
   void add(const StepFigures& f);
   // This run's rows (a resumed table keeps the earlier runs' as they were) against a peak
-  // re-measured at its end: their MFU times `factor`, the old peak over the new.
-  void rescale_mfu(double factor);
+  // re-measured at its end: their MFU becomes their GFLOP/s over it.
+  void rebase_mfu(double peak_gflops);
   std::string step_line(const StepFigures& f, double eta_seconds) const;
   // Fills the summary attributes and prints the verification and figure of merit.
   void finish(std::ostream& out, int64_t dp, int64_t cp, double peak_gflops, const std::string& peak_how);
