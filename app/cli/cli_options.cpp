@@ -480,8 +480,8 @@ void declare_train(Registry& r, CLI::App* c, TrainOptions& o) {
       ->check(count(0));
   r.add_choice(c, "--attention-kernel", o.attention_kernel, std::optional<AttnKernel>(),
                attention_kernel_auto_choices(),
-               "the attention path: fused (the ISA's micro-kernels, softmax in registers), onednn (every "
-               "product of a tile a oneDNN matmul: AMX on Xeons that have it) or auto (a resume takes its "
+               "the attention path: fused (the ISA's micro-kernels, softmax in registers), onednn (the tile "
+               "path: a matrix product per tile, oneDNN's, or lctrain's on AMX in bf16) or auto (a resume takes its "
                "checkpoint's; otherwise both are timed on a forward and backward of this rank's shape at "
                "start-up and the faster trains); recorded in every checkpoint");
   declare_flash_blocks(r, c, o.block_q, o.block_k);
@@ -562,7 +562,7 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add(c, "--backward", o.backward, true, "also time forward+backward");
   r.add_choice(c, "--attention-kernel", o.attention_kernel, AttnKernel::Fused, attention_kernel_choices(),
                "attention: the fused kernel (the ISA's micro-kernels, softmax in registers) or the tile path "
-               "whose products are oneDNN matmuls (AMX on Xeons that have it), softmax between them");
+               "(a matrix product per tile, oneDNN's, or lctrain's on AMX in bf16), softmax between them");
   r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
                "attention: fp32 or bf16 inputs and products (%peak against that precision's peak)");
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),

@@ -80,6 +80,7 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
   std::vector<Timed> timed;
   const Isa attn_isa = ctx.attention_isa(precision);
   Isa used = attn_isa;
+  bool matrix_engine = false;  // the tile path's products on AMX (OneDnnAttention::matrix_engine)
   Precision products = precision;
   for (const int64_t S : lens) {
     Buffer<float> qf(size_t(S * H * D)), kf(size_t(S * KV * D)), vf(kf.size()), o_(qf.size()),
@@ -112,6 +113,7 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     const double g = measure_gemm_gflops(2048, int(o.repeats), precision);
     if (o.attention_kernel == AttnKernel::OneDnn) {
       OneDnnAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
+      matrix_engine = kernel.matrix_engine();
       time(kernel);
     } else {
       FlashAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
@@ -145,7 +147,9 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
       << ", forward+backward 3.5x that; %peak of " << peak << " GFLOP/s (" << peak_how
       << "); gemm: " << gemm_description() << ", 2048^3 " << precision_name(o.precision)
       << " on the same threads; attention: "
-      << (o.attention_kernel == AttnKernel::OneDnn ? cat("oneDNN ", onednn_version(), " matmul tiles")
+      << (o.attention_kernel == AttnKernel::OneDnn
+              ? (matrix_engine ? std::string("tiles, every product on AMX (lctrain's pair products)")
+                               : cat("tiles, every product a oneDNN ", onednn_version(), " matmul"))
                                                    : cat("fused kernels ", isa_name(used)))
       << ", " << precision_name(o.precision)
       << " inputs, " << precision_name(products) << " products; medians of " << o.repeats << " runs\n";

@@ -15,6 +15,7 @@
 #include "common/error.hpp"
 #include "kernels/dq_order.hpp"
 #include "kernels/isa/kernels.hpp"
+#include "kernels/pair_products.hpp"
 
 namespace lct {
 
@@ -32,6 +33,8 @@ struct Product {
   auto key() const { return std::tuple(M, N, K, a_row, a_col, b_row, b_col, c_row, accumulate); }
 };
 
+bool onednn_has_bf16_products();
+
 // One thread's products: a primitive per shape (a call has a few: whole and edge blocks,
 // strips of 1 to kStripBlocks blocks), its own stream. Called inside our parallel region,
 // oneDNN runs each product on the calling thread.
@@ -41,8 +44,10 @@ class Products {
       : bf16_(bf16_products), in_(bf16_products ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32) {}
   void run(const Product& p, const void* a, const void* b, float* c) {
     // oneDNN's matmul takes no operand with a dimension of 1 in these strides (an edge block
-    // of one row or one key): those few are summed here.
-    if (p.M == 1 || p.N == 1 || p.K == 1) return bf16_ ? by_hand<bf16>(p, a, b, c) : by_hand<float>(p, a, b, c);
+    // of one row or one key): those few are summed here, as are bf16 products where oneDNN
+    // has none (the matrix engine's emulation in tests, TileEngine).
+    if (p.M == 1 || p.N == 1 || p.K == 1 || (bf16_ && !onednn_has_bf16_products()))
+      return bf16_ ? by_hand<bf16>(p, a, b, c) : by_hand<float>(p, a, b, c);
     Entry& e = entry(p);
     e.a.set_data_handle(const_cast<void*>(a));
     e.b.set_data_handle(const_cast<void*>(b));
@@ -116,21 +121,48 @@ bool onednn_has_bf16_products() {
   return has;
 }
 
+// bf16 products: where oneDNN has them, or on the matrix engine's emulation.
+bool bf16_products(Precision products, TileEngine engine) {
+  return products == Precision::Bf16 && (onednn_has_bf16_products() || engine == TileEngine::Emulated);
+}
+
+// Whether the products run on the matrix engine (TileEngine), and the shapes its
+// kernel takes: whole 16-row tiles of the query block, key blocks that start on 32-key chunks.
+bool use_matrix_engine(const AttnLimits& l, AttnBlocks b, bool bf16_products, TileEngine engine) {
+  if (!bf16_products) return false;
+  if (l.head_dim % 16 != 0 || b.q % 16 != 0 || b.k % 32 != 0) return false;
+  return engine == TileEngine::Emulated || amx_tiles_usable();
+}
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
 }  // namespace
 
 // The operands packed per head in the product type P (fp32 or bf16): q scaled by 1/sqrt(D)
-// [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles.
+// [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles. On the matrix
+// engine q and dout have 16 rows to spare (its tiles read whole 16-row tiles), and k and v
+// are packed again in pairs (pair_products.hpp), each KV head's keys up to tkp:
+//   k_cols, v_cols  [KV, Dp / 2, tkp, 2]  (Dp = D rounded up to 32)  for Q K^T and dO V^T;
+//   k_rows, v_rows  [KV, tkp / 2, D, 2]                              for P V and dS K;
+// and the backward's q and dout transposed, q_t and dout_t [H, D, Tq], for dV^T += dO^T P and
+// dK^T += Q^T dS (P and dS in pairs over their rows), so the task's dK and dV are kept as
+// [D, BK] per key block.
 struct OneDnnAttention::Impl {
   AttnLimits lim;
   AttnBlocks blocks;
   bool b16;     // bf16 products
   const IsaKernels* kern;  // the softmax's row pieces
   size_t elem;  // bytes of an operand
+  bool engine;  // every product on the matrix engine
+  PairEngine pair_engine;
+  int64_t tkp, dp;  // keys and head dimensions of the pair layouts
   Buffer<char> q, k, v, dout;
+  Buffer<bf16> k_cols, v_cols, k_rows, v_rows, q_t, dout_t;
   struct Scratch {
     Buffer<float> s, dp, acc, m, l;  // s [BQ, strip], dp [BQ, BK], acc [BQ, D], m l [BQ]
     Buffer<float> dk, dv, dq;        // dk dv [kMaxKeyRun, BK, D]: a backward task's; dq [kSlots, BQ, D]
     Buffer<char> p, ds;              // p [BQ, strip], ds [BQ, BK] in the product type
+    Buffer<bf16> p_pairs, ds_pairs;  // p and ds in pairs over rows (matrix engine)
     std::unique_ptr<Products> products;
   };
   std::vector<Scratch> scratch;
@@ -140,10 +172,15 @@ struct OneDnnAttention::Impl {
     if (progress && omp_get_thread_num() == 0) progress();
   }
 
-  Impl(const AttnLimits& l, AttnBlocks b, Isa isa, bool bf16_products)
+  Impl(const AttnLimits& l, AttnBlocks b, Isa isa, bool bf16_products, TileEngine tiles)
       : lim(l), blocks(b), b16(bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
-        q(size_t(l.max_tq * l.heads * l.head_dim) * elem), k(size_t(l.max_tk * l.kv_heads * l.head_dim) * elem),
-        v(k.size()), dout(q.size()), turns(l.heads, (l.max_tq + b.q - 1) / b.q) {
+        engine(use_matrix_engine(l, b, bf16_products, tiles)),
+        pair_engine(tiles == TileEngine::Emulated ? PairEngine::Emulated : PairEngine::Amx),
+        tkp(engine ? round_up(l.max_tk, 32) : 0), dp(engine ? round_up(l.head_dim, 32) : 0),
+        q(size_t(l.max_tq * l.heads + (engine ? 16 : 0)) * size_t(l.head_dim) * elem),
+        k(size_t(l.max_tk * l.kv_heads * l.head_dim) * elem), v(k.size()), dout(q.size()),
+        k_cols(size_t(l.kv_heads * dp * tkp)), v_cols(k_cols.size()), k_rows(size_t(l.kv_heads * tkp * l.head_dim)),
+        v_rows(k_rows.size()), q_t(engine ? size_t(l.heads * l.head_dim * l.max_tq) : 0), dout_t(q_t.size()), turns(l.heads, (l.max_tq + b.q - 1) / b.q) {
     if (!kern) fail("this build of lctrain has no '", int(isa), "' kernels");
     const int threads = omp_get_max_threads();
     scratch.resize(size_t(threads));
@@ -162,6 +199,10 @@ struct OneDnnAttention::Impl {
       s.p = Buffer<char>(strip * elem);
       s.ds = Buffer<char>(tile * elem);
       s.products = std::make_unique<Products>(b16);
+      if (engine) {  // pair rows up to BQ rounded up to 32, and a tile's columns past the last
+        s.p_pairs = Buffer<bf16>(size_t(round_up(b.q, 32) * b.k + 32));
+        s.ds_pairs = Buffer<bf16>(s.p_pairs.size());
+      }
     }
   }
 
@@ -193,6 +234,52 @@ struct OneDnnAttention::Impl {
     pack(q_, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), q);
     pack(k_, d.Tk, d.KV, d.D, 1.0f, k);
     pack(v_, d.Tk, d.KV, d.D, 1.0f, v);
+  }
+  // KV head h of the packed k or v (bf16 [KV, Tk, D]) into its pair layouts: keys up to Tk
+  // rounded up to 32 (zeros beyond Tk; the kernel reads whole 32-key chunks).
+  void pack_pairs_of(Buffer<char>& x, int64_t Tk, Buffer<bf16>* cols, Buffer<bf16>* rows) const {
+    const int64_t D = lim.head_dim, KV = lim.kv_heads, chunks = round_up(Tk, 32) / 32;
+    const bf16* src = reinterpret_cast<const bf16*>(x.data());
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t h = 0; h < KV; ++h)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const bf16* head = src + h * Tk * D;
+        if (cols) pack_pairs(head, Tk, D, D, tkp, true, cols->data() + h * dp * tkp, 32 * c, 32 * c + 32);
+        if (rows) pack_pairs(head, Tk, D, D, tkp, false, rows->data() + h * tkp * D, 32 * c, 32 * c + 32);
+      }
+  }
+  // The packed x [H, Tq, D] (bf16) transposed into out [H, D, Tq].
+  void pack_transposed(const Buffer<char>& x, int64_t Tq, int64_t H, Buffer<bf16>& out) const {
+    const int64_t D = lim.head_dim;
+    const bf16* src = reinterpret_cast<const bf16*>(x.data());
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t0 = 0; t0 < Tq; t0 += 64)
+        for (int64_t x0 = 0; x0 < D; ++x0)
+          for (int64_t t = t0; t < std::min(Tq, t0 + 64); ++t)
+            out[size_t((h * D + x0) * Tq + t)] = src[(h * Tq + t) * D + x0];
+  }
+  // out [R, N] = a [R, D] (rows D apart) x (keys c0.. of KV head kvh)^T: of `keys` (the packed
+  // k or v; `cols` the same in pairs).
+  void times_keys(Scratch& s, int64_t R, int64_t N, const char* a, const char* keys, const Buffer<bf16>& cols,
+                  int64_t kvh, int64_t c0, float* out) const {
+    const int64_t D = lim.head_dim;
+    if (engine)
+      return pair_product({R, N, D, reinterpret_cast<const bf16*>(a), D, cols.data() + kvh * dp * tkp + 2 * c0,
+                           2 * tkp, out, N, false},
+                          pair_engine);
+    s.products->run({R, N, D, D, 1, 1, D, N, false}, a, keys, out);
+  }
+  // out [R, D] (+)= a [R, N] (rows N apart) x rows c0.. of KV head kvh: of `x` (the packed k
+  // or v; `rows` the same in pairs).
+  void times_rows(Scratch& s, int64_t R, int64_t N, const char* a, const char* x, const Buffer<bf16>& rows,
+                  int64_t kvh, int64_t c0, float* out, bool accumulate) const {
+    const int64_t D = lim.head_dim;
+    if (engine)
+      return pair_product({R, D, N, reinterpret_cast<const bf16*>(a), N, rows.data() + (kvh * tkp + c0) * D, 2 * D,
+                           out, D, accumulate},
+                          pair_engine);
+    s.products->run({R, D, N, N, 1, D, 1, D, accumulate}, a, x, out);
   }
   // fn(a, b) for every a < na, b < nb: tasks of a dynamic schedule, the progress hook between.
   template <class F>
@@ -244,24 +331,61 @@ struct OneDnnAttention::Impl {
   };
   void backward_run(const BwdCall& c, int64_t kvh, int64_t jb0, int64_t jb1);
   void add_key_grads(const BwdCall& c, const Scratch& s, int64_t kvh, int64_t jb0, int64_t jb1) const;
+  // dV += P^T dO and dK += dS^T (q / sqrt(D)) of one tile (R queries from r0, C keys) into a
+  // task's dk and dv of its key block: [C, D] through oneDNN; on the matrix engine their
+  // transposes [D, BK], dV^T += dO^T P and dK^T += Q^T dS.
+  void key_grads(Scratch& s, const AttnDims& d, int64_t h, int64_t r0, int64_t R, int64_t C, const TileOperands& t,
+                 float* dk, float* dv) {
+    const int64_t D = d.D;
+    if (!engine) {
+      s.products->run({C, D, R, 1, C, D, 1, D, true}, t.p, row(dout, h, d.Tq, r0, D), dv);
+      s.products->run({C, D, R, 1, C, D, 1, D, true}, t.ds, row(q, h, d.Tq, r0, D), dk);
+      return;
+    }
+    pair_rows(reinterpret_cast<const bf16*>(t.p), R, C, C, s.p_pairs.data(), pair_engine);
+    pair_rows(reinterpret_cast<const bf16*>(t.ds), R, C, C, s.ds_pairs.data(), pair_engine);
+    pair_product({D, C, R, dout_t.data() + h * D * d.Tq + r0, d.Tq, s.p_pairs.data(), 2 * C, dv, blocks.k, true},
+                 pair_engine);
+    pair_product({D, C, R, q_t.data() + h * D * d.Tq + r0, d.Tq, s.ds_pairs.data(), 2 * C, dk, blocks.k, true},
+                 pair_engine);
+  }
 };
 
-OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products)
-    : impl_(std::make_unique<Impl>(limits, blocks, isa, products == Precision::Bf16 && onednn_has_bf16_products())) {}
+OneDnnAttention::OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products,
+                                 TileEngine engine)
+    : impl_(std::make_unique<Impl>(limits, blocks, isa, bf16_products(products, engine), engine)) {}
 OneDnnAttention::~OneDnnAttention() = default;
 
-size_t OneDnnAttention::workspace_bytes_for(const AttnLimits& l, AttnBlocks b, int threads, Precision products) {
-  const size_t elem = products == Precision::Bf16 && onednn_has_bf16_products() ? sizeof(bf16) : sizeof(float);
-  const size_t packed = 2 * size_t(l.max_tq * l.heads * l.head_dim) + 2 * size_t(l.max_tk * l.kv_heads * l.head_dim);
-  const size_t strip = size_t(b.q * b.k * kStripBlocks), tile = size_t(b.q * b.k), D = size_t(l.head_dim);
+namespace {
+// b16: bf16 operands; engine: on the matrix engine (q and dout's spare rows, k and v in pairs
+// twice).
+size_t workspace(const AttnLimits& l, AttnBlocks b, int threads, bool b16, bool engine) {
+  const size_t elem = b16 ? sizeof(bf16) : sizeof(float);
+  size_t packed = 2 * size_t(l.max_tq * l.heads * l.head_dim) + 2 * size_t(l.max_tk * l.kv_heads * l.head_dim);
+  if (engine)
+    packed += 2 * size_t(16 * l.head_dim) +
+              2 * size_t(l.kv_heads * round_up(l.max_tk, 32) * (round_up(l.head_dim, 32) + l.head_dim)) +
+              2 * size_t(l.heads * l.head_dim * l.max_tq) +
+              size_t(threads) * 2 * size_t(round_up(b.q, 32) * b.k + 32);
+  const size_t strip = size_t(b.q * b.k * OneDnnAttention::kStripBlocks), tile = size_t(b.q * b.k),
+               D = size_t(l.head_dim);
   const size_t floats = strip + tile + size_t(b.q) * D + 2 * size_t(KeyRuns::kMaxKeyRun * b.k) * D +
                         size_t(DqQueue::kSlots * b.q) * D + 2 * size_t(b.q);
   return packed * elem + size_t(threads) * (floats * sizeof(float) + (strip + tile) * elem);
 }
+}  // namespace
+
+size_t OneDnnAttention::workspace_bytes_for(const AttnLimits& l, AttnBlocks b, int threads, Precision products,
+                                            TileEngine engine) {
+  const bool b16 = bf16_products(products, engine);
+  return workspace(l, b, threads, b16, use_matrix_engine(l, b, b16, engine));
+}
 
 size_t OneDnnAttention::workspace_bytes() const {
-  return workspace_bytes_for(impl_->lim, impl_->blocks, int(impl_->scratch.size()), products());
+  return workspace(impl_->lim, impl_->blocks, int(impl_->scratch.size()), impl_->b16, impl_->engine);
 }
+
+bool OneDnnAttention::matrix_engine() const { return impl_->engine; }
 
 void OneDnnAttention::set_progress(std::function<void()> hook) { impl_->progress = std::move(hook); }
 
@@ -279,7 +403,7 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
     int64_t je = jb + 1;  // the strip: visible blocks jb .. je - 1
     while (je < g.nk && je - jb < kStripBlocks && g.tile(ib, je) != Tile::Skip) ++je;
     const int64_t c0 = jb * g.BK, N = std::min(je * g.BK, d.Tk) - c0;
-    s.products->run({R, N, D, D, 1, 1, D, N, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
+    times_keys(s, R, N, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), k_cols, kvh, c0, s.s.data());
     for (int64_t b = jb; b < je; ++b)
       if (g.tile(ib, b) == Tile::Masked)
         mask_scores(s.s.data() + (b * g.BK - c0), N, R, r0, b * g.BK, g.cols(b, d.Tk), qt, kt, d.window);
@@ -296,7 +420,7 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
       for (int64_t x = 0; x < D; ++x) s.acc[size_t(i * D + x)] *= alpha;
     }
     const char* p = operand_row(s.s.data(), s.p.data(), 0, N);
-    s.products->run({R, D, N, N, 1, D, 1, D, true}, p, row(v, kvh, d.Tk, c0, D), s.acc.data());
+    times_rows(s, R, N, p, row(v, kvh, d.Tk, c0, D), v_rows, kvh, c0, s.acc.data(), true);
     jb = je < g.nk ? g.next_visible(ib, je) : g.nk;
   }
   for (int64_t i = 0; i < R; ++i) {
@@ -311,6 +435,10 @@ void OneDnnAttention::forward(const AttnDims& d, const T* q, const T* k, const T
                               float* o, float* lse) {
   Impl& m = *impl_;
   m.take(d, q, k, v);
+  if (m.engine) {
+    m.pack_pairs_of(m.k, d.Tk, &m.k_cols, nullptr);
+    m.pack_pairs_of(m.v, d.Tk, nullptr, &m.v_rows);
+  }
   const TileGrid g(d, qt, kt, m.blocks);
   m.for_each_task(d.H, g.nq, [&](int64_t h, int64_t ib) { m.forward_block(d, g, h, ib, qt, kt, o, lse); });
 }
@@ -323,9 +451,8 @@ OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilit
   const int64_t D = d.D, kvh = h / (d.H / d.KV), r0 = ib * g.BQ, R = g.rows(ib, d.Tq), c0 = jb * g.BK,
                 C = g.cols(jb, d.Tk);
   const bool masked = g.tile(ib, jb) == Tile::Masked;
-  s.products->run({R, C, D, D, 1, 1, D, C, false}, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), s.s.data());
-  s.products->run({R, C, D, D, 1, 1, D, C, false}, row(dout, h, d.Tq, r0, D), row(v, kvh, d.Tk, c0, D),
-                  s.dp.data());
+  times_keys(s, R, C, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), k_cols, kvh, c0, s.s.data());
+  times_keys(s, R, C, row(dout, h, d.Tq, r0, D), row(v, kvh, d.Tk, c0, D), v_cols, kvh, c0, s.dp.data());
   if (masked) mask_scores(s.s.data(), C, R, r0, c0, C, qt, kt, d.window);  // p and dS come out 0 there
   for (int64_t i = 0; i < R; ++i) {
     const float row_lse = lse[h * d.Tq + r0 + i], row_delta = delta[h * d.Tq + r0 + i];
@@ -374,10 +501,9 @@ void OneDnnAttention::Impl::backward_run(const BwdCall& c, int64_t kvh, int64_t 
         float* dk = s.dk.data() + (jb - jb0) * BK * D;
         float* dv = s.dv.data() + (jb - jb0) * BK * D;
         const TileOperands t = scores_and_probabilities(d, g, h, ib, jb, c.qt, c.kt, c.lse, c.delta, s);
-        s.products->run({C, D, R, 1, C, D, 1, D, true}, t.p, row(dout, h, d.Tq, r0, D), dv);
-        s.products->run({C, D, R, 1, C, D, 1, D, true}, t.ds, row(q, h, d.Tq, r0, D), dk);
+        key_grads(s, d, h, r0, R, C, t, dk, dv);
         float* dq = queue.slot();
-        s.products->run({R, D, C, C, 1, D, 1, D, false}, t.ds, row(k, kvh, d.Tk, jb * BK, D), dq);
+        times_rows(s, R, C, t.ds, row(k, kvh, d.Tk, jb * BK, D), k_rows, kvh, jb * BK, dq, false);
         queue.push(h, ib, jb, R);
       }
   }
@@ -391,10 +517,11 @@ void OneDnnAttention::Impl::add_key_grads(const BwdCall& c, const Scratch& s, in
   const int64_t D = c.d.D, ldk = c.d.KV * D;
   for (int64_t jb = jb0; jb < jb1; ++jb)
     for (int64_t col = 0, c0 = jb * c.g.BK; col < c.g.cols(jb, c.d.Tk); ++col) {
-      const size_t at = size_t(((jb - jb0) * c.g.BK + col) * D);
+      // [C, D] per block, or [D, BK] on the matrix engine
+      const size_t at = size_t((jb - jb0) * c.g.BK * D), i = size_t(engine ? col : col * D), xs = engine ? size_t(c.g.BK) : 1;
       for (int64_t x = 0; x < D; ++x) {
-        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + size_t(x)];
-        c.dv[(c0 + col) * ldk + kvh * D + x] += s.dv[at + size_t(x)];
+        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + i + size_t(x) * xs];
+        c.dv[(c0 + col) * ldk + kvh * D + x] += s.dv[at + i + size_t(x) * xs];
       }
     }
 }
@@ -406,6 +533,12 @@ void OneDnnAttention::backward(const AttnDims& d, const T* q, const T* k, const 
   Impl& m = *impl_;
   m.take(d, q, k, v);
   m.pack(dout, d.Tq, d.H, d.D, 1.0f, m.dout);
+  if (m.engine) {
+    m.pack_pairs_of(m.k, d.Tk, &m.k_cols, &m.k_rows);
+    m.pack_pairs_of(m.v, d.Tk, &m.v_cols, nullptr);
+    m.pack_transposed(m.q, d.Tq, d.H, m.q_t);
+    m.pack_transposed(m.dout, d.Tq, d.H, m.dout_t);
+  }
   const TileGrid g(d, qt, kt, m.blocks);
   m.turns.start(g, d.H);
   // Tasks of runs of key blocks handed out in key order (dq_order.hpp): the same bits on any

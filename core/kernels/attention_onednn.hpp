@@ -7,7 +7,9 @@
 // What is oneDNN's and what is ours:
 //   oneDNN  every product of a tile: S = Q K^T and O += P V forward; S, dP = dO V^T,
 //           dV += P^T dO, dK += dS^T Q and dQ += dS K backward; fp32 accumulation, bf16 or
-//           fp32 operands (Precision `products`);
+//           fp32 operands (Precision `products`); except in bf16 where the CPU has AMX
+//           (TileEngine): then every product is ours on the matrix engine
+//           (pair_products.hpp), reading k, v, q and dout packed once a call;
 //   ours    which tiles exist (the same block decisions as the fused kernel: tag spans,
 //           skipped, full or masked), the mask inside masked tiles, the online softmax
 //           between the products, and the order of every sum.
@@ -28,12 +30,18 @@
 
 namespace lct {
 
+// Where a call's bf16 products run when head_dim is a multiple of 16, the query block of 16
+// and the key block of 32: auto, on the matrix engine where the CPU has AMX, else through
+// oneDNN; emulated, the matrix-engine kernel in plain C++ (tests, any CPU).
+enum class TileEngine { Auto, Emulated };
+
 class OneDnnAttention {
  public:
   // Buffers for the largest call (`limits`) allocated once: the operands packed per head in
   // the product type, and each thread's tiles.
   // isa: the vector path of the softmax between the products
-  OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products = Precision::Fp32);
+  OneDnnAttention(const AttnLimits& limits, AttnBlocks blocks, Isa isa, Precision products = Precision::Fp32,
+                  TileEngine engine = TileEngine::Auto);
   ~OneDnnAttention();
 
   // As FlashAttention::forward: o and lse overwritten; a row that sees no key gets o = 0,
@@ -51,8 +59,10 @@ class OneDnnAttention {
   // bf16 only where oneDNN has bf16 matmuls on this CPU (AVX512_BF16, AMX); elsewhere bf16
   // operands are widened and multiplied in fp32.
   Precision products() const;
+  bool matrix_engine() const;  // the products through pair_products.hpp
   size_t workspace_bytes() const;  // packed operands and every thread's tiles
-  static size_t workspace_bytes_for(const AttnLimits& limits, AttnBlocks blocks, int threads, Precision products);
+  static size_t workspace_bytes_for(const AttnLimits& limits, AttnBlocks blocks, int threads, Precision products,
+                                    TileEngine engine = TileEngine::Auto);
   // Called by thread 0 between tasks while a kernel runs (a ring's transfers progress).
   void set_progress(std::function<void()> hook);
   static constexpr int64_t kStripBlocks = 4;

@@ -338,15 +338,18 @@ TEST(FlashAttention, BackwardIsBitwiseRepeatableOnAnyThreadCount) {
 // same bf16-rounded values, to 1e-2 (p and dS rounded to bf16, as the fused bf16 tiles do).
 class OneDnnVsReference : public ::testing::TestWithParam<Case> {};
 
-Outputs run_onednn(const Case& c, const Inputs& in, Precision products) {
+Outputs run_onednn(const Case& c, const Inputs& in, Precision products, TileEngine engine = TileEngine::Auto) {
   const AttnDims d = c.dims();
   const TokenTags tags{in.idx.data(), in.doc.data()};
   const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
   Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
               std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
-  OneDnnAttention a({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa, products);
+  OneDnnAttention a({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa, products, engine);
   if (products == Precision::Fp32) {
     EXPECT_EQ(a.products(), Precision::Fp32);
+  }
+  if (engine == TileEngine::Emulated) {
+    EXPECT_TRUE(a.matrix_engine());
   }
   std::vector<float> delta(nl);
   const auto run = [&](const auto& q, const auto& k, const auto& v, const auto& dout) {
@@ -421,20 +424,51 @@ INSTANTIATE_TEST_SUITE_P(Sizes, OneDnnVsReference, ::testing::ValuesIn(onednn_ca
                            return c.window ? name + "_W" + std::to_string(c.window) : name;
                          });
 
+// The tile path with every product on the matrix engine's kernel, emulated (every CPU; on
+// a CPU with AMX the suite above runs the real one where the shapes allow), against the
+// definition on bf16-rounded inputs, to the bf16 bound.
+class MatrixEngineVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatrixEngineVsReference, ForwardAndBackwardMatch) {
+  const Case c = GetParam();
+  Inputs in = make_inputs(c, 31);
+  for (std::vector<float>* x : {&in.q, &in.k, &in.v, &in.dout})
+    for (float& e : *x) e = to_f32(to_bf16(e));
+  expect_close(c, run_onednn(c, in, Precision::Bf16, TileEngine::Emulated), run_reference(c, in), 1e-2,
+               "matrix engine (emulated)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MatrixEngineVsReference,
+                         ::testing::Values(Case{333, 2, 1, 64, true, {64, 64}},      // edges in every block
+                                           Case{1000, 4, 2, 16, false, {128, 128}},  // D 16, GQA
+                                           Case{130, 4, 4, 128, true, {32, 32}},     // D 128
+                                           Case{97, 3, 3, 32, false, {16, 96}},      // one key block
+                                           Case{333, 2, 2, 48, true, {48, 32}, test_isa(), 7}),  // D 48, window
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return "S" + std::to_string(c.S) + "_D" + std::to_string(c.D) + "_B" +
+                                  std::to_string(c.blocks.q) + "x" + std::to_string(c.blocks.k) +
+                                  (c.window ? "_W" + std::to_string(c.window) : std::string());
+                         });
+
 // Sums in a fixed order: the same bits on 1 and on every thread, call after call.
 TEST(OneDnnAttention, BackwardIsBitwiseRepeatableOnAnyThreadCount) {
   const Case c{1000, 4, 1, 32, true, {64, 64}};
   const Inputs in = make_inputs(c, 9);
-  std::vector<Outputs> runs;
   const int threads = omp_get_max_threads();
-  for (int t : {threads, 1, threads}) {
-    omp_set_num_threads(t);
-    runs.push_back(run_onednn(c, in, Precision::Fp32));
-  }
-  omp_set_num_threads(threads);
-  for (int t = 0; t < 5; ++t) {
-    EXPECT_EQ(*runs[1].all(t), *runs[0].all(t)) << t;
-    EXPECT_EQ(*runs[2].all(t), *runs[0].all(t)) << t;
+  // fp32 through oneDNN, and bf16 with the matrix engine's products (emulated)
+  for (const auto& [precision, engine] : {std::pair{Precision::Fp32, TileEngine::Auto},
+                                          std::pair{Precision::Bf16, TileEngine::Emulated}}) {
+    std::vector<Outputs> runs;
+    for (int t : {threads, 1, threads}) {
+      omp_set_num_threads(t);
+      runs.push_back(run_onednn(c, in, precision, engine));
+    }
+    omp_set_num_threads(threads);
+    for (int t = 0; t < 5; ++t) {
+      EXPECT_EQ(*runs[1].all(t), *runs[0].all(t)) << t << " " << precision_name(precision);
+      EXPECT_EQ(*runs[2].all(t), *runs[0].all(t)) << t << " " << precision_name(precision);
+    }
   }
 }
 

@@ -1,0 +1,98 @@
+#include "kernels/pair_products.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "kernels/isa/pair_tiles.hpp"
+#include "sys/cpu.hpp"
+
+namespace lct {
+
+#if defined(LCT_X86_KERNELS)
+void pair_product_amx(const PairProduct& p);  // isa/amx_tiles.cpp
+void pair_rows_avx512(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out);
+#endif
+
+namespace {
+
+// The matrix engine's tiles in plain C++: 8 tiles of 16 rows of 64 bytes, TDPBF16PS's sum
+// (each pair's two products added to C in turn, in fp32).
+struct EmulatedTiles {
+  alignas(64) unsigned char t[8][1024];
+  void configure() {}
+  void release() {}
+  template <int T> void zero() { std::memset(t[T], 0, 1024); }
+  template <int T> void load(const void* p, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(t[T] + 64 * r, static_cast<const char*>(p) + r * stride, 64);
+  }
+  template <int T> void store(void* p, int64_t stride) {
+    for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(p) + r * stride, t[T] + 64 * r, 64);
+  }
+  template <int C, int A, int B> void dp() {
+    float c[256];
+    bf16 a[512], b[512];
+    std::memcpy(c, t[C], sizeof c);
+    std::memcpy(a, t[A], sizeof a);
+    std::memcpy(b, t[B], sizeof b);
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 16; ++n) {
+        float s = c[m * 16 + n];
+        for (int k = 0; k < 16; ++k)
+          s += to_f32(a[m * 32 + 2 * k]) * to_f32(b[k * 32 + 2 * n]) +
+               to_f32(a[m * 32 + 2 * k + 1]) * to_f32(b[k * 32 + 2 * n + 1]);
+        c[m * 16 + n] = s;
+      }
+    std::memcpy(t[C], c, sizeof c);
+  }
+};
+
+}  // namespace
+
+bool amx_tiles_usable() {
+#if defined(LCT_X86_KERNELS)
+  static const bool usable = detect_cpu().amx_bf16;
+  return usable;
+#else
+  return false;
+#endif
+}
+
+void pair_product(const PairProduct& p, PairEngine engine) {
+  if (engine == PairEngine::Emulated) {
+    EmulatedTiles e;
+    return pair_tiles::product(e, p);
+  }
+#if defined(LCT_X86_KERNELS)
+  if (amx_tiles_usable()) return pair_product_amx(p);
+#endif
+  fail("pair_product: this CPU or build has no AMX tiles");
+}
+
+void pair_rows(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out, PairEngine engine) {
+#if defined(LCT_X86_KERNELS)
+  if (engine == PairEngine::Amx && amx_tiles_usable()) return pair_rows_avx512(x, R, C, ld, out);
+#endif
+  for (int64_t r = 0; r < R + R % 2; ++r)
+    for (int64_t c = 0; c < C; ++c) out[(r / 2) * 2 * C + 2 * c + r % 2] = r < R ? x[r * ld + c] : bf16{};
+}
+
+void pair_product_reference(const PairProduct& p) {
+  for (int64_t i = 0; i < p.M; ++i)
+    for (int64_t j = 0; j < p.N; ++j) {
+      float s = p.accumulate ? p.c[i * p.ldc + j] : 0.0f;
+      for (int64_t k = 0; k < p.K; ++k) s += to_f32(p.a[i * p.lda + k]) * to_f32(p.b[(k / 2) * p.ldb + 2 * j + k % 2]);
+      p.c[i * p.ldc + j] = s;
+    }
+}
+
+void pack_pairs(const bf16* x, int64_t T, int64_t D, int64_t ld, int64_t Tp, bool as_columns, bf16* out, int64_t t0,
+                int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      const bf16 v = t < T ? x[t * ld + d] : bf16{};
+      if (as_columns) out[(d / 2) * 2 * Tp + 2 * t + d % 2] = v;
+      else out[(t / 2) * 2 * D + 2 * d + t % 2] = v;
+    }
+}
+
+}  // namespace lct
