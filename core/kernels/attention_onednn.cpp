@@ -141,9 +141,9 @@ int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 // The operands packed per head in the product type P (fp32 or bf16): q scaled by 1/sqrt(D)
 // [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles. On the matrix
 // engine q and dout have 16 rows to spare (its tiles read whole 16-row tiles), and k and v
-// are packed again in pairs (pair_products.hpp), each KV head's keys up to tkp:
-//   k_cols, v_cols  [KV, Dp / 2, tkp, 2]  (Dp = D rounded up to 32)  for Q K^T and dO V^T;
-//   k_rows, v_rows  [KV, tkp / 2, D, 2]                              for P V and dS K;
+// are packed again in pairs (pair_products.hpp), each KV head's keys up to tk_pairs:
+//   k_cols, v_cols  [KV, d_pairs / 2, tk_pairs, 2]  for Q K^T and dO V^T;
+//   k_rows, v_rows  [KV, tk_pairs / 2, D, 2]        for P V and dS K;
 // and the backward's q and dout transposed, q_t and dout_t [H, D, Tq], for dV^T += dO^T P and
 // dK^T += Q^T dS (P and dS in pairs over their rows), so the task's dK and dV are kept as
 // [D, BK] per key block.
@@ -155,7 +155,7 @@ struct OneDnnAttention::Impl {
   size_t elem;  // bytes of an operand
   bool engine;  // every product on the matrix engine
   PairEngine pair_engine;
-  int64_t tkp, dp;  // keys and head dimensions of the pair layouts
+  int64_t tk_pairs, d_pairs;  // keys and head dimensions of the pair layouts (multiples of 32)
   Buffer<char> q, k, v, dout;
   Buffer<bf16> k_cols, v_cols, k_rows, v_rows, q_t, dout_t;
   struct Scratch {
@@ -176,11 +176,13 @@ struct OneDnnAttention::Impl {
       : lim(l), blocks(b), b16(bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
         engine(use_matrix_engine(l, b, bf16_products, tiles)),
         pair_engine(tiles == TileEngine::Emulated ? PairEngine::Emulated : PairEngine::Amx),
-        tkp(engine ? round_up(l.max_tk, 32) : 0), dp(engine ? round_up(l.head_dim, 32) : 0),
+        tk_pairs(engine ? round_up(l.max_tk, 32) : 0), d_pairs(engine ? round_up(l.head_dim, 32) : 0),
         q(size_t(l.max_tq * l.heads + (engine ? 16 : 0)) * size_t(l.head_dim) * elem),
         k(size_t(l.max_tk * l.kv_heads * l.head_dim) * elem), v(k.size()), dout(q.size()),
-        k_cols(size_t(l.kv_heads * dp * tkp)), v_cols(k_cols.size()), k_rows(size_t(l.kv_heads * tkp * l.head_dim)),
-        v_rows(k_rows.size()), q_t(engine ? size_t(l.heads * l.head_dim * l.max_tq) : 0), dout_t(q_t.size()), turns(l.heads, (l.max_tq + b.q - 1) / b.q) {
+        k_cols(size_t(l.kv_heads * d_pairs * tk_pairs)), v_cols(k_cols.size()),
+        k_rows(size_t(l.kv_heads * tk_pairs * l.head_dim)), v_rows(k_rows.size()),
+        q_t(engine ? size_t(l.heads * l.head_dim * l.max_tq) : 0), dout_t(q_t.size()),
+        turns(l.heads, (l.max_tq + b.q - 1) / b.q) {
     if (!kern) fail("this build of lctrain has no '", int(isa), "' kernels");
     const int threads = omp_get_max_threads();
     scratch.resize(size_t(threads));
@@ -244,8 +246,9 @@ struct OneDnnAttention::Impl {
     for (int64_t h = 0; h < KV; ++h)
       for (int64_t c = 0; c < chunks; ++c) {
         const bf16* head = src + h * Tk * D;
-        if (cols) pack_pairs(head, Tk, D, D, tkp, true, cols->data() + h * dp * tkp, 32 * c, 32 * c + 32);
-        if (rows) pack_pairs(head, Tk, D, D, tkp, false, rows->data() + h * tkp * D, 32 * c, 32 * c + 32);
+        const int64_t t0 = 32 * c, t1 = t0 + 32;
+        if (cols) pack_pairs(head, Tk, D, D, tk_pairs, true, cols->data() + h * d_pairs * tk_pairs, t0, t1);
+        if (rows) pack_pairs(head, Tk, D, D, tk_pairs, false, rows->data() + h * tk_pairs * D, t0, t1);
       }
   }
   // The packed x [H, Tq, D] (bf16) transposed into out [H, D, Tq].
@@ -264,10 +267,9 @@ struct OneDnnAttention::Impl {
   void times_keys(Scratch& s, int64_t R, int64_t N, const char* a, const char* keys, const Buffer<bf16>& cols,
                   int64_t kvh, int64_t c0, float* out) const {
     const int64_t D = lim.head_dim;
+    const bf16* b = cols.data() + kvh * d_pairs * tk_pairs + 2 * c0;
     if (engine)
-      return pair_product({R, N, D, reinterpret_cast<const bf16*>(a), D, cols.data() + kvh * dp * tkp + 2 * c0,
-                           2 * tkp, out, N, false},
-                          pair_engine);
+      return pair_product({R, N, D, reinterpret_cast<const bf16*>(a), D, b, 2 * tk_pairs, out, N, false}, pair_engine);
     s.products->run({R, N, D, D, 1, 1, D, N, false}, a, keys, out);
   }
   // out [R, D] (+)= a [R, N] (rows N apart) x rows c0.. of KV head kvh: of `x` (the packed k
@@ -276,7 +278,7 @@ struct OneDnnAttention::Impl {
                   int64_t kvh, int64_t c0, float* out, bool accumulate) const {
     const int64_t D = lim.head_dim;
     if (engine)
-      return pair_product({R, D, N, reinterpret_cast<const bf16*>(a), N, rows.data() + (kvh * tkp + c0) * D, 2 * D,
+      return pair_product({R, D, N, reinterpret_cast<const bf16*>(a), N, rows.data() + (kvh * tk_pairs + c0) * D, 2 * D,
                            out, D, accumulate},
                           pair_engine);
     s.products->run({R, D, N, N, 1, D, 1, D, accumulate}, a, x, out);
@@ -518,10 +520,11 @@ void OneDnnAttention::Impl::add_key_grads(const BwdCall& c, const Scratch& s, in
   for (int64_t jb = jb0; jb < jb1; ++jb)
     for (int64_t col = 0, c0 = jb * c.g.BK; col < c.g.cols(jb, c.d.Tk); ++col) {
       // [C, D] per block, or [D, BK] on the matrix engine
-      const size_t at = size_t((jb - jb0) * c.g.BK * D), i = size_t(engine ? col : col * D), xs = engine ? size_t(c.g.BK) : 1;
+      const size_t at = size_t((jb - jb0) * c.g.BK * D) + size_t(engine ? col : col * D);
+      const size_t xs = engine ? size_t(c.g.BK) : 1;
       for (int64_t x = 0; x < D; ++x) {
-        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + i + size_t(x) * xs];
-        c.dv[(c0 + col) * ldk + kvh * D + x] += s.dv[at + i + size_t(x) * xs];
+        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + size_t(x) * xs];
+        c.dv[(c0 + col) * ldk + kvh * D + x] += s.dv[at + size_t(x) * xs];
       }
     }
 }

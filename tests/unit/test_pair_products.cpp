@@ -103,9 +103,10 @@ TEST(PairProducts, PairedRows) {
         std::vector<bf16> out(size_t((R + 1) / 2 * 2 * C), to_bf16(-1.0f));
         pair_rows(x.data(), R, C, ld, out.data(), e);
         for (int64_t r = 0; r < R + R % 2; ++r)
-          for (int64_t c = 0; c < C; ++c)
-            EXPECT_EQ(to_f32(out[size_t((r / 2) * 2 * C + 2 * c + r % 2)]), r < R ? to_f32(x[size_t(r * ld + c)]) : 0.0f)
-                << R << " x " << C << " at " << r << ", " << c;
+          for (int64_t c = 0; c < C; ++c) {
+            const float want = r < R ? to_f32(x[size_t(r * ld + c)]) : 0.0f;
+            EXPECT_EQ(to_f32(out[size_t((r / 2) * 2 * C + 2 * c + r % 2)]), want) << R << " x " << C << " at " << r;
+          }
       }
 }
 

@@ -62,7 +62,8 @@ void block(E& e, const PairProduct& p, int64_t m0, int64_t n0, Edges& x) {
     if (p.K - k0 < 32) {  // the last chunk: A's columns beyond K are not read, zeros instead
       const int64_t rows = at_most(32, p.M - m0), cols = p.K - k0;
       std::memset(static_cast<void*>(x.a), 0, sizeof x.a);
-      for (int64_t i = 0; i < rows; ++i) std::memcpy(static_cast<void*>(x.a + i * 32), a + i * p.lda, size_t(cols) * sizeof(bf16));
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(static_cast<void*>(x.a + i * 32), a + i * p.lda, size_t(cols) * sizeof(bf16));
       a = x.a;
       lda = 32;
     }
