@@ -1,8 +1,9 @@
-// The attention's products through oneDNN's matmul: the tile path beside the fused kernel
-// (attention.hpp's FlashAttention), same layouts, masks and contracts. On a Xeon with AMX
-// oneDNN runs bf16 tiles on the matrix engine, where the fused kernel's bf16 operands are
-// widened to fp32 (AVX512_BF16 runs at half the fp32 rate there); elsewhere it is what
-// oneDNN's brgemm does on the ISA at hand. Which path trains is measured at start-up.
+// The tile path beside the fused kernel (attention.hpp's FlashAttention), same layouts,
+// masks and contracts: each product of a tile one matrix-product call, oneDNN's matmul or,
+// in bf16 on a Xeon with AMX, lctrain's own on the matrix engine, where the fused kernel's
+// bf16 operands are widened to fp32 (AVX512_BF16 runs at half the fp32 rate there).
+// Elsewhere it is what oneDNN's brgemm does on the ISA at hand. Which path trains is measured
+// at start-up.
 //
 // What is oneDNN's and what is ours:
 //   oneDNN  every product of a tile: S = Q K^T and O += P V forward; S, dP = dO V^T,
