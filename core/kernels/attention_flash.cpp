@@ -16,6 +16,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/dq_order.hpp"
 #include "kernels/isa/kernels.hpp"
+#include "kernels/pair_products.hpp"
 
 namespace lct {
 
@@ -227,7 +228,8 @@ namespace {
 // The layouts of a key block (n rows of D, row stride ld, zero for rows n..np), for products
 // with the reduction over D (transposed) or over the keys:
 //   fp32  transposed [D][np] (times mult), rows [np][D]
-//   bf16  pairs of dimensions [D/2][np][2], pairs of rows [np/2][D][2]
+//   bf16  pairs of dimensions [D/2][np][2], pairs of rows [np/2][D][2] (pair_products.hpp's
+//         transpose_pairs and interleave_rows, also a query block's q and dout rows)
 // The loops are plain copies (one conversion each at most) that the compiler vectorises.
 template <class T>
 void transpose_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, float mult, float* out) {
@@ -242,37 +244,6 @@ void copy_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, float* 
   for (int64_t c = 0; c < n; ++c)
     for (int64_t i = 0; i < D; ++i) out[c * D + i] = load_f32(x[c * ld + i]);
   std::fill(out + n * D, out + np * D, 0.0f);
-}
-void transpose_pairs(const bf16* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
-  for (int64_t i = 0; i < D / 2; ++i) {
-    bf16* o = out + i * 2 * np;
-    for (int64_t c = 0; c < n; ++c) std::memcpy(o + 2 * c, x + c * ld + 2 * i, 2 * sizeof(bf16));
-    std::fill(o + 2 * n, o + 2 * np, bf16{});
-  }
-}
-inline bf16 as_bf16(float x) { return to_bf16(x); }
-inline bf16 as_bf16(bf16 x) { return x; }
-// Also a query block's q and dout rows (n = its rows, np = bqp) for the dK and dV products.
-template <class T>
-void interleave_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
-  for (int64_t j = 0; 2 * j < np; ++j) {
-    bf16* o = out + j * 2 * D;
-    const T* a = x + 2 * j * ld;
-    if (2 * j + 1 < n) {
-      const T* b = a + ld;
-      for (int64_t i = 0; i < D; ++i) {
-        o[2 * i] = as_bf16(a[i]);
-        o[2 * i + 1] = as_bf16(b[i]);
-      }
-    } else if (2 * j < n) {  // never read past the block: a missing second row is zero
-      for (int64_t i = 0; i < D; ++i) {
-        o[2 * i] = as_bf16(a[i]);
-        o[2 * i + 1] = bf16{};
-      }
-    } else {
-      std::fill(o, o + 2 * D, bf16{});
-    }
-  }
 }
 // A key block's rows in bf16 times mult: in place when they are bf16 already and unscaled,
 // else converted into `copy` [n][D]. Sets the rows' stride.
@@ -312,14 +283,14 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
       int64_t ld;
       const bf16* rows = rows_bf16(vb, ldk, n, D, 1.0f, copy, &ld);
       if (backward) {
-        transpose_pairs(rows, ld, n, np, D, pk.vt2.data() + off);
+        transpose_pairs(rows, ld, n, np, D, pk.vt2.data() + off, 2 * np);
         rows = rows_bf16(kb, ldk, n, D, 1.0f, copy, &ld);
         interleave_rows(rows, ld, n, np, D, pk.k2.data() + off);
       } else {
         interleave_rows(rows, ld, n, np, D, pk.v2.data() + off);
       }
       rows = rows_bf16(kb, ldk, n, D, mult, copy + np * D, &ld);
-      transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off);
+      transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off, 2 * np);
     } else {
       transpose_rows(kb, ldk, n, np, D, mult, pk.kt.data() + off);
       if (backward) {

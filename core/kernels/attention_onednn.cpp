@@ -237,8 +237,8 @@ struct OneDnnAttention::Impl {
     pack(k_, d.Tk, d.KV, d.D, 1.0f, k);
     pack(v_, d.Tk, d.KV, d.D, 1.0f, v);
   }
-  // KV head h of the packed k or v (bf16 [KV, Tk, D]) into its pair layouts: keys up to Tk
-  // rounded up to 32 (zeros beyond Tk; the kernel reads whole 32-key chunks).
+  // Every KV head of the packed k or v (bf16 [KV, Tk, D]) into its pair layouts, 32 keys a
+  // task: keys up to Tk rounded up to 32 (zeros beyond Tk; the kernel reads whole chunks).
   void pack_pairs_of(Buffer<char>& x, int64_t Tk, Buffer<bf16>* cols, Buffer<bf16>* rows) const {
     const int64_t D = lim.head_dim, KV = lim.kv_heads, chunks = round_up(Tk, 32) / 32;
     const bf16* src = reinterpret_cast<const bf16*>(x.data());
@@ -246,9 +246,10 @@ struct OneDnnAttention::Impl {
     for (int64_t h = 0; h < KV; ++h)
       for (int64_t c = 0; c < chunks; ++c) {
         const bf16* head = src + h * Tk * D;
-        const int64_t t0 = 32 * c, t1 = t0 + 32;
-        if (cols) pack_pairs(head, Tk, D, D, tk_pairs, true, cols->data() + h * d_pairs * tk_pairs, t0, t1);
-        if (rows) pack_pairs(head, Tk, D, D, tk_pairs, false, rows->data() + h * tk_pairs * D, t0, t1);
+        const int64_t t0 = 32 * c, n = std::min<int64_t>(32, Tk - t0);
+        const bf16* block = head + t0 * D;
+        if (cols) transpose_pairs(block, D, n, 32, D, cols->data() + h * d_pairs * tk_pairs + 2 * t0, 2 * tk_pairs);
+        if (rows) interleave_rows(block, D, n, 32, D, rows->data() + (h * tk_pairs + t0) * D);
       }
   }
   // The packed x [H, Tq, D] (bf16) transposed into out [H, D, Tq].

@@ -1,5 +1,6 @@
 #include "kernels/pair_products.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -72,8 +73,7 @@ void pair_rows(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out, PairE
 #if defined(LCT_X86_KERNELS)
   if (engine == PairEngine::Amx && amx_tiles_usable()) return pair_rows_avx512(x, R, C, ld, out);
 #endif
-  for (int64_t r = 0; r < R + R % 2; ++r)
-    for (int64_t c = 0; c < C; ++c) out[(r / 2) * 2 * C + 2 * c + r % 2] = r < R ? x[r * ld + c] : bf16{};
+  interleave_rows(x, ld, R, R + R % 2, C, out);
 }
 
 void pair_product_reference(const PairProduct& p) {
@@ -85,14 +85,42 @@ void pair_product_reference(const PairProduct& p) {
     }
 }
 
-void pack_pairs(const bf16* x, int64_t T, int64_t D, int64_t ld, int64_t Tp, bool as_columns, bf16* out, int64_t t0,
-                int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t)
-    for (int64_t d = 0; d < D; ++d) {
-      const bf16 v = t < T ? x[t * ld + d] : bf16{};
-      if (as_columns) out[(d / 2) * 2 * Tp + 2 * t + d % 2] = v;
-      else out[(t / 2) * 2 * D + 2 * d + t % 2] = v;
-    }
+// Plain copies (one conversion each at most) that the compiler vectorises.
+void transpose_pairs(const bf16* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out, int64_t ldo) {
+  for (int64_t i = 0; i < D / 2; ++i) {
+    bf16* o = out + i * ldo;
+    for (int64_t c = 0; c < n; ++c) std::memcpy(o + 2 * c, x + c * ld + 2 * i, 2 * sizeof(bf16));
+    std::fill(o + 2 * n, o + 2 * np, bf16{});
+  }
 }
+
+namespace {
+inline bf16 as_bf16(float x) { return to_bf16(x); }
+inline bf16 as_bf16(bf16 x) { return x; }
+}  // namespace
+
+template <class T>
+void interleave_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) {
+  for (int64_t j = 0; 2 * j < np; ++j) {
+    bf16* o = out + j * 2 * D;
+    const T* a = x + 2 * j * ld;
+    if (2 * j + 1 < n) {
+      const T* b = a + ld;
+      for (int64_t i = 0; i < D; ++i) {
+        o[2 * i] = as_bf16(a[i]);
+        o[2 * i + 1] = as_bf16(b[i]);
+      }
+    } else if (2 * j < n) {  // never read past the block: a missing second row is zero
+      for (int64_t i = 0; i < D; ++i) {
+        o[2 * i] = as_bf16(a[i]);
+        o[2 * i + 1] = bf16{};
+      }
+    } else {
+      std::fill(o, o + 2 * D, bf16{});
+    }
+  }
+}
+template void interleave_rows<float>(const float*, int64_t, int64_t, int64_t, int64_t, bf16*);
+template void interleave_rows<bf16>(const bf16*, int64_t, int64_t, int64_t, int64_t, bf16*);
 
 }  // namespace lct

@@ -52,11 +52,14 @@ void pair_rows(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out, PairE
 // The plain definition: C (+)= A B, each element a sum over k in order (tests).
 void pair_product_reference(const PairProduct& p);
 
-// Packs rows t0 <= t < t1 of x [T, D] (rows ld elements apart; zeros for t >= T) into
-// pairs, in an array of Tp rows (Tp even, D even):
-//   as_columns  out[(d / 2) * 2 * Tp + 2 * t + d % 2] = x[t][d]: B = x^T (D x Tp), for A x^T;
-//   as rows     out[(t / 2) * 2 * D + 2 * d + t % 2] = x[t][d]: B = x (Tp x D), for A x.
-void pack_pairs(const bf16* x, int64_t T, int64_t D, int64_t ld, int64_t Tp, bool as_columns, bf16* out, int64_t t0,
-                int64_t t1);
+// The pair layouts of a block of n rows of D (rows ld apart), zeros for rows n..np (np and D
+// even), as both attention paths keep keys, values, queries and gradients:
+//   transpose_pairs  out[(d / 2) * ldo + 2 * c + d % 2] = x[c][d]: B = x^T, the product
+//                    reducing over D (ldo >= 2 np: the pair rows' stride);
+//   interleave_rows  out[(c / 2) * 2 * D + 2 * d + c % 2] = x[c][d]: B = x, the product
+//                    reducing over the rows (fp32 rows rounded to bf16).
+void transpose_pairs(const bf16* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out, int64_t ldo);
+template <class T>
+void interleave_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out);
 
 }  // namespace lct

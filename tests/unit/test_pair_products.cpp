@@ -78,9 +78,10 @@ TEST(PairProducts, PackedLayouts) {
   std::vector<bf16> x(size_t(T * ld));
   for (size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(float(i % 251) - 100.0f);
   std::vector<bf16> cols(size_t(D * Tp), to_bf16(7.0f)), rows(size_t(Tp * D), to_bf16(7.0f));
-  pack_pairs(x.data(), T, D, ld, Tp, true, cols.data(), 0, 32);
-  pack_pairs(x.data(), T, D, ld, Tp, true, cols.data(), 32, 64);
-  pack_pairs(x.data(), T, D, ld, Tp, false, rows.data(), 0, 64);
+  // columns in two chunks of 32 rows, as the tile path packs them; rows in one block
+  transpose_pairs(x.data(), ld, 32, 32, D, cols.data(), 2 * Tp);
+  transpose_pairs(x.data() + 32 * ld, ld, T - 32, 32, D, cols.data() + 2 * 32, 2 * Tp);
+  interleave_rows(x.data(), ld, T, Tp, D, rows.data());
   for (int64_t t = 0; t < Tp; ++t)
     for (int64_t d = 0; d < D; ++d) {
       const float want = t < T ? to_f32(x[size_t(t * ld + d)]) : 0.0f;
