@@ -472,5 +472,41 @@ TEST(OneDnnAttention, BackwardIsBitwiseRepeatableOnAnyThreadCount) {
   }
 }
 
+// The softmax's exponentials on every path: e^x to the polynomial's accuracy (plus the
+// rounding of x log2 e, which grows with |x|) down to 2^-124, and exactly +0 for masked (-inf)
+// scores. Below that, never negative or NaN: the vector code gives exactly +0 at 2^-127 and
+// below (std::exp2, of the generic path and the vectors' tails, a denormal). The vector paths
+// skip exp2's clamp and zeroing here (their exponents are at most 0): this pins what is left.
+TEST(SoftmaxRows, ExponentialsAreExpAndMaskedScoresExactlyZero) {
+  std::vector<float> x{-std::numeric_limits<float>::infinity()};
+  for (float v = -100.0f; v <= 0.5f; v += 0.0371f) x.push_back(v);
+  for (float v : {-88.03f, -88.0297f, -88.02969f, -87.5f, -87.34f, -87.0f}) x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  const float lo_exact = -86.0f, zero_below = -88.0297f;  // 2^-124.07 and 2^-127 (in e^x)
+  for (Isa isa : test_isas()) {
+    const IsaKernels* k = isa_kernels(isa);
+    const int64_t vectors = isa == Isa::Generic ? 0 : n / k->width * k->width;
+    std::vector<float> e = x, s = x, dp(x.size(), 2.0f);
+    const float sum = k->exp_shift_sum(e.data(), n, 0.0f);
+    k->probs_and_grads(s.data(), dp.data(), n, 0.0f, 1.0f);  // s = e^x, dp = e^x (2 - 1)
+    double want_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t u = size_t(i);
+      const double want = std::exp(double(x[u]));
+      want_sum += want;
+      SCOPED_TRACE(::testing::Message() << "path " << int(isa) << ", x " << x[u]);
+      for (float got : {e[u], s[u], dp[u]}) {
+        if (x[u] >= lo_exact)
+          ASSERT_NEAR(got, want, want * (2.5e-7 + 1e-7 * std::fabs(x[u])));
+        else if (i == 0 || (i < vectors && x[u] < zero_below))
+          ASSERT_TRUE(got == 0.0f && !std::signbit(got)) << got;
+        else
+          ASSERT_TRUE(got >= 0.0f && got <= 0x1p-124f) << got;
+      }
+    }
+    EXPECT_NEAR(sum, want_sum, want_sum * 1e-6) << int(isa);
+  }
+}
+
 }  // namespace
 }  // namespace lct

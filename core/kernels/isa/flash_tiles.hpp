@@ -156,7 +156,7 @@ inline void mask_scores(V (&s)[ROWS][NV], const int32_t* kidx, const int32_t* kd
 inline float exp2_scalar(float x) {
   alignas(64) float e[W] = {};
   e[0] = x;
-  Simd::store(e, Simd::exp2(Simd::load(e)));
+  Simd::store(e, Simd::exp2_softmax(Simd::load(e)));
   return e[0];
 }
 
@@ -165,7 +165,7 @@ template <int ROWS>
 inline void softmax_known(V (&s)[ROWS][NV], const float* lse2) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     const V lse = Simd::set1(lse2[r]);
-    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::exp2(Simd::sub(s[r][v], lse));
+    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::exp2_softmax(Simd::sub(s[r][v], lse));
   }
 }
 
@@ -266,7 +266,7 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
                                        Simd::store(s + r * np + c, p0);
                                        Simd::store(s + r * np + c + W, p1);
                                      },
-                                     [](V x) { return Simd::exp2(x); });
+                                     [](V x) { return Simd::exp2_softmax(x); });
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
     mk_ab<N, decltype(dc)::value>(s, np, t.v + d0, D, cols, t.acc + r0 * D + d0, D,
                                   rescale ? corr : nullptr, false);

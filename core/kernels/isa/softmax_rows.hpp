@@ -57,7 +57,7 @@ inline Simd::V exp2_for(Simd::V x) {
 #if defined(LCT_ISA_AVX512)
   if constexpr (std::is_same_v<Out, bf16>) return Simd::exp2_bf16(x);
 #endif
-  return Simd::exp2(x);
+  return Simd::exp2_softmax(x);
 }
 
 // out [n] = e^(x - shift) in the products' type (out may be x), as 2^((x - shift) log2 e):
