@@ -1,5 +1,6 @@
 // One thread, one kernel path: the fused attention's forward and backward tiles on whole,
-// unmasked 132 x 128 blocks of D = 64, as a query block walks its row of key blocks. What
+// unmasked 132 x 128 blocks of D = 64, as a query block walks its row of key blocks (the
+// fp32 forward bringing the next block into L2 as the kernel does). What
 // the tiles alone reach, against the same path's peak on the same thread (the FMA probe; for
 // the bf16 tiles of avx512_bf16, its vdpbf16ps probe); `lctrain bench attention` measures
 // the whole kernel (packing, masks, scheduling, dQ order) on every thread. Counters: GFLOP/s
@@ -82,6 +83,9 @@ void forward_row(const IsaKernels& kern, Operands& o) {
   for (int64_t j = 0; j < o.blocks; ++j) {
     t.kt = o.kt.data() + j * kKeys * kD;
     t.v = o.v.data() + j * kKeys * kD;
+    const bool last = j + 1 == o.blocks;
+    t.next_kt = last ? nullptr : t.kt + kKeys * kD;
+    t.next_v = last ? nullptr : t.v + kKeys * kD;
     kern.flash_fwd_tile(t);
   }
 }

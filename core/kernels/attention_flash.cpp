@@ -440,11 +440,17 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
       t.v = pk.v.data() + off;
       t16.kt2 = pk.kt2.data() + off;
       t16.v2 = pk.v2.data() + off;
+      // the group's last tile on this key block brings the next visible one into L2
+      const int64_t jn = jb + 1 < grid.nk ? grid.next_visible(ib, jb + 1) : grid.nk;
+      const size_t next = size_t((g * grid.nk + jn) * np * D);
       for (int64_t hh = 0; hh < HG; ++hh) {
         if (thread == 0 && progress_) progress_();
         t.acc = t16.acc = sc.dq.data() + hh * bqp * D;
         t.m = t16.m = sc.m.data() + hh * bqp;
         t.l = t16.l = sc.l.data() + hh * bqp;
+        const bool prefetch = hh + 1 == HG && jn < grid.nk;
+        t.next_kt = prefetch ? pk.kt.data() + next : nullptr;
+        t.next_v = prefetch ? pk.v.data() + next : nullptr;
         if (bf16_tiles_) {
           t16.q = q16[hh];
           kern_->flash_fwd_tile_bf16(t16);

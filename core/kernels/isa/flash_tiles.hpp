@@ -274,7 +274,21 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
 }
 
 void flash_fwd_tile(const FlashFwdTile& t) {
-  over_strips(t.rows, [&](int64_t r0, auto strip) { fwd_strip<decltype(strip)::value>(t, r0); });
+  // The next tile's kt and v into L2, a slice before each strip: they come from L3 otherwise
+  // (each is [D][np] floats, 32 KiB at D = 64), and the first strip of every tile waits.
+  const int64_t bytes = t.next_kt ? t.np * t.D * int64_t(sizeof(float)) : 0, strips = (t.rows + R - 1) / R;
+  int64_t sent = 0, strip_no = 0;
+  auto prefetch_upto = [&](int64_t upto) {
+    for (; sent < upto; sent += 64) {
+      Simd::prefetch_l2(reinterpret_cast<const char*>(t.next_kt) + sent);
+      Simd::prefetch_l2(reinterpret_cast<const char*>(t.next_v) + sent);
+    }
+  };
+  over_strips(t.rows, [&](int64_t r0, auto strip) {
+    prefetch_upto(std::min(bytes, bytes * ++strip_no / strips));
+    fwd_strip<decltype(strip)::value>(t, r0);
+  });
+  prefetch_upto(bytes);
 }
 
 // Phase A of the backward tile for one strip of N rows: P = 2^(s - lse2), dS = P * (dP -

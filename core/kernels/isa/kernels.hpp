@@ -30,6 +30,9 @@ struct FlashFwdTile {
   float* m = nullptr;           // [rows] running max of s (-inf before any visible key)
   float* l = nullptr;           // [rows] running sum of p
   float* scratch = nullptr;     // [min(rows, 6)][np]
+  // The next tile's kt and v (same D and np), brought into L2 a slice per strip while this
+  // one computes; null when there is none.
+  const float *next_kt = nullptr, *next_v = nullptr;
 };
 
 // One query block against one key block of the backward pass (same units; lse2 = lse *

@@ -103,6 +103,7 @@ struct Simd {
     return exp2_reduced(x, [](V f) { return fma(LCT_EXP2_POLY(fma, set1, f), f, set1(1.0f)); });
   }
   static V exp2_softmax(V x) { return exp2(x); }
+  static void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
   // 2^x to about 3e-6 relative (a degree-4 minimax polynomial, two FMAs fewer than exp2):
   // for a p that is rounded to bf16 (2^-9 relative) before its product, which is what makes
   // the bf16 forward's exponentials cost 3 points of its peak less on Zen 5.
@@ -182,6 +183,7 @@ struct Simd {
   // 127, and at the lower clamp n = -127 and f = 0, so p = 1.0 exactly and the exponent add
   // gives +0.0 for -127, -inf and anything below. Between -127 and -125.5 the result is a
   // denormal near the true value's order (below 2^-125 either way, 0 from exp2).
+  static void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
   static V exp2_softmax(V x) {
     const V magic = set1(12582912.0f);
     x = _mm256_max_ps(set1(-127.0f), x);  // operand order: a NaN x passes through
@@ -218,6 +220,7 @@ struct Simd {
   static V keep(Mask m, V v, V other) { return m ? v : other; }
   static V exp2(V x) { return std::exp2(x); }
   static V exp2_softmax(V x) { return std::exp2(x); }
+  static void prefetch_l2(const void*) {}
 };
 #endif
 
