@@ -10,9 +10,10 @@
 //   exp2(x)   2^x for x < +inf, about 1 ulp; exactly 0 for x < -127 and for -inf (masked scores);
 //             NaN stays NaN
 //   exp2_softmax(x)   exp2 for a softmax's exponent (a score minus its row's maximum or
-//             log-sum-exp: at most 0 up to rounding, and below 127): the same values down to
-//             2^-125, exactly 0 at -127 and below and for -inf; where the ISA allows, fewer
-//             instructions than exp2
+//             log-sum-exp: at most 0 up to rounding, below 127 always): exp2's bits from -126
+//             up, exactly +0 at -127 and below and for -inf, between them 0 or a denormal;
+//             where the ISA allows, fewer instructions than exp2
+//   prefetch_l2(p)   asks for p's cache line in L2 (nothing on the generic path)
 //   load_bf16(p), store_bf16(p, v)   W bf16 values widened to fp32 / rounded from fp32 as
 //             to_bf16 does (nearest even, NaN kept quiet), in integer arithmetic on every
 //             ISA so that each path stores the same bits
@@ -181,9 +182,8 @@ struct Simd {
   }
   // exp2 without its upper clamp and its zeroing (3 of its 15 instructions): x is at most
   // 127, and at the lower clamp n = -127 and f = 0, so p = 1.0 exactly and the exponent add
-  // gives +0.0 for -127, -inf and anything below. Between -127 and -125.5 the result is a
-  // denormal near the true value's order (below 2^-125 either way, 0 from exp2).
-  static void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+  // gives +0.0 for -127, -inf and anything below. From -126 up, exp2's bits; between -127
+  // and -126 a denormal below 2^-126 (exp2 gives 0 there).
   static V exp2_softmax(V x) {
     const V magic = set1(12582912.0f);
     x = _mm256_max_ps(set1(-127.0f), x);  // operand order: a NaN x passes through
@@ -193,6 +193,7 @@ struct Simd {
     const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
   }
+  static void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 };
 #else
 // Portable scalar path: any CPU, any head dimension.
