@@ -166,24 +166,11 @@ struct Simd {
     return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_or_si256(later, older), same));
   }
   static V keep(Mask m, V v, V other) { return _mm256_blendv_ps(other, v, m); }
-  // n = round(x) by the 1.5 * 2^23 trick: the sum's low bits are n, so n << 23 needs no
-  // conversion, and 2^n * p is one integer add to p's exponent (x is clamped to [-127, 127]
-  // and zeroed below -126, so the result is always a normal float or 0).
-  static V exp2(V x) {
-    const V lo = set1(-127.0f), magic = set1(12582912.0f);
-    const V under = _mm256_cmp_ps(x, set1(-126.0f), _CMP_LT_OQ);
-    x = _mm256_min_ps(set1(127.0f), x);  // operand order: a NaN x passes through
-    x = _mm256_max_ps(lo, x);
-    const V t = add(x, magic);
-    const V f = sub(x, sub(t, magic));
-    const V p = fma(LCT_EXP2_POLY(fma, set1, f), f, set1(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
-    return _mm256_andnot_ps(under, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e)));
-  }
-  // exp2 without its upper clamp and its zeroing (3 of its 15 instructions): x is at most
-  // 127, and at the lower clamp n = -127 and f = 0, so p = 1.0 exactly and the exponent add
-  // gives +0.0 for -127, -inf and anything below. From -126 up, exp2's bits; between -127
-  // and -126 a denormal below 2^-126 (exp2 gives 0 there).
+  // 2^x for x <= 127 (a softmax's exponent; exp2 clamps to it). n = round(x) by the
+  // 1.5 * 2^23 trick: the sum's low bits are n, so n << 23 needs no conversion, and 2^n * p
+  // is one integer add to p's exponent. At the lower clamp n = -127 and f = 0, so p = 1.0
+  // exactly and the add gives +0.0 for -127, -inf and anything below; between -127 and -126
+  // the result is a denormal below 2^-126 (exp2 gives 0 there).
   static V exp2_softmax(V x) {
     const V magic = set1(12582912.0f);
     x = _mm256_max_ps(set1(-127.0f), x);  // operand order: a NaN x passes through
@@ -192,6 +179,12 @@ struct Simd {
     const V p = fma(LCT_EXP2_POLY(fma, set1, f), f, set1(1.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+  }
+  // exp2_softmax clamped to 127 above and zeroed below -126, so the result is always a
+  // normal float or 0 (3 instructions more: for arguments of either sign, as SwiGLU's).
+  static V exp2(V x) {
+    const V under = _mm256_cmp_ps(x, set1(-126.0f), _CMP_LT_OQ);
+    return _mm256_andnot_ps(under, exp2_softmax(_mm256_min_ps(set1(127.0f), x)));  // min: a NaN x passes through
   }
   static void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 };
