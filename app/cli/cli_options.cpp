@@ -113,8 +113,9 @@ void declare_global(Registry& r, CLI::App& app, GlobalOptions& o) {
                "kernel path: auto (the widest this CPU runs), avx512_bf16, avx512, avx2 or generic "
                "(a narrower one is for testing and comparison)");
   r.add_choice(&app, "--gemm", o.gemm, GemmLib::OneDnn, gemm_choices(),
-               "matrix-product library: onednn (kernels chosen from the CPU's features) or openblas "
-               "(the portable fallback; its kernels are the ones OpenBLAS detects)");
+               "matrix-product library: onednn (kernels chosen from the CPU's features; where they are "
+               "avx2, the weight gradients on OpenBLAS, faster there) or openblas (the portable "
+               "fallback; its kernels are the ones OpenBLAS detects)");
 }
 
 namespace {

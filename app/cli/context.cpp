@@ -63,8 +63,9 @@ void Context::print_startup(const std::string& title, bool with_topology) const 
       o << "  " << text.substr(start, end - start) << "\n";
       start = end == std::string::npos ? text.size() : end + 1;
     }
-    o << "  gemm: " << gemm_description() << "; OpenBLAS " << openblas_kernels()
-      << " kernels (" << (gemm_lib() == GemmLib::OpenBlas ? "in use" : "fallback") << ")\n";
+    o << "  gemm: " << gemm_description() << "; OpenBLAS " << openblas_kernels() << " kernels ("
+      << (gemm_lib() == GemmLib::OpenBlas ? "in use" : gemm_weight_grads_lib() == GemmLib::OpenBlas ? "weight gradients" : "fallback")
+      << ")\n";
     const std::string warning = openblas_kernel_warning(topo.cpu);
     if (!warning.empty()) o << warning << "\n";
   }

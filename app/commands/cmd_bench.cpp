@@ -198,7 +198,7 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
         const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K);
         double g[2];
         for (GemmLib lib : {GemmLib::OneDnn, GemmLib::OpenBlas}) {
-          gemm_setup(lib, ctx.topo.isa);
+          gemm_setup(lib, ctx.topo.isa, true);  // each library on every product
           g[int(lib)] = flops / median_seconds(o.repeats, p.run) / 1e9;
         }
         timed.push_back({T, li, pi, p.name, p.M, p.N, p.K, {g[0], g[1]}});
@@ -226,6 +226,8 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   out << "model " << o.preset << " (C " << C << ", I " << I << ", V " << V << ", q " << HD << ", kv "
       << KVD << "); %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how << "); OpenBLAS "
       << openblas_kernels() << " kernels; medians of " << o.repeats << " runs\n";
+  if (in_use == GemmLib::OneDnn && gemm_weight_grads_lib() == GemmLib::OpenBlas)
+    out << "training runs " << gemm_description() << ": its dweight rows are the OpenBLAS column\n";
   write_table(ctx, o, table, peak, "fp32, " + ctx.topo.peak.fp32_how);
   return kExitOk;
 }

@@ -20,10 +20,15 @@ enum class GemmLib { OneDnn, OpenBlas };
 const char* gemm_lib_name(GemmLib lib);
 
 // Once per process, before the first product: the library, and the widest ISA oneDNN may
-// use (it cannot be changed afterwards; oneDNN's own DNNL_MAX_CPU_ISA also caps it).
-void gemm_setup(GemmLib lib, Isa max_isa);
+// use (it cannot be changed afterwards; oneDNN's own DNNL_MAX_CPU_ISA also caps it). Under
+// oneDNN, products with a transposed A (the weight gradients) run on OpenBLAS where oneDNN
+// runs its avx2 kernels (it is the slower of the two there), unless every_product (bench
+// gemm's comparison of the libraries).
+void gemm_setup(GemmLib lib, Isa max_isa, bool every_product = false);
 GemmLib gemm_lib();
-// "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Cooperlake kernels)"
+GemmLib gemm_weight_grads_lib();  // the library of the products with a transposed A
+// "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Cooperlake kernels)",
+// "oneDNN 2.6.3 (avx2 kernels; weight gradients through OpenBLAS)"
 std::string gemm_description();
 std::string openblas_kernels();  // openblas_get_corename(): "Cooperlake", "Haswell", ...
 std::string onednn_version();    // "2.6.3"

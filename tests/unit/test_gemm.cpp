@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernels/gemm.hpp"
 #include "test_isa.hpp"
@@ -18,7 +20,16 @@ struct GemmCase {
   float alpha, beta;
 };
 
-class GemmVsReference : public ::testing::TestWithParam<GemmLib> {
+// A library on every product, or oneDNN as training sets it up (the weight gradients on
+// OpenBLAS where oneDNN runs its avx2 kernels).
+struct GemmSetup {
+  GemmLib lib;
+  bool every_product;
+  std::string name() const { return std::string(gemm_lib_name(lib)) + (every_product ? "" : "_as_training"); }
+  void apply() const { gemm_setup(lib, test_isa(), every_product); }
+};
+
+class GemmVsReference : public ::testing::TestWithParam<GemmSetup> {
  protected:
   void TearDown() override { gemm_setup(GemmLib::OneDnn, test_isa()); }
 };
@@ -54,7 +65,7 @@ void expect_matches_definition(const GemmCase& c, std::mt19937& gen, const std::
 }
 
 TEST_P(GemmVsReference, EveryShapeMatches) {
-  gemm_setup(GetParam(), test_isa());
+  GetParam().apply();
   std::mt19937 gen(3);
   const GemmCase cases[] = {
       {1, 1, 1, false, false, 1.f, 0.f},       {7, 5, 3, false, true, 1.f, 0.f},
@@ -62,13 +73,13 @@ TEST_P(GemmVsReference, EveryShapeMatches) {
       {100, 259, 512, false, true, 1.f, 0.f},  {259, 64, 100, true, false, 1.f, 1.f},
       {257, 200, 300, false, false, 0.5f, 1.f}, {31, 17, 1000, true, true, 2.f, 0.25f},
       {4, 4, 0, false, false, 1.f, 0.5f}};
-  for (const GemmCase& c : cases) expect_matches_definition(c, gen, gemm_lib_name(GetParam()));
+  for (const GemmCase& c : cases) expect_matches_definition(c, gen, GetParam().name());
 }
 
 // The products cut into one tile of C per thread, on thread counts that leave remainders:
 // tiles of rows, of rows and columns (few rows, many threads), transposed operands.
 TEST_P(GemmVsReference, TilesOverAnyThreadCountMatch) {
-  gemm_setup(GetParam(), test_isa());
+  GetParam().apply();
   std::mt19937 gen(7);
   const int before = omp_get_max_threads();
   const GemmCase cases[] = {{1000, 70, 96, false, true, 1.f, 0.f},  {259, 512, 700, true, false, 1.f, 1.f},
@@ -77,13 +88,13 @@ TEST_P(GemmVsReference, TilesOverAnyThreadCountMatch) {
   for (int threads : {2, 3, 5, 8}) {
     omp_set_num_threads(threads);
     for (const GemmCase& c : cases)
-      expect_matches_definition(c, gen, std::string(gemm_lib_name(GetParam())) + " on " + std::to_string(threads) + " threads");
+      expect_matches_definition(c, gen, GetParam().name() + " on " + std::to_string(threads) + " threads");
   }
   omp_set_num_threads(before);
 }
 
 TEST_P(GemmVsReference, RepeatedProductsAreBitwiseIdentical) {
-  gemm_setup(GetParam(), test_isa());
+  GetParam().apply();
   const int64_t M = 300, N = 200, K = 512;
   std::vector<float> a(size_t(M * K)), b(size_t(K * N));
   std::mt19937 gen(5);
@@ -153,9 +164,38 @@ TEST(GemmBf16, NativeAndConvertedMatchTheDefinition) {
   gemm_setup(GemmLib::OneDnn, test_isa());
 }
 
+// Under oneDNN as training sets it up, a product with a transposed A (a weight gradient) is
+// OpenBLAS's, bit for bit, where gemm_weight_grads_lib() says so, and oneDNN's otherwise; the
+// other products stay oneDNN's.
+TEST(GemmSetup, WeightGradientsRunOnTheLibraryNamed) {
+  const int64_t M = 259, N = 512, K = 700;
+  std::mt19937 gen(13);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> a(size_t(K * M)), b(size_t(K * N));
+  for (auto* v : {&a, &b})
+    for (float& x : *v) x = n(gen);
+  const auto product = [&](const GemmSetup& su, bool ta) {
+    su.apply();
+    std::vector<float> c(size_t(M * N), 0.5f);
+    if (ta) gemm(true, false, M, N, K, 1.f, a.data(), M, b.data(), N, 1.f, c.data(), N);
+    else gemm(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 1.f, c.data(), N);
+    return c;
+  };
+  const GemmSetup onednn{GemmLib::OneDnn, true}, openblas{GemmLib::OpenBlas, true}, training{GemmLib::OneDnn, false};
+  const std::vector<float> dnn = product(onednn, true), blas = product(openblas, true);
+  ASSERT_NE(dnn, blas) << "the two libraries' bits must differ for this check to mean anything";
+  const std::vector<float> routed = product(training, true);
+  const bool on_openblas = gemm_weight_grads_lib() == GemmLib::OpenBlas;
+  EXPECT_EQ(routed, on_openblas ? blas : dnn) << gemm_description();
+  EXPECT_EQ(on_openblas, gemm_description().find("weight gradients through OpenBLAS") != std::string::npos);
+  EXPECT_EQ(product(training, false), product(onednn, false)) << "a product without a transposed A";
+  gemm_setup(GemmLib::OneDnn, test_isa());
+}
+
 INSTANTIATE_TEST_SUITE_P(Libraries, GemmVsReference,
-                         ::testing::Values(GemmLib::OneDnn, GemmLib::OpenBlas),
-                         [](const auto& info) { return std::string(gemm_lib_name(info.param)); });
+                         ::testing::Values(GemmSetup{GemmLib::OneDnn, true}, GemmSetup{GemmLib::OpenBlas, true},
+                                           GemmSetup{GemmLib::OneDnn, false}),
+                         [](const auto& info) { return info.param.name(); });
 
 }  // namespace
 }  // namespace lct
