@@ -313,11 +313,9 @@ void gemm_setup(GemmLib lib, Isa max_isa, bool every_product) {
   }
   // bf16 products run on bf16 hardware only on the avx512_bf16 path, and only if oneDNN has
   // a bf16 kernel there (it does with AVX512_BF16 or AMX).
-  if (max_isa == Isa::Avx512Bf16) {
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    g_bf16_native = isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-  }
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  g_bf16_native = max_isa == Isa::Avx512Bf16 &&
+                  (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx);
   g_weight_grads_openblas = !every_product && (isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni);
 }
 
