@@ -72,8 +72,9 @@ void Context::print_startup(const std::string& title, bool with_topology) const 
   o << std::flush;
 }
 
-void Context::measure_peak(bool keep_higher) {
-  Peak p = measure_peak_together(world, topo);
+void Context::measure_peak(const std::string& again) {
+  const bool keep_higher = !again.empty();
+  Peak p = measure_peak_together(world, topo, !keep_higher);
   if (keep_higher) {
     p.fp32 = std::max(p.fp32, topo.peak.fp32);
     p.bf16 = std::max(p.bf16, topo.peak.bf16);
@@ -82,7 +83,7 @@ void Context::measure_peak(bool keep_higher) {
   topo.peak = p;
   std::ostream& o = out();
   o << std::fixed << std::setprecision(1)
-    << (keep_higher ? "peak, the higher of the probes before and after: fp32 " : "peak: fp32 ") << p.fp32
+    << (keep_higher ? "peak, " + again + ": fp32 " : "peak: fp32 ") << p.fp32
     << " GFLOP/s per rank (" << p.fp32_how << ")";
   if (p.bf16 > 0) o << ", bf16 " << p.bf16 << " (" << p.bf16_how << ")";
   if (p.bf16_amx_nominal > 0) o << ", AMX bf16 nominal " << p.bf16_amx_nominal;

@@ -23,9 +23,11 @@ struct Context {
   Provenance provenance() const;        // for every file written now
   void print_startup(const std::string& title, bool with_topology) const;
   // Measures the peak on every rank at once (topo.peak) and prints it: train and bench.
-  // keep_higher: a second probe (after a bench's runs) keeps each peak's higher reading; other
-  // work on a shared host slows a probe, so it reads low, never high.
-  void measure_peak(bool keep_higher = false);
+  // `again` (a probe after the first, e.g. kProbesBeforeAndAfter) keeps each peak's higher
+  // reading and names it on the line; other work on a shared host slows a probe, so it reads
+  // low, never high.
+  void measure_peak(const std::string& again = "");
+  static constexpr const char* kProbesBeforeAndAfter = "the higher of the probes before and after";
   // The peak MFU of a run in `precision` is measured against, and how it was obtained
   // (`override` > 0: --peak-gflops). bf16 without bf16 hardware runs on the fp32 units.
   std::pair<double, std::string> mfu_peak(Precision precision, double override) const;

@@ -123,7 +123,7 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
     timed.push_back({S, f, fb, g, ws});
     out << "timed S = " << S << "\n" << std::flush;
   }
-  ctx.measure_peak(true);
+  ctx.measure_peak(Context::kProbesBeforeAndAfter);
   const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
   char line[256];
   std::snprintf(line, sizeof line, "%8s %9s %9s %6s %9s %9s %6s %9s %7s %7s %9s\n", "S", "fwd s",
@@ -207,7 +207,7 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
     out << "timed T = " << T << "\n" << std::flush;
   }
   gemm_setup(in_use, ctx.topo.isa);
-  ctx.measure_peak(true);
+  ctx.measure_peak(Context::kProbesBeforeAndAfter);
   const double peak = ctx.topo.peak.fp32;
   char line[256];
   std::snprintf(line, sizeof line, "%7s %-10s %-8s %6s %6s %6s %11s %6s %11s %6s\n", "T", "layer",

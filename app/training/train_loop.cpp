@@ -295,6 +295,7 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
 
   const double secs = clock.total();
+  probe_again_if_beaten(ranks, step);  // outside the step's time: its clock is read
   StepFigures fig{st, state.restarts, o.steps, secs, ranks.mean_work() / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
   if (!work.baseline_pairs.empty())
     fig.unbalanced_imbalance = predicted_imbalance(work.baseline_pairs, rank_tokens, work_model());
@@ -330,13 +331,13 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   return Outcome::Continue;
 }
 
-// The peak probed again once the steps are done, keeping the higher reading: a probe slowed
-// by other work on the cores reads low and every MFU of the run high (a 16K run on a shared
-// host read 117%). The table's MFU of this run's steps and the summary follow it; the step
-// lines already printed keep the start-up figure. With --peak-gflops there is nothing to probe.
-void TrainLoop::reprobe_peak() {
+// The peak probed again, keeping the higher reading: a probe slowed by other work on the
+// cores reads low and every MFU of the run high (a 16K run on a shared host read 117%). The
+// table's MFU of this run's steps and the summary follow it; step lines already printed keep
+// the figure they had. With --peak-gflops there is nothing to probe.
+void TrainLoop::reprobe_peak(const std::string& why) {
   if (o.peak_gflops > 0) return;
-  ctx.measure_peak(true);
+  ctx.measure_peak(why);
   const auto [higher, how] = ctx.mfu_peak(precision, 0);
   if (higher <= peak) return;
   record.rebase_mfu(higher);
@@ -344,11 +345,22 @@ void TrainLoop::reprobe_peak() {
   peak_how = how;
 }
 
+// The first step of the run that beats the peak probes it again, before its line is printed.
+// Decided from the gathered figures (rank 0's clock), so that every rank joins the probe, and
+// once a run: a step can beat even a good probe's figure by noise, and the end probes again.
+void TrainLoop::probe_again_if_beaten(const RankFigures& ranks, int64_t step) {
+  const double gflops = ranks.mean_work() / ranks.rank(0)[RankFigures::kSeconds] / 1e9;
+  if (probed_again_ || o.peak_gflops > 0 || !(gflops > peak)) return;
+  probed_again_ = true;
+  reprobe_peak(cat(std::fixed, std::setprecision(1), "probed again after step ", step, " ran at ", gflops,
+                   " GFLOP/s, above the start-up probe's ", peak, "; the higher reading"));
+}
+
 // The end of a run that reached its last step (or --until-retrieval): the summary, the ring's
 // traffic, the final table; refused when its last steps were all skipped.
 int TrainLoop::finish() {
   std::ostream& out = ctx.out();
-  reprobe_peak();
+  reprobe_peak(Context::kProbesBeforeAndAfter);
   record.finish(out, layout.plan.dp, layout.plan.cp, peak, peak_how);
   if (const AttentionOp::RingReport r = parts.cp_attention ? parts.cp_attention->ring_report() : AttentionOp::RingReport{};
       r.ranks > 0)

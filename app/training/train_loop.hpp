@@ -57,7 +57,8 @@ struct TrainLoop {
   };
   Outcome step(int64_t step, const Pace& pace, PhaseClock& clock);
   int finish();
-  void reprobe_peak();
+  void reprobe_peak(const std::string& why);
+  void probe_again_if_beaten(const RankFigures& ranks, int64_t step);
   void announce_stage(int64_t step, int64_t first_step);
   void checkpoint_into(PhaseClock& clock);  // checkpoint(), timed as the step's IO
   std::string evaluate_if_due(int64_t step, bool stop, StepFigures& fig);
@@ -84,6 +85,7 @@ struct TrainLoop {
   double peer_wait_s() const;  // of this rank's cp exchanges so far (RingTransport::peer_wait_s)
   StepStartSave* saver_ = nullptr;  // while train() runs
   double bytes_before_ = 0, peer_wait_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
+  bool probed_again_ = false;  // the peak, by a step that beat it (probe_again_if_beaten)
 };
 
 }  // namespace lct

@@ -22,6 +22,7 @@ void FaultPlan::fire(int my_rank, int64_t now) const {
     case FaultKind::SlowRing: fault_detail::slow_ring_ms.store(kSlowRingMs); break;
     case FaultKind::Nan:
     case FaultKind::HangInFinalize:
+    case FaultKind::LowPeak:
     case FaultKind::None: break;
   }
 }
@@ -37,14 +38,14 @@ FaultPlan fault_from_environment() {
   static const Name names[] = {{"throw", FaultKind::Throw},         {"hang", FaultKind::Hang},
                                {"exit", FaultKind::Exit},           {"stallring", FaultKind::StallRing},
                                {"slowring", FaultKind::SlowRing},   {"nan", FaultKind::Nan},
-                               {"finalize", FaultKind::HangInFinalize}};
+                               {"finalize", FaultKind::HangInFinalize}, {"lowpeak", FaultKind::LowPeak}};
   char kind[16] = "";
   long long step = -1;
   const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
   for (const Name& n : names)
     if (k == n.name) f.kind = n.kind;
   if (f.kind == FaultKind::None)
-    fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring, nan or finalize");
+    fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring, nan, finalize or lowpeak");
   f.step = step;
   return f;
 }

@@ -10,6 +10,9 @@
 //              skipped, and a checkpoint of the weights must be refused)
 //   finalize   stop answering inside MPI_Finalize, its work done (STEP unused: 0), as MPICH
 //              4.0 over UCX's TCP can (world_finalize's guard must end it)
+//   lowpeak    read the start-up probe of the peak rate at a thousandth of what it measured
+//              (STEP unused: 0), as a probe slowed by other work on the cores reads low; the
+//              slowest rank's reading being every rank's, all of them run with it
 // The step loop fires the plan; the two ring hooks are read on the ring's path through
 // flags that stay false in every real run: off, a hook costs one relaxed atomic load.
 #pragma once
@@ -18,8 +21,9 @@
 
 namespace lct {
 
-enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize };
+enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak };
 inline constexpr int kSlowRingMs = 40;
+inline constexpr double kLowPeakFactor = 1e-3;
 
 struct FaultPlan {
   FaultKind kind = FaultKind::None;
@@ -31,6 +35,7 @@ struct FaultPlan {
   void fire(int my_rank, int64_t now) const;
   bool poisons(int my_rank, int64_t now) const { return kind == FaultKind::Nan && due(my_rank, now); }
   bool hangs_in_finalize(int my_rank) const { return kind == FaultKind::HangInFinalize && my_rank == rank; }
+  bool lowers_peak(int my_rank) const { return kind == FaultKind::LowPeak && my_rank == rank; }
 };
 
 // From LCT_INJECT_FAULT; none when unset. Throws, naming the kinds, on a malformed value.

@@ -138,10 +138,15 @@ void abort_job(const World& w, const std::string& what) {
   std::_Exit(kExitAborted);
 }
 
-Peak measure_peak_together(const World& w, const Topology& topo) {
+Peak measure_peak_together(const World& w, const Topology& topo, bool startup) {
   WaitScope wait("the other ranks' measurement of the peak rate");
   MPI_Barrier(w.comm);
   Peak p = measure_peak(topo.cpu, topo.isa, topo.threads, [&] { MPI_Barrier(w.comm); });
+  if (startup && fault_from_environment().lowers_peak(w.rank)) {
+    p.fp32 *= kLowPeakFactor;
+    p.bf16 *= kLowPeakFactor;
+    p.bf16_amx_nominal *= kLowPeakFactor;
+  }
   // The slowest rank, as inside a rank the slowest thread sets a window's time: synchronous
   // training runs at that pace, and 1 rank x N threads and N ranks x 1 thread then measure
   // the same machine alike (the fastest rank reads a core's lone-turbo rate: 150 GFLOP/s

@@ -61,7 +61,8 @@ void agreed(const World& w, const std::function<void()>& body);
 
 // Every rank measures its peak at the same moment (all cores loaded, as in training); each
 // figure is the slowest rank's: a lone core's turbo would otherwise set every rank's peak.
-Peak measure_peak_together(const World& w, const Topology& topo);
+// `startup`: the run's first probe, which the test hook lowpeak (common/fault.hpp) lowers.
+Peak measure_peak_together(const World& w, const Topology& topo, bool startup);
 
 int comm_rank(MPI_Comm comm);
 int comm_size(MPI_Comm comm);
