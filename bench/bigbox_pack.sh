@@ -3,7 +3,8 @@
 # portable build (kernels chosen at run time, -march=x86-64-v3), the libraries that tree's
 # package set lacks (oneDNN, SentencePiece), bench/cp_sweep.sh, xeon_bf16.sh and plan_sweep.sh, into
 # DIR/root.tar.xz plus enter.sh and the PyTorch peer torch2_train.py; lct_omp_regions (what an
-# OpenMP region costs there) goes into the tree too. DIR should be ignored by
+# OpenMP region costs there) and liblct_omp_waits.so (LD_PRELOAD: how long a program's regions
+# wait for their threads) go into the tree too. DIR should be ignored by
 # git (e.g. build-bigbox: /build*/ is) and carried.
 #   bash bench/bigbox_pack.sh [DIR]
 # With BASELINE=path/to/lctrain (another portable build, e.g. of the previous commit), that
@@ -22,8 +23,9 @@ B=$here/build-portable  # kept between packs (ignored by git, not carried)
 mkdir -p "$DIR/extra"
 cmake -S "$here" -B "$B" -DCMAKE_BUILD_TYPE=Release -DLCT_NATIVE=OFF -DLCT_BUILD_TESTS=OFF \
   -DCMAKE_CXX_FLAGS=-march=x86-64-v3 > /dev/null
-cmake --build "$B" -j"$(nproc)" --target lctrain lct_omp_regions > /dev/null
-cp "$here/bench/cp_sweep.sh" "$here/bench/xeon_bf16.sh" "$here/bench/plan_sweep.sh" "$B/bench/lct_omp_regions" "$DIR/extra/"
+cmake --build "$B" -j"$(nproc)" --target lctrain lct_omp_regions lct_omp_waits > /dev/null
+cp "$here/bench/cp_sweep.sh" "$here/bench/xeon_bf16.sh" "$here/bench/plan_sweep.sh" "$B/bench/lct_omp_regions" \
+  "$B/bench/liblct_omp_waits.so" "$DIR/extra/"
 [ -z "${BASELINE:-}" ] || install -m755 "$BASELINE" "$DIR/extra/lctrain-base"
 # Libraries of lctrain from packages the tree does not hold (mkroot.sh's list)
 for lib in libdnnl.so.2 libsentencepiece.so.0 libsentencepiece_train.so.0; do
