@@ -19,6 +19,7 @@
 #include "model/flops.hpp"
 #include "model/shard.hpp"
 #include "parallel/watchdog.hpp"
+#include "sys/steal.hpp"
 #include "sys/stop.hpp"
 
 namespace lct {
@@ -123,11 +124,17 @@ RankFigures TrainLoop::gather_figures(const PhaseClock& clock, int64_t step, dou
   const std::vector<double> mine = {
       clock.total(), ph[size_t(Phase::AttnFwd)] + ph[size_t(Phase::AttnBwd)],
       ph[size_t(Phase::Comm)], ph[size_t(Phase::Allreduce)], bytes - bytes_before_,
-      peer_wait - peer_wait_before_, work_flops, why, omp_get_wtime() - last_timing_write_};
+      peer_wait - peer_wait_before_, work_flops, steal_in_step(clock), why, omp_get_wtime() - last_timing_write_};
   bytes_before_ = bytes;
   peer_wait_before_ = peer_wait;
   return {allgather(mine, ctx.world.comm, "the allgather of the step's per-rank figures"),
           ctx.world.size};
+}
+
+// Seconds a hypervisor ran other work on this rank's CPUs since the step began, mean over them.
+double TrainLoop::steal_in_step(const PhaseClock& clock) const {
+  if (steal_injected_) return kStolenShare * clock.total();  // the test hook (common/fault.hpp)
+  return (stolen_seconds(ctx.topo.cpuset) - steal_at_start_) / double(ctx.topo.cpuset.size());
 }
 
 double TrainLoop::peer_wait_s() const {
@@ -266,6 +273,7 @@ void TrainLoop::check_skips(int64_t step) {
 TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& clock) {
   std::ostream& out = ctx.out();
   clock.reset();
+  steal_at_start_ = stolen_seconds(ctx.topo.cpuset);
   announce_stage(step, pace.first_step);
   const int64_t S = schedule.seq_len_at(step);
   StepWork work;
@@ -387,6 +395,7 @@ int TrainLoop::finish() {
 int TrainLoop::train() {
   const World& world = ctx.world;
   const FaultPlan fault = fault_from_environment();
+  steal_injected_ = fault.steals(world.rank);
   PhaseClock clock;
   last_timing_write_ = omp_get_wtime();
   last_io_ = checkpoint_bytes(parts.model->layout()) / 100e6;  // until one is measured: 100 MB/s

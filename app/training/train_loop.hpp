@@ -83,8 +83,11 @@ struct TrainLoop {
   std::string stop_reason(const RankFigures& ranks, int64_t step) const;
 
   double peer_wait_s() const;  // of this rank's cp exchanges so far (RingTransport::peer_wait_s)
+  double steal_in_step(const PhaseClock& clock) const;
   StepStartSave* saver_ = nullptr;  // while train() runs
   double bytes_before_ = 0, peer_wait_before_ = 0, slowest_step_ = 0, last_io_ = 0, last_timing_write_ = 0, last_eval_ = 0;
+  double steal_at_start_ = 0;  // stolen_seconds of the rank's CPUs when the step began
+  bool steal_injected_ = false;  // LCT_INJECT_FAULT=steal on this rank
   bool probed_again_ = false;  // the peak, by a step that beat it (probe_again_if_beaten)
 };
 

@@ -57,6 +57,7 @@ const ColumnSpec kColumns[] = {
     {"eval_retrieval", "", "--eval-every: share of its passkeys retrieved exactly (NaN: no passkeys)"},
     {"peer_wait_frac", "", "of exposed_comm_frac, the part spent waiting for a slower rank (shared-memory ring hops)"},
     {"offload_s", "s", "waiting for --offload-activations' tier: the part of its saves and loads that compute did not hide (rank 0)"},
+    {"steal_frac", "", "mean over ranks of rank_steal_s / rank_seconds: the share of the step a hypervisor ran other work on the ranks' CPUs (0 on bare metal, NaN where not reported)"},
 };
 // One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kBytesSent).
 const ColumnSpec kRankColumns[] = {
@@ -67,6 +68,7 @@ const ColumnSpec kRankColumns[] = {
     {"rank_bytes_sent", "bytes", "bytes sent per rank (ring transfers + allreduce volume)"},
     {"rank_peer_wait_s", "s", "of rank_comm_s, the time before the neighbours had started the hop (shared-memory ring hops; the rest is transfer)"},
     {"rank_work_flop", "FLOP", "model FLOPs of the rank's share of the step (its tokens, and its documents' visible pairs under the mask), recomputation excluded"},
+    {"rank_steal_s", "s", "seconds a hypervisor ran other work on the rank's CPUs during the step (the guest's steal time, mean over its CPUs; over rank_seconds, the share of the step taken from the rank; 0 on bare metal, NaN where the kernel does not report it)"},
 };
 
 }  // namespace
@@ -119,8 +121,8 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
   // Columns later lctrains added, and what an older table's rows hold in them: seq_len (from
   // before sequence-length schedules) the run's one length, which a resume keeps; the eval
   // columns (from before --eval-every) NaN, no evaluation; the peer-wait columns (from before
-  // exposed communication was split) and the predicted work (from before it was recorded)
-  // NaN. In table order, so that each goes where this run's table has it; a per-rank one as
+  // exposed communication was split), the predicted work (from before it was recorded) and
+  // the steal time (from before it was) NaN. In table order, so that each goes where this run's table has it; a per-rank one as
   // wide as the table's other per-rank columns.
   const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
                                                   {"eval_loss", std::nan("")},
@@ -129,8 +131,10 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
                                                   {"predicted_imbalance", std::nan("")},
                                                   {"unbalanced_imbalance", std::nan("")},
                                                   {"peer_wait_frac", std::nan("")},
+                                                  {"steal_frac", std::nan("")},
                                                   {"rank_peer_wait_s", std::nan("")},
-                                                  {"rank_work_flop", std::nan("")}};
+                                                  {"rank_work_flop", std::nan("")},
+                                                  {"rank_steal_s", std::nan("")}};
   const size_t first_rank_column = std::size(kColumns);
   for (const auto& [name, fill] : added) {
     if (previous.find(name)) continue;
@@ -182,9 +186,9 @@ void TrainRecord::add(const StepFigures& f) {
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
                         f.ranks->exposed_comm_frac(), f.ranks->imbalance(), f.ranks->predicted_imbalance(), f.unbalanced_imbalance, peak_rss_mib(),
                         f.eval_loss, f.eval_accuracy, f.eval_retrieval, f.ranks->peer_wait_frac(),
-                        phase(Phase::Offload)};
+                        phase(Phase::Offload), f.ranks->steal_frac()};
   static_assert(std::size(row) == std::size(kColumns));
-  static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);  // kSeconds .. kWork
+  static_assert(std::size(kRankColumns) == RankFigures::kStopFlag);  // kSeconds .. kSteal
   for (size_t c = 0; c < std::size(kColumns); ++c) table_.columns[c].values.push_back(row[c]);
   for (size_t c = 0; c < std::size(kRankColumns); ++c)
     for (int64_t r = 0; r < width_; ++r)
@@ -321,6 +325,7 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
                     {"median_imbalance", tail("imbalance")},
                     {"median_predicted_imbalance", tail("predicted_imbalance")},
                     {"median_unbalanced_imbalance", tail_known("unbalanced_imbalance")},
+                    {"median_steal_frac", tail_known("steal_frac")},
                     {"peak_gflops", peak},
                     {"peak_how", peak_how},
                     {"dp", dp},
@@ -354,6 +359,12 @@ void TrainRecord::finish(std::ostream& out, int64_t dp, int64_t cp, double peak,
     out << ")";
   }
   out << "\n";
+  // A virtual machine whose vCPUs share host cores: threads wait for vCPUs that do not run.
+  if (const double steal = tail_known("steal_frac"); steal >= 0.01)
+    out << std::setprecision(1) << "note: a hypervisor ran other work on the ranks' CPUs for " << 100 * steal
+        << "% of the steps' time (steal time, median over steps): this virtual machine's CPUs share host "
+           "cores, and a step waits for threads whose CPU is not running; rank_steal_s in the timing "
+           "table has it per step and rank\n";
   if (tail("mfu") > 1.0)  // no step can beat the hardware: the peak itself is too low
     out << (peak_how == "--peak-gflops"
                 ? "note: MFU above 100%: the --peak-gflops given is below what the steps reached\n"

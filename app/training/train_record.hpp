@@ -22,6 +22,7 @@ struct RankFigures {
     kSeconds, kAttention, kComm, kAllreduce, kBytesSent,
     kPeerWait,          // of kComm, the part spent waiting for a slower rank
     kWork,              // model FLOPs of this rank's share of the step, as its documents predict
+    kSteal,             // seconds a hypervisor ran other work on this rank's CPUs, mean over them (sys/steal.hpp)
     kStopFlag,          // this rank asks to stop at this step boundary
     kSinceTimingWrite,  // seconds since the timing table was last written
     kCount
@@ -36,6 +37,7 @@ struct RankFigures {
   double imbalance() const;         // max / mean busy time (seconds - comm - allreduce)
   double predicted_imbalance() const;  // max / mean kWork: what the documents alone would give
   double mean_work() const;            // mean kWork: the model FLOPs of a rank's share
+  double steal_frac() const { return mean_share(kSteal); }  // NaN where not reported
 };
 
 struct StepFigures {

@@ -23,6 +23,7 @@ void FaultPlan::fire(int my_rank, int64_t now) const {
     case FaultKind::Nan:
     case FaultKind::HangInFinalize:
     case FaultKind::LowPeak:
+    case FaultKind::Steal:
     case FaultKind::None: break;
   }
 }
@@ -38,14 +39,15 @@ FaultPlan fault_from_environment() {
   static const Name names[] = {{"throw", FaultKind::Throw},         {"hang", FaultKind::Hang},
                                {"exit", FaultKind::Exit},           {"stallring", FaultKind::StallRing},
                                {"slowring", FaultKind::SlowRing},   {"nan", FaultKind::Nan},
-                               {"finalize", FaultKind::HangInFinalize}, {"lowpeak", FaultKind::LowPeak}};
+                               {"finalize", FaultKind::HangInFinalize}, {"lowpeak", FaultKind::LowPeak},
+                               {"steal", FaultKind::Steal}};
   char kind[16] = "";
   long long step = -1;
   const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
   for (const Name& n : names)
     if (k == n.name) f.kind = n.kind;
   if (f.kind == FaultKind::None)
-    fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring, nan, finalize or lowpeak");
+    fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring, nan, finalize, lowpeak or steal");
   f.step = step;
   return f;
 }

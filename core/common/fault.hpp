@@ -13,6 +13,8 @@
 //   lowpeak    read the start-up probe of the peak rate at a thousandth of what it measured
 //              (STEP unused: 0), as a probe slowed by other work on the cores reads low; the
 //              slowest rank's reading being every rank's, all of them run with it
+//   steal      report a quarter of each step as stolen from its CPUs by a hypervisor (STEP
+//              unused: 0), as on a virtual machine whose vCPUs share host cores
 // The step loop fires the plan; the two ring hooks are read on the ring's path through
 // flags that stay false in every real run: off, a hook costs one relaxed atomic load.
 #pragma once
@@ -21,9 +23,10 @@
 
 namespace lct {
 
-enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak };
+enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak, Steal };
 inline constexpr int kSlowRingMs = 40;
 inline constexpr double kLowPeakFactor = 1e-3;
+inline constexpr double kStolenShare = 0.25;
 
 struct FaultPlan {
   FaultKind kind = FaultKind::None;
@@ -36,6 +39,7 @@ struct FaultPlan {
   bool poisons(int my_rank, int64_t now) const { return kind == FaultKind::Nan && due(my_rank, now); }
   bool hangs_in_finalize(int my_rank) const { return kind == FaultKind::HangInFinalize && my_rank == rank; }
   bool lowers_peak(int my_rank) const { return kind == FaultKind::LowPeak && my_rank == rank; }
+  bool steals(int my_rank) const { return kind == FaultKind::Steal && my_rank == rank; }
 };
 
 // From LCT_INJECT_FAULT; none when unset. Throws, naming the kinds, on a malformed value.

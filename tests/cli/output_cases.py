@@ -28,7 +28,7 @@ PLOT_PASSKEY = os.path.join(ROOT, "bench", "plot_passkey.py")
 TRAIN = ["train", "--model", "m.h5", "--data", "d16.h5", "--seq-len", "600", "--lr", "3e-3",
          "--warmup-steps", "2", "--block-q", "32", "--block-k", "32", "--peak-gflops", "100"]
 RANK_COLUMNS = ["rank_seconds", "rank_attn_s", "rank_comm_s", "rank_allreduce_s", "rank_bytes_sent",
-                "rank_peer_wait_s", "rank_work_flop"]
+                "rank_peer_wait_s", "rank_work_flop", "rank_steal_s"]
 STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] "
 
 
@@ -131,6 +131,33 @@ def readme_pandas_lines_read_one_rank_and_two_rank_tables():
 
 
 @case
+def steal_time_is_recorded_per_rank_and_named_when_a_hypervisor_takes_a_share():
+    """The share of each step a hypervisor ran other work on a rank's CPUs (the guest's steal
+    time): rank_steal_s per rank, steal_frac their mean share, the summary's median and a note
+    from 1% up. Rank 1 made to report a quarter of each step stolen (LCT_INJECT_FAULT=steal);
+    rank 0 reports this machine's own."""
+    fixture()
+    p = run("--oversubscribe", *TRAIN, "--run-dir", "s", "--cp", "2", "--steps", "3", ranks=2,
+            env={"LCT_INJECT_FAULT": "steal:1:0"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    steps, attrs = timing("s")
+    stolen, seconds = steps["rank_steal_s"], steps["rank_seconds"]
+    assert np.allclose(stolen[:, 1], 0.25 * seconds[:, 1]), (stolen, seconds)
+    assert np.all(stolen[:, 0] >= 0) and np.all(stolen[:, 0] <= seconds[:, 0] + 0.02), (stolen, seconds)
+    assert np.allclose(steps["steal_frac"], (stolen / seconds).mean(axis=1)), steps["steal_frac"]
+    share = float(np.median(steps["steal_frac"][1:]))
+    assert abs(attrs["median_steal_frac"] - share) < 1e-12 and share >= 0.125, (attrs["median_steal_frac"], share)
+    note = re.search(r"^note: a hypervisor ran other work on the ranks' CPUs for ([\d.]+)% of the steps' time",
+                     p.stdout, re.M)
+    assert note and abs(float(note.group(1)) - 100 * share) < 0.06, p.stdout[-1500:]
+    # One rank on its own machine: its own steal time, a number at or above zero.
+    train("one", "--steps", "2")
+    one = timing("one")[0]
+    assert np.all((one["rank_steal_s"] >= 0) | np.isnan(one["rank_steal_s"])), one["rank_steal_s"]
+    print(f"steal_frac {steps['steal_frac']}; the note: {note.group(0)}")
+
+
+@case
 def resume_continues_a_one_rank_table_of_the_older_layout():
     """lctrain before the layout was fixed wrote a one-rank run's per-rank columns as
     [steps]; --resume auto continues such a table and writes it in today's layout."""
@@ -162,20 +189,20 @@ def resume_continues_a_one_rank_table_of_the_older_layout():
 @case
 def resume_continues_a_table_from_before_the_peer_wait_columns():
     """A two-rank table without peer_wait_frac and rank_peer_wait_s (removed here, as lctrain
-    wrote it before exposed communication was split) continues with them: NaN on its earlier
-    rows, the resumed steps' values after."""
+    wrote it before exposed communication was split), nor the steal columns, continues with
+    them: NaN on its earlier rows, the resumed steps' values after."""
     fixture()
     p = run("--oversubscribe", *TRAIN, "--run-dir", "r", "--cp", "2", "--steps", "4", "--checkpoint-every", "2",
             "--stop-at", "2", ranks=2)
     assert p.returncode == 85, p.stdout + p.stderr
     with h5py.File("r/timing.h5", "a") as f:
-        for c in ("peer_wait_frac", "rank_peer_wait_s"):
+        for c in ("peer_wait_frac", "rank_peer_wait_s", "steal_frac", "rank_steal_s"):
             del f[f"steps/{c}"]
             f["steps"].attrs["columns"] = f["steps"].attrs["columns"].replace(f" {c}", "")
     train("r", "--steps", "4", "--checkpoint-every", "2", "--resume", "auto", ranks=2)
     assert_layout("r", 4, 2)
     steps = timing("r")[0]
-    for c in ("peer_wait_frac", "rank_peer_wait_s"):
+    for c in ("peer_wait_frac", "rank_peer_wait_s", "steal_frac", "rank_steal_s"):
         v = steps[c].reshape(4, -1)
         assert np.isnan(v[:2]).all() and np.isfinite(v[2:]).all() and (v[2:] >= 0).all(), (c, v)
     print("continued with", steps["peer_wait_frac"])

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "common/error.hpp"
 #include "sys/memory.hpp"
+#include "sys/steal.hpp"
 #include "kernels/peak_probe.hpp"
 #include "sys/threads.hpp"
 
@@ -299,6 +302,35 @@ TEST(KernelPath, Bf16AttentionWidensToFp32ProductsOnCpusWhoseDotProductIsSlowerT
   EXPECT_EQ(attention_isa(Isa::Avx512Bf16, Precision::Bf16, intel), Isa::Avx512);
   EXPECT_EQ(attention_isa(Isa::Avx512Bf16, Precision::Fp32, intel), Isa::Avx512Bf16);
   EXPECT_EQ(attention_isa(Isa::Avx2, Precision::Bf16, intel), Isa::Avx2);
+}
+
+// /proc/stat's steal column (the 8th value of each cpuN line), summed over the CPUs asked for
+// and turned into seconds; NaN where a CPU is missing or a kernel too old to report steal.
+TEST(StealTime, SumsTheStealColumnOfTheCpusAskedFor) {
+  const std::string path = testing::TempDir() + "lct_steal_stat";
+  const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
+  {
+    std::ofstream f(path);
+    f << "cpu  900 0 90 9000 9 0 9 700 0 0\n"
+      << "cpu0 100 0 10 1000 1 0 1 300 0 0\n"
+      << "cpu1 200 0 20 2000 2 0 2 0 0 0\n"
+      << "cpu2 300 0 30 3000 3 0 3 400 0 0\n"
+      << "intr 12345 0 1\nctxt 999\n";
+  }
+  EXPECT_DOUBLE_EQ(stolen_seconds({0}, path.c_str()), 300 * tick);
+  EXPECT_DOUBLE_EQ(stolen_seconds({0, 2}, path.c_str()), 700 * tick);  // not the all-CPU line
+  EXPECT_DOUBLE_EQ(stolen_seconds({1}, path.c_str()), 0.0);
+  EXPECT_TRUE(std::isnan(stolen_seconds({0, 7}, path.c_str())));  // cpu7 not listed
+  {
+    std::ofstream f(path);
+    f << "cpu0 100 0 10 1000 1 0 1\n";  // before Linux 2.6.11: no steal column
+  }
+  EXPECT_TRUE(std::isnan(stolen_seconds({0}, path.c_str())));
+  EXPECT_TRUE(std::isnan(stolen_seconds({0}, "/nonexistent/stat")));
+  // This machine's own: a number, not less than zero.
+  const double here = stolen_seconds({0});
+  EXPECT_TRUE(std::isnan(here) || here >= 0) << here;
+  std::remove(path.c_str());
 }
 
 }  // namespace
