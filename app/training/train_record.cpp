@@ -59,7 +59,7 @@ const ColumnSpec kColumns[] = {
     {"offload_s", "s", "waiting for --offload-activations' tier: the part of its saves and loads that compute did not hide (rank 0)"},
     {"steal_frac", "", "mean over ranks of rank_steal_s / rank_seconds: the share of the step a hypervisor ran other work on the ranks' CPUs (0 on bare metal, NaN where not reported)"},
 };
-// One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kBytesSent).
+// One value per rank per step: [steps, ranks] datasets (RankFigures kSeconds..kSteal).
 const ColumnSpec kRankColumns[] = {
     {"rank_seconds", "s", "step time per rank before the gradient allreduce"},
     {"rank_attn_s", "s", "attention compute per rank (forward + backward)"},
@@ -121,9 +121,9 @@ bool TrainRecord::continue_from(TimingTable previous, int64_t seq_len) {
   // Columns later lctrains added, and what an older table's rows hold in them: seq_len (from
   // before sequence-length schedules) the run's one length, which a resume keeps; the eval
   // columns (from before --eval-every) NaN, no evaluation; the peer-wait columns (from before
-  // exposed communication was split), the predicted work (from before it was recorded) and
-  // the steal time (from before it was) NaN. In table order, so that each goes where this run's table has it; a per-rank one as
-  // wide as the table's other per-rank columns.
+  // exposed communication was split), the predicted work and the steal time (from before
+  // they were recorded) NaN. In table order, so that each goes where this run's table has
+  // it; a per-rank one as wide as the table's other per-rank columns.
   const std::pair<const char*, double> added[] = {{"seq_len", double(seq_len)},
                                                   {"eval_loss", std::nan("")},
                                                   {"eval_accuracy", std::nan("")},
