@@ -2,7 +2,7 @@
 // thread has worked alone for a while (as between a training step's phases), when the other
 // threads may have stopped spinning and gone to sleep, or their vCPUs been descheduled by a
 // hypervisor. A training step runs hundreds of regions, so a cost of milliseconds a region
-// (seen on virtual machines) is seconds a step. Steal time is the guest's /proc/stat column.
+// (seen on virtual machines) is seconds a step. Steal time: sys/steal.hpp, over the process's CPUs.
 //   OMP_NUM_THREADS=16 lct_omp_regions [REGIONS [GAP_US...]]   (default: 2000 0 100 1000 20000)
 // Compare OMP_WAIT_POLICY=active and passive; lctrain's threads run the same OpenMP runtime.
 #include <omp.h>
@@ -10,9 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <string>
 #include <vector>
+
+#include "sys/steal.hpp"
+#include "sys/topology.hpp"
 
 namespace {
 
@@ -22,15 +23,6 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 void work_alone_until(double t) {
   while (now() < t) {
   }
-}
-
-// Steal ticks over all CPUs: the 8th value of /proc/stat's "cpu" line; -1 where unreadable.
-long long steal_ticks() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  long long v[8] = {};
-  if (!(f >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7])) return -1;
-  return v[7];
 }
 
 }  // namespace
@@ -44,11 +36,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: lct_omp_regions [REGIONS >= 1 [GAP_US...]]\n");
     return 2;
   }
+  const std::vector<int> cpus = lct::current_cpuset();  // the CPUs the threads may run on
   std::vector<int> touched(size_t(omp_get_max_threads()) * 16);  // a cache line per thread
 #pragma omp parallel
   touched[size_t(omp_get_thread_num()) * 16] = 1;  // the pool started
   for (const double gap_us : gaps_us) {
-    const long long steal0 = steal_ticks();
+    const double steal0 = lct::stolen_seconds(cpus);
     double total = 0, worst = 0;
     for (int i = 0; i < regions; ++i) {
       if (gap_us > 0) work_alone_until(now() + gap_us * 1e-6);
@@ -60,8 +53,9 @@ int main(int argc, char** argv) {
       if (dt > worst) worst = dt;
     }
     std::printf("omp_regions: %d threads, %.0f us alone before each: mean %.1f us, worst %.1f us over %d regions; "
-                "steal %lld ticks\n",
-                omp_get_max_threads(), gap_us, 1e6 * total / regions, 1e6 * worst, regions, steal_ticks() - steal0);
+                "steal %.3f s over %zu CPUs\n",
+                omp_get_max_threads(), gap_us, 1e6 * total / regions, 1e6 * worst, regions,
+                lct::stolen_seconds(cpus) - steal0, cpus.size());
   }
   return 0;
 }

@@ -3,9 +3,9 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "common/error.hpp"
