@@ -111,8 +111,8 @@ struct FlashAttention::Scratch {
 // rows' lse in log2 units; for bf16 products, queries and output gradients by pairs of rows;
 // and the per-(head, query block) turn of backward's dQ sum.
 struct FlashAttention::Packed {
-  Buffer<float> kt, vt;   // [KV, nk, D, np]   fp32 products (kt pre-scaled)
-  Buffer<float> k, v;     // [KV, nk, np, D]
+  Buffer<float> kt, vt;   // [KV, nk, np/chunk, D, chunk]   fp32 products (kt pre-scaled)
+  Buffer<float> k, v;     // [KV, nk, D/panel, np, panel]   (KeyBlockLayout)
   Buffer<bf16> kt2, vt2;  // [KV, nk, D/2, np, 2]   bf16 products
   Buffer<bf16> k2, v2;    // [KV, nk, np/2, D, 2]
   Buffer<int32_t> kidx, kdoc;  // [nk, np]
@@ -227,23 +227,29 @@ namespace {
 
 // The layouts of a key block (n rows of D, row stride ld, zero for rows n..np), for products
 // with the reduction over D (transposed) or over the keys:
-//   fp32  transposed [D][np] (times mult), rows [np][D]
+//   fp32  transposed in chunks of keys (times mult), rows in panels of D (kernels.hpp's
+//         KeyBlockLayout)
 //   bf16  pairs of dimensions [D/2][np][2], pairs of rows [np/2][D][2] (pair_products.hpp's
 //         transpose_pairs and interleave_rows, also a query block's q and dout rows)
 // The loops are plain copies (one conversion each at most) that the compiler vectorises.
 template <class T>
-void transpose_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, float mult, float* out) {
-  for (int64_t i = 0; i < D; ++i) {
-    float* o = out + i * np;
-    for (int64_t c = 0; c < n; ++c) o[c] = load_f32(x[c * ld + i]) * mult;
-    std::fill(o + n, o + np, 0.0f);
-  }
+void transpose_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, float mult, float* out) {
+  const int64_t D = to.D, chunk = to.chunk;
+  for (int64_t c0 = 0; c0 < to.np; c0 += chunk)
+    for (int64_t i = 0; i < D; ++i) {
+      float* o = out + to.chunked(i, c0);
+      for (int64_t c = c0; c < c0 + chunk; ++c) o[c - c0] = c < n ? load_f32(x[c * ld + i]) * mult : 0.0f;
+    }
 }
 template <class T>
-void copy_rows(const T* x, int64_t ld, int64_t n, int64_t np, int64_t D, float* out) {
-  for (int64_t c = 0; c < n; ++c)
-    for (int64_t i = 0; i < D; ++i) out[c * D + i] = load_f32(x[c * ld + i]);
-  std::fill(out + n * D, out + np * D, 0.0f);
+void copy_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, float* out) {
+  for (int64_t d0 = 0; d0 < to.D; d0 += to.panel) {
+    const int64_t width = to.panel_width(d0);
+    float* o = out + to.in_panels(0, d0);
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t i = 0; i < width; ++i) o[c * width + i] = load_f32(x[c * ld + d0 + i]);
+    std::fill(o + n * width, o + to.np * width, 0.0f);
+  }
 }
 // A key block's rows in bf16 times mult: in place when they are bf16 already and unscaled,
 // else converted into `copy` [n][D]. Sets the rows' stride.
@@ -292,12 +298,13 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
       rows = rows_bf16(kb, ldk, n, D, mult, copy + np * D, &ld);
       transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off, 2 * np);
     } else {
-      transpose_rows(kb, ldk, n, np, D, mult, pk.kt.data() + off);
+      const KeyBlockLayout to{D, np, kern_->key_chunk, kern_->key_panel};
+      transpose_rows(kb, ldk, n, to, mult, pk.kt.data() + off);
       if (backward) {
-        transpose_rows(vb, ldk, n, np, D, 1.0f, pk.vt.data() + off);
-        copy_rows(kb, ldk, n, np, D, pk.k.data() + off);
+        transpose_rows(vb, ldk, n, to, 1.0f, pk.vt.data() + off);
+        copy_rows(kb, ldk, n, to, pk.k.data() + off);
       } else {
-        copy_rows(vb, ldk, n, np, D, pk.v.data() + off);
+        copy_rows(vb, ldk, n, to, pk.v.data() + off);
       }
     }
     if (g == 0)
