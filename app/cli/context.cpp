@@ -72,6 +72,26 @@ void Context::print_startup(const std::string& title, bool with_topology) const 
   o << std::flush;
 }
 
+namespace {
+
+// A thread whose best probe window ran below this share of the median thread's is named at
+// start-up. On a 2-core VM the two threads read 77-100% of each other's best while a compiler
+// ran beside them on and off, 53-57% while it held one of the CPUs; the test hook reads a
+// fifth. Threads are compared inside a rank: ranks of one thread each are not.
+constexpr double kUnevenThreadRate = 0.67;
+
+std::string uneven_thread_note(const Peak& p) {
+  return cat("note: thread ", p.slowest_thread, " of rank ", p.slowest_rank,
+             p.slowest_cpu >= 0 ? cat(" (pinned to CPU ", p.slowest_cpu, ")") : std::string(),
+             " ran the peak probe at ", int(100 * p.slowest_thread_rate + 0.5),
+             "% of the median thread's rate in its best window: other work shares its CPU (another ",
+             "process, interrupts, or a hypervisor's other guests), and every parallel region waits ",
+             "for it. Free that CPU, leave it out of the rank's CPU set (srun --cpu-bind, taskset), ",
+             "run fewer --threads, or pass --no-bind-threads so that the OS may move the thread");
+}
+
+}  // namespace
+
 void Context::measure_peak(const std::string& again) {
   const bool keep_higher = !again.empty();
   Peak p = measure_peak_together(world, topo, !keep_higher);
@@ -87,7 +107,9 @@ void Context::measure_peak(const std::string& again) {
     << " GFLOP/s per rank (" << p.fp32_how << ")";
   if (p.bf16 > 0) o << ", bf16 " << p.bf16 << " (" << p.bf16_how << ")";
   if (p.bf16_amx_nominal > 0) o << ", AMX bf16 nominal " << p.bf16_amx_nominal;
-  o << std::defaultfloat << std::setprecision(6) << "\n" << std::flush;
+  o << std::defaultfloat << std::setprecision(6) << "\n";
+  if (!keep_higher && p.slowest_thread_rate < kUnevenThreadRate) o << uneven_thread_note(p) << "\n";
+  o << std::flush;
 }
 
 std::pair<double, std::string> Context::mfu_peak(Precision precision, double override) const {

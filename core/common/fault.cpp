@@ -24,6 +24,7 @@ void FaultPlan::fire(int my_rank, int64_t now) const {
     case FaultKind::HangInFinalize:
     case FaultKind::LowPeak:
     case FaultKind::Steal:
+    case FaultKind::SlowThread:
     case FaultKind::None: break;
   }
 }
@@ -40,14 +41,14 @@ FaultPlan fault_from_environment() {
                                {"exit", FaultKind::Exit},           {"stallring", FaultKind::StallRing},
                                {"slowring", FaultKind::SlowRing},   {"nan", FaultKind::Nan},
                                {"finalize", FaultKind::HangInFinalize}, {"lowpeak", FaultKind::LowPeak},
-                               {"steal", FaultKind::Steal}};
+                               {"steal", FaultKind::Steal},         {"slowthread", FaultKind::SlowThread}};
   char kind[16] = "";
   long long step = -1;
   const std::string k = std::sscanf(v, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3 ? kind : "";
   for (const Name& n : names)
     if (k == n.name) f.kind = n.kind;
   if (f.kind == FaultKind::None)
-    fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring, nan, finalize, lowpeak or steal");
+    fail("LCT_INJECT_FAULT='", v, "' must be KIND:RANK:STEP with KIND throw, hang, exit, stallring, slowring, nan, finalize, lowpeak, steal or slowthread");
   f.step = step;
   return f;
 }

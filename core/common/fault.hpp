@@ -15,6 +15,8 @@
 //              slowest rank's reading being every rank's, all of them run with it
 //   steal      report a quarter of each step as stolen from its CPUs by a hypervisor (STEP
 //              unused: 0), as on a virtual machine whose vCPUs share host cores
+//   slowthread run the start-up probe of the peak five times over on OpenMP thread STEP (a
+//              thread's number here, not a step), as a thread whose CPU other work shares
 // The step loop fires the plan; the two ring hooks are read on the ring's path through
 // flags that stay false in every real run: off, a hook costs one relaxed atomic load.
 #pragma once
@@ -23,10 +25,11 @@
 
 namespace lct {
 
-enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak, Steal };
+enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak, Steal, SlowThread };
 inline constexpr int kSlowRingMs = 40;
 inline constexpr double kLowPeakFactor = 1e-3;
 inline constexpr double kStolenShare = 0.25;
+inline constexpr int kSlowThreadRepeats = 5;
 
 struct FaultPlan {
   FaultKind kind = FaultKind::None;
@@ -40,6 +43,8 @@ struct FaultPlan {
   bool hangs_in_finalize(int my_rank) const { return kind == FaultKind::HangInFinalize && my_rank == rank; }
   bool lowers_peak(int my_rank) const { return kind == FaultKind::LowPeak && my_rank == rank; }
   bool steals(int my_rank) const { return kind == FaultKind::Steal && my_rank == rank; }
+  // The OpenMP thread whose probe runs slowed on this rank, or -1.
+  int slowed_thread(int my_rank) const { return kind == FaultKind::SlowThread && my_rank == rank ? int(step) : -1; }
 };
 
 // From LCT_INJECT_FAULT; none when unset. Throws, naming the kinds, on a malformed value.

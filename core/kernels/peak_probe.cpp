@@ -6,15 +6,35 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/fault.hpp"
 #include "kernels/isa/kernels.hpp"
 
 namespace lct {
 
 namespace {
 
+struct ProbeRate {
+  double gflops = 0;            // all threads together, the best window
+  int slowest_thread = -1;      // the thread whose best window was the slowest
+  double slowest_rate = 1;      // its best window's rate against the median thread's
+};
+
+// The slowest thread by its best window's seconds, against the median thread's ([n]).
+void find_slowest(const std::vector<double>& best_seconds, ProbeRate& r) {
+  std::vector<double> sorted = best_seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[(sorted.size() - 1) / 2];  // of 2 threads, the faster
+  const auto slowest = std::max_element(best_seconds.begin(), best_seconds.end());
+  r.slowest_thread = int(slowest - best_seconds.begin());
+  r.slowest_rate = *slowest > 0 ? median / *slowest : 1.0;
+}
+
 // GFLOP/s of `probe` run on every thread at once: the best of a few ~20 ms windows after a
 // warm-up window (clocks ramp up; a noisy neighbour lowers a window, never raises one).
-double run_probe(double (*probe)(int64_t), int threads, const std::function<void()>& together) {
+// Each thread's best window too: a thread slower than the others in every window is on a
+// CPU that something else uses, and every parallel region waits for it.
+ProbeRate run_probe(double (*probe)(int64_t), int threads, const std::function<void()>& together,
+                    int slowed_thread) {
   const double t0 = omp_get_wtime();
   const double flops_per_iter = probe(1) ;
   int64_t iters = 100000;
@@ -28,21 +48,26 @@ double run_probe(double (*probe)(int64_t), int threads, const std::function<void
     }
     iters *= 4;
   }
-  double best = 0;
+  ProbeRate r;
+  std::vector<double> best_seconds(size_t(threads), 1e30);
   for (int window = 0; window < 6; ++window) {
     if (together) together();
     std::vector<double> seconds(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp barrier
+      const int t = omp_get_thread_num();
       const double s = omp_get_wtime();
-      probe(iters);
-      seconds[size_t(omp_get_thread_num())] = omp_get_wtime() - s;
+      for (int i = 0; i < (t == slowed_thread ? kSlowThreadRepeats : 1); ++i) probe(iters);
+      seconds[size_t(t)] = omp_get_wtime() - s;
     }
+    if (window == 0) continue;
     const double wall = *std::max_element(seconds.begin(), seconds.end());
-    if (window > 0) best = std::max(best, flops_per_iter * double(iters) * threads / wall / 1e9);
+    r.gflops = std::max(r.gflops, flops_per_iter * double(iters) * threads / wall / 1e9);
+    for (size_t t = 0; t < seconds.size(); ++t) best_seconds[t] = std::min(best_seconds[t], seconds[t]);
   }
-  return best;
+  find_slowest(best_seconds, r);
+  return r;
 }
 
 const char* fp32_name(Isa isa) {
@@ -53,15 +78,19 @@ const char* fp32_name(Isa isa) {
 
 }  // namespace
 
-Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function<void()>& together) {
+Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function<void()>& together,
+                  int slowed_thread) {
   Peak p;
   const IsaKernels* widest = isa_kernels(cpu.runs(path) ? path : cpu.widest());
   if (!widest) widest = isa_kernels(Isa::Generic);
   const std::string on = cat(threads, " thread", threads == 1 ? "" : "s", ", measured");
-  p.fp32 = run_probe(widest->fma_probe, threads, together);
+  const ProbeRate fp32 = run_probe(widest->fma_probe, threads, together, slowed_thread);
+  p.fp32 = fp32.gflops;
+  p.slowest_thread = fp32.slowest_thread;
+  p.slowest_thread_rate = fp32.slowest_rate;
   p.fp32_how = cat(fp32_name(widest->isa), ", ", on);
   if (widest->bf16_probe) {
-    p.bf16 = run_probe(widest->bf16_probe, threads, together);
+    p.bf16 = run_probe(widest->bf16_probe, threads, together, -1).gflops;
     p.bf16_how = cat("vdpbf16ps, ", on);
   }
   if (cpu.amx_bf16 && (widest->isa == Isa::Avx512 || widest->isa == Isa::Avx512Bf16))

@@ -138,11 +138,37 @@ void abort_job(const World& w, const std::string& what) {
   std::_Exit(kExitAborted);
 }
 
+namespace {
+
+// Every rank's slowest probe thread, and the slowest of them all into p (the same on every
+// rank), with the CPU that thread was pinned to.
+void slowest_thread_of_all(const World& w, const Topology& topo, Peak& p) {
+  const std::vector<int> cpus = topo.threads_bound ? topo.binding_order() : std::vector<int>{};
+  const int t = p.slowest_thread;
+  const double cpu = t >= 0 && size_t(t) < cpus.size() ? cpus[size_t(t)] : -1;
+  const std::vector<double> all = allgather({p.slowest_thread_rate, double(t), cpu}, w.comm,
+                                            "the other ranks' measurement of the peak rate");
+  for (int r = 0; r < w.size; ++r) {
+    const double* x = &all[size_t(r) * 3];
+    if (r == 0 || x[0] < p.slowest_thread_rate) {
+      p.slowest_thread_rate = x[0];
+      p.slowest_thread = int(x[1]);
+      p.slowest_cpu = int(x[2]);
+      p.slowest_rank = r;
+    }
+  }
+}
+
+}  // namespace
+
 Peak measure_peak_together(const World& w, const Topology& topo, bool startup) {
   WaitScope wait("the other ranks' measurement of the peak rate");
   MPI_Barrier(w.comm);
-  Peak p = measure_peak(topo.cpu, topo.isa, topo.threads, [&] { MPI_Barrier(w.comm); });
-  if (startup && fault_from_environment().lowers_peak(w.rank)) {
+  const FaultPlan fault = fault_from_environment();
+  Peak p = measure_peak(topo.cpu, topo.isa, topo.threads, [&] { MPI_Barrier(w.comm); },
+                        startup ? fault.slowed_thread(w.rank) : -1);
+  slowest_thread_of_all(w, topo, p);
+  if (startup && fault.lowers_peak(w.rank)) {
     p.fp32 *= kLowPeakFactor;
     p.bf16 *= kLowPeakFactor;
     p.bf16_amx_nominal *= kLowPeakFactor;

@@ -17,6 +17,10 @@ struct Peak {
   // Nominal bf16 peak on AMX (1024 FLOP per cycle per core at the measured AVX-512 clock):
   // lctrain's own bf16 kernels use vdpbf16ps; oneDNN's matrix products use AMX there.
   double bf16_amx_nominal = 0;
+  // The fp32 probe's slowest thread: each thread's best window against the median thread's
+  // (1: even; far below it when other work shares that thread's CPU), on `slowest_rank`.
+  double slowest_thread_rate = 1;
+  int slowest_thread = -1, slowest_rank = -1, slowest_cpu = -1;  // cpu -1: threads not bound
 };
 
 // The kernel path for attention: the run's ISA, except that bf16 inputs go to the fp32 tiles

@@ -520,6 +520,33 @@ def a_start_up_probe_read_low_is_taken_again_at_the_first_step_that_beats_it():
 
 
 @case
+def a_thread_slower_than_the_others_at_start_up_is_named_with_its_cpu():
+    """Pinned threads wait for the slowest at every parallel region, so a CPU that other work
+    shares slows the whole run. The start-up probe times each thread's best window; thread 1
+    made to run its probe five times over must be named, with the CPU it is pinned to, right
+    after the peak line."""
+    fixture()
+    measured = [a for a in TRAIN if a not in ("--peak-gflops", "100")]
+    p = run(*measured, "--run-dir", "r", "--steps", "1", env={"LCT_INJECT_FAULT": "slowthread:0:1"})
+    assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = p.stdout.splitlines()
+    at = [i for i, l in enumerate(lines) if l.startswith("note: thread ")]
+    assert len(at) == 1 and lines[at[0] - 1].startswith("peak: fp32"), p.stdout
+    m = re.match(r"note: thread (\d+) of rank (\d+)(?: \(pinned to CPU (\d+)\))? ran the peak probe at (\d+)% "
+                 r"of the median thread's rate in its best window: other work shares its CPU", lines[at[0]])
+    assert m and m.group(1) == "1" and m.group(2) == "0" and int(m.group(4)) <= 50, lines[at[0]]
+    bound = "each bound to one CPU" in p.stdout
+    assert (m.group(3) is not None) == bound, (lines[at[0]], bound)
+    if bound:  # thread 1 is pinned to the second CPU of the rank's set
+        spans = re.search(r"rank cpuset ([\d,-]+)", p.stdout).group(1).split(",")
+        cpus = [c for s in spans for c in range(int(s.split("-")[0]), int(s.split("-")[-1]) + 1)]
+        assert len(cpus) > 1 and int(m.group(3)) == cpus[1], (m.group(3), cpus)
+    print(lines[at[0]])
+    p = train("bad", "--steps", "1", env={"LCT_INJECT_FAULT": "slowthread:0"})
+    assert p.returncode == 1 and "lowpeak, steal or slowthread" in p.stderr, (p.returncode, p.stderr[-2000:])
+
+
+@case
 def second_sigterm_exits_at_once_and_keeps_the_checkpoint():
     fixture()
     ok(*TRAIN, "--run-dir", "r", "--steps", "4")
