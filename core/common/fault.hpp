@@ -25,7 +25,9 @@
 
 namespace lct {
 
-enum class FaultKind { None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak, Steal, SlowThread };
+enum class FaultKind {
+  None, Throw, Hang, Exit, StallRing, SlowRing, Nan, HangInFinalize, LowPeak, Steal, SlowThread
+};
 inline constexpr int kSlowRingMs = 40;
 inline constexpr double kLowPeakFactor = 1e-3;
 inline constexpr double kStolenShare = 0.25;

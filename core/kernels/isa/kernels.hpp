@@ -12,7 +12,7 @@ namespace lct {
 
 // Where a key block's values lie for the fp32 tiles: np keys of D dimensions, laid out so
 // that each micro-kernel call reads one dense run of cache lines. Row-major [D][np] kt (or
-// [np][D] v) put one line of a chunk 512 bytes (or 256) after the last: a call's 64 lines
+// [np][D] v) put each of a call's 64 lines 512 (or 256) bytes after the one before: they
 // fell into 8 (16) of an L1's 64 sets and evicted each other and the strip's other operands
 // (on Zen 3 the backward tile over key blocks from L3 ran 13% faster in these layouts, the
 // whole kernel 2-5% forward, up to 3% backward; the same values in the same order).
