@@ -130,11 +130,12 @@ inline void over_d(int64_t D, F&& f) {
   for (; d0 + W <= D; d0 += W) f(d0, std::integral_constant<int, 1>());
 }
 
-// A key block's layouts (kernels.hpp's KeyBlockLayout): kt and vt in chunks of NC keys, so the
-// chunk from key c0 starts at c0 * D with rows of NC floats; k and v in panels of the widest
-// over_d pass: the offset of dimension d0's column in its panel, and the panel's row stride. Every
+// A key block's layouts (kernels.hpp's KeyBlockLayout): kt and vt in chunks of NC keys (where
+// the chunk from key c0 starts; its rows are NC floats); k and v in panels of the widest over_d
+// pass (the offset of dimension d0's column in its panel, and the panel's row stride). Every
 // pass of over_d<DC> lies inside one panel (the full ones, then the rest in the last).
 constexpr int64_t kPanel = int64_t(Shape::DC) * W;
+inline int64_t chunk_offset(int64_t D, int64_t c0) { return KeyBlockLayout{D, 0, NC, kPanel}.chunked(0, c0); }
 inline int64_t panel_offset(int64_t D, int64_t np, int64_t d0) {
   return KeyBlockLayout{D, np, NC, kPanel}.in_panels(0, d0);
 }
@@ -270,7 +271,7 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
   if (cols == 0) return;  // nothing visible: m, l and acc stay as they are
   V mx[N];
   strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
-    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0 * D, NC, D, sc);
+    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, sc);
   });
   float corr[N];
   const bool rescale = softmax_strip(s, np, cols, mx, t.m + r0, t.l + r0, corr,
@@ -315,12 +316,12 @@ inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
     }
   for (int64_t c0 = 0; c0 < cols; c0 += NC) {
     V s[N][NV];
-    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + c0 * D, NC, D, s);
+    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, s);
     if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
     softmax_known(s, t.lse2 + r0);
     LCT_UNROLL for (int r = 0; r < N; ++r)
       LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
-    mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + c0 * D, NC, D, s);  // s now holds dP
+    mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + chunk_offset(D, c0), NC, D, s);  // s now holds dP
     LCT_UNROLL for (int r = 0; r < N; ++r) {
       const V dl = Simd::set1(t.delta[r0 + r]);
       const float* pr = t.p + (r0 + r) * np + c0;
