@@ -9,6 +9,7 @@
 #include "app/cli/cli.hpp"
 #include "app/cli/context.hpp"
 #include "common/error.hpp"
+#include "common/fault.hpp"
 #include "kernels/gemm.hpp"
 #include "parallel/world.hpp"
 #include "sys/memory.hpp"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
                                        inv.global.bind_threads, lct::omp_num_threads_from_env()});
     lct::choose_isa(ctx->topo, inv.global.isa);
     lct::gemm_setup(inv.global.gemm, ctx->topo.isa);
+    lct::fault_from_environment();  // a malformed LCT_INJECT_FAULT fails here, before a run directory exists
   });
   if (error.empty()) error = lct::run_agreed(world, [&] { code = dispatch(*ctx); });
   if (!error.empty()) {

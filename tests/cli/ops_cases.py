@@ -544,6 +544,7 @@ def a_thread_slower_than_the_others_at_start_up_is_named_with_its_cpu():
     print(lines[at[0]])
     p = train("bad", "--steps", "1", env={"LCT_INJECT_FAULT": "slowthread:0"})
     assert p.returncode == 1 and "lowpeak, steal or slowthread" in p.stderr, (p.returncode, p.stderr[-2000:])
+    assert not os.path.exists("bad"), os.listdir("bad")  # refused before anything was written
 
 
 @case
