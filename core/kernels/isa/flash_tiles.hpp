@@ -164,15 +164,6 @@ inline void mask_scores(V (&s)[ROWS][NV], const int32_t* kidx, const int32_t* kd
                            s[r][v], Simd::set1(kNegInf));
 }
 
-// 2^x of one float through the vector exp2: a call to libm's exp2f here spills every vector
-// register of the micro-kernels around it and cost a quarter of the forward on AVX-512.
-inline float exp2_scalar(float x) {
-  alignas(64) float e[W] = {};
-  e[0] = x;
-  Simd::store(e, Simd::exp2_softmax(Simd::load(e)));
-  return e[0];
-}
-
 // p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track).
 template <int ROWS>
 inline void softmax_known(V (&s)[ROWS][NV], const float* lse2) {
@@ -227,39 +218,48 @@ inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&
   }
 }
 
-// Online softmax over a strip's scores in L1 (ROWS x cols, row stride np): one max and one sum
-// per row per tile, not per chunk; the rows go through the exponentials together, so no row
-// waits on another's reductions. p = exp2(s - m_new) of columns c..c+2W goes to
-// store(r, c, p0, p1) (two vectors: bf16 stores convert both at once; the sum is of the fp32
-// p); corr[r] rescales what row r summed before. Returns whether any row needs rescaling. A
-// row with nothing visible so far keeps m = -inf and p = 0 (its scores are all -inf:
-// 2^(-inf - 0)).
-template <int ROWS, class Store, class Exp2>
-inline bool softmax_strip(const float* s, int64_t np, int64_t cols, const V (&mx)[ROWS],
-                          float* m, float* l, float (&corr)[ROWS], Store&& store, Exp2&& exp2) {
-  bool rescale = false;
-  V shift[ROWS], sum[ROWS];
+// The online softmax's new running maxima of a strip of ROWS rows, from their scores' vector
+// maxima mx: m = max(m, mx); corr[r] = 2^(m_old - m_new) rescales what row r summed before
+// (exactly 1 where m did not grow, 0 where it was -inf); shift[r] = -m_new (0 for a row that
+// has seen nothing, so its -inf scores give p = 0). Branch-free: whether a row's maximum grows
+// is data, and a mispredicted branch here flushed the products in flight around it (5-7% of
+// the forward tile over 4 key blocks on Zen 5). The exponentials of all rows take one vector
+// call (a call to libm's exp2f spilled every vector register of the micro-kernels around it).
+template <int ROWS>
+inline void update_max(const V (&mx)[ROWS], float* m, float (&corr)[ROWS], float (&shift)[ROWS]) {
+  constexpr int kLanes = (ROWS + W - 1) / W * W;
+  alignas(64) float d[kLanes] = {};
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     const float x = Simd::reduce_max(mx[r]);
     const float m_new = m[r] < x ? x : m[r];
-    corr[r] = 1.0f;
-    if (m_new != m[r]) {  // m was -inf (corr 0) or grew
-      corr[r] = exp2_scalar(m[r] - m_new);
-      rescale = true;
-    }
+    d[r] = m_new == kNegInf ? 0.0f : m[r] - m_new;  // 0 where unchanged, -inf where m was -inf
     m[r] = m_new;
-    shift[r] = Simd::set1(m_new == kNegInf ? 0.0f : -m_new);
+    shift[r] = m_new == kNegInf ? 0.0f : -m_new;
+  }
+  LCT_UNROLL for (int i = 0; i < kLanes; i += W) Simd::store(d + i, Simd::exp2_softmax(Simd::load(d + i)));
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) corr[r] = d[r];
+}
+
+// A strip's p = 2^(s + shift[r]) over its scores in L1 (ROWS x cols, row stride np), the rows
+// together so that no row waits on another's reductions: columns c..c+2W go to store(r, c,
+// p0, p1) (two vectors: bf16 stores convert both at once); l[r] = l[r] * corr[r] + the row's
+// sum of the fp32 p.
+template <int ROWS, class Store, class Exp2>
+inline void exp_strip(const float* s, int64_t np, int64_t cols, const float (&shift)[ROWS],
+                      const float (&corr)[ROWS], float* l, Store&& store, Exp2&& exp2) {
+  V sh[ROWS], sum[ROWS];
+  LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
+    sh[r] = Simd::set1(shift[r]);
     sum[r] = Simd::zero();
   }
   for (int64_t c = 0; c < cols; c += 2 * W)  // cols: whole chunks, an even number of vectors
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
-      const V p0 = exp2(Simd::add(Simd::load(s + r * np + c), shift[r]));
-      const V p1 = exp2(Simd::add(Simd::load(s + r * np + c + W), shift[r]));
+      const V p0 = exp2(Simd::add(Simd::load(s + r * np + c), sh[r]));
+      const V p1 = exp2(Simd::add(Simd::load(s + r * np + c + W), sh[r]));
       store(r, c, p0, p1);
       sum[r] = Simd::add(Simd::add(sum[r], p0), p1);
     }
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) l[r] = l[r] * corr[r] + Simd::reduce_add(sum[r]);
-  return rescale;
 }
 
 // One strip of N rows of the forward tile: scores, online softmax, p . v.
@@ -273,16 +273,17 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
   strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
     mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, sc);
   });
-  float corr[N];
-  const bool rescale = softmax_strip(s, np, cols, mx, t.m + r0, t.l + r0, corr,
-                                     [&](int r, int64_t c, V p0, V p1) {
-                                       Simd::store(s + r * np + c, p0);
-                                       Simd::store(s + r * np + c + W, p1);
-                                     },
-                                     [](V x) { return Simd::exp2_softmax(x); });
+  float corr[N], shift[N];
+  update_max(mx, t.m + r0, corr, shift);
+  exp_strip(s, np, cols, shift, corr, t.l + r0,
+            [&](int r, int64_t c, V p0, V p1) {
+              Simd::store(s + r * np + c, p0);
+              Simd::store(s + r * np + c + W, p1);
+            },
+            [](V x) { return Simd::exp2_softmax(x); });
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
     mk_ab<N, decltype(dc)::value>(s, np, t.v + panel_offset(D, np, d0), panel_stride(D, d0), cols,
-                                  t.acc + r0 * D + d0, D, rescale ? corr : nullptr, false);
+                                  t.acc + r0 * D + d0, D, corr, false);
   });
 }
 

@@ -111,16 +111,16 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
     strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[RT][NV]) {
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
     });
-    float corr[RT];
-    const bool rescale = softmax_strip(
-        s, np, cols, mx, t.m + r0, t.l + r0, corr,
-        [&](int r, int64_t c, V p0, V p1) {
-          _mm512_storeu_si512(p + r * np + c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-        },
-        [](V x) { return Simd::exp2_bf16(x); });
+    float corr[RT], shift[RT];
+    update_max(mx, t.m + r0, corr, shift);
+    exp_strip(s, np, cols, shift, corr, t.l + r0,
+              [&](int r, int64_t c, V p0, V p1) {
+                _mm512_storeu_si512(p + r * np + c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+              },
+              [](V x) { return Simd::exp2_bf16(x); });
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab_bf16<decltype(dc)::value>(p, np, t.v2 + 2 * d0, 2 * D, cols, t.acc + r0 * D + d0, D,
-                                      rescale ? corr : nullptr, false);
+                                      corr, false);
     });
   }
 }
