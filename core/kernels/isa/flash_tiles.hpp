@@ -164,12 +164,13 @@ inline void mask_scores(V (&s)[ROWS][NV], const int32_t* kidx, const int32_t* kd
                            s[r][v], Simd::set1(kNegInf));
 }
 
-// p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track).
-template <int ROWS>
-inline void softmax_known(V (&s)[ROWS][NV], const float* lse2) {
+// p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track); exp2:
+// Simd::exp2_softmax, or for a P that is rounded to bf16 before its products, exp2_bf16.
+template <int ROWS, class Exp2>
+inline void softmax_known(V (&s)[ROWS][NV], const float* lse2, Exp2&& exp2) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     const V lse = Simd::set1(lse2[r]);
-    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::exp2_softmax(Simd::sub(s[r][v], lse));
+    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = exp2(Simd::sub(s[r][v], lse));
   }
 }
 
@@ -319,7 +320,7 @@ inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
     V s[N][NV];
     mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, s);
     if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-    softmax_known(s, t.lse2 + r0);
+    softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_softmax(x); });
     LCT_UNROLL for (int r = 0; r < N; ++r)
       LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
     mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + chunk_offset(D, c0), NC, D, s);  // s now holds dP

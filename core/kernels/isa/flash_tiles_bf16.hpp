@@ -99,7 +99,8 @@ inline void store_row_pairs_bf16(const V (&s)[RT][NV], bf16* dst, int64_t ld) {
 
 // The fp32 forward's strip (flash_tiles.hpp) with bf16 products: scores and the softmax in
 // fp32, p rounded to bf16 as it is stored for p . v (so its exponentials need only
-// exp2_bf16's 3e-6; the row sums take the same p, the backward recomputes P with exp2).
+// exp2_bf16's 3e-6; the row sums take the same p). The backward recomputes P with exp2_bf16
+// too: P and dS = P (dP - delta) are rounded to bf16 before every product they enter.
 void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
   const int64_t D = t.D, np = t.np;
   float* s = t.scores;  // [RT][np] fp32 scores
@@ -133,7 +134,7 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
       V s[RT][NV];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-      softmax_known(s, t.lse2 + r0);
+      softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_bf16(x); });  // P and dS: bf16 operands
       LCT_UNROLL for (int r = 0; r < RT; ++r)
         LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + r * NC + v * W, s[r][v]);
       store_row_pairs_bf16(s, t.pi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
