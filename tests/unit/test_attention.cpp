@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -99,6 +100,49 @@ void expect_close(const Case& c, const Outputs& got, const Outputs& want, double
   }
 }
 
+// Zeroed outputs of the case's sizes.
+Outputs zero_outputs(const Case& c) {
+  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
+  return {std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
+          std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
+}
+
+// The reference's forward and backward on in's values.
+Outputs reference_outputs(const Case& c, const Inputs& in) {
+  Outputs want = zero_outputs(c);
+  const TokenTags tags{in.idx.data(), in.doc.data()};
+  attention_reference_forward(c.dims(), in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(),
+                              want.lse.data());
+  attention_reference_backward(c.dims(), in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags, tags,
+                               want.dq.data(), want.dk.data(), want.dv.data());
+  return want;
+}
+
+// in's q, k, v and dout rounded to bf16, in place; the bf16 values returned in that order.
+std::array<std::vector<bf16>, 4> round_to_bf16(Inputs& in) {
+  std::array<std::vector<bf16>, 4> out;
+  std::vector<float>* xs[] = {&in.q, &in.k, &in.v, &in.dout};
+  for (int i = 0; i < 4; ++i) {
+    out[size_t(i)].resize(xs[i]->size());
+    for (size_t e = 0; e < xs[i]->size(); ++e) (*xs[i])[e] = to_f32(out[size_t(i)][e] = to_bf16((*xs[i])[e]));
+  }
+  return out;
+}
+
+// flash's forward and backward on bf16 inputs (round_to_bf16's, of in).
+Outputs flash_outputs(FlashAttention& flash, const Case& c, const Inputs& in,
+                      const std::array<std::vector<bf16>, 4>& x16) {
+  Outputs got = zero_outputs(c);
+  const TokenTags tags{in.idx.data(), in.doc.data()};
+  const auto& [q, k, v, dout] = x16;
+  std::vector<float> delta(size_t(c.H * c.S));
+  flash.forward(c.dims(), q.data(), k.data(), v.data(), tags, tags, got.o.data(), got.lse.data());
+  attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
+  flash.backward(c.dims(), q.data(), k.data(), v.data(), got.lse.data(), delta.data(), dout.data(), tags,
+                 tags, got.dq.data(), got.dk.data(), got.dv.data());
+  return got;
+}
+
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "S=" << c.S << " H=" << c.H << " KV=" << c.KV << " D=" << c.D << (c.documents ? " docs" : " causal")
       << " W=" << c.window << " " << isa_name(c.isa);
@@ -187,30 +231,11 @@ class FlashBf16VsReference : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashBf16VsReference, ForwardAndBackwardMatch) {
   const Case c = GetParam();
   Inputs in = make_inputs(c, 23);
-  auto round = [](std::vector<float>& x) {
-    std::vector<bf16> out(x.size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = to_f32(out[i] = to_bf16(x[i]));
-    return out;
-  };
-  const std::vector<bf16> q = round(in.q), k = round(in.k), v = round(in.v), dout = round(in.dout);
-  const AttnDims d = c.dims();
-  const TokenTags tags{in.idx.data(), in.doc.data()};
-  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
-  Outputs want{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
-               std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
-  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(),
-                              want.lse.data());
-  attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags, tags,
-                               want.dq.data(), want.dk.data(), want.dv.data());
+  const std::array<std::vector<bf16>, 4> x16 = round_to_bf16(in);
+  const Outputs want = reference_outputs(c, in);
   for (Precision products : {Precision::Bf16, Precision::Fp32}) {
     FlashAttention flash({c.S, c.S, c.H, c.KV, c.D}, c.blocks, c.isa, products);
-    Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
-                std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
-    std::vector<float> delta(nl);
-    flash.forward(d, q.data(), k.data(), v.data(), tags, tags, got.o.data(), got.lse.data());
-    attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
-    flash.backward(d, q.data(), k.data(), v.data(), got.lse.data(), delta.data(), dout.data(), tags,
-                   tags, got.dq.data(), got.dk.data(), got.dv.data());
+    const Outputs got = flash_outputs(flash, c, in, x16);
     // bf16 products round p and dS to 8 bits of mantissa: a few parts in 1e3 of the largest
     // value; fp32 products of bf16 inputs are the fp32 kernel itself.
     const bool b16 = flash.products() == Precision::Bf16;
@@ -239,6 +264,32 @@ INSTANTIATE_TEST_SUITE_P(Sizes, FlashBf16VsReference, ::testing::ValuesIn(bf16_c
                            if (c.window) name += std::string("W") + std::to_string(c.window) + "_";
                            return name + isa_name(c.isa);
                          });
+
+// Scores that rise along the keys, by 4 nats a key block over the first two and by 12 over
+// the rest: every key block raises the rows' running maxima, and the online softmax rescales
+// what they summed by factors far from 1. fp32 and bf16 products on every path, forward and
+// backward, against the reference. Scores reach 22 nats: bf16 products carry 2^-9 of that
+// in every score (keys are rounded to bf16 after their pre-scaling), hence 3e-2.
+TEST(FlashAttention, ScoresRisingAcrossKeyBlocksMatchTheReference) {
+  for (Isa isa : test_isas())
+    for (bool docs : {false, true}) {
+      const Case c{400, 4, 2, 64, docs, {128, 128}, isa};
+      Inputs in = make_inputs(c, 29);
+      for (int64_t i = 0; i < c.S; ++i) {  // q . k / 8 gains 4 or 12 every 128 keys
+        const float ramp = i < 256 ? float(i) / 16 : 16 + 3 * float(i - 256) / 16;
+        for (int64_t h = 0; h < c.H; ++h) in.q[size_t((i * c.H + h) * c.D)] = 2.0f;
+        for (int64_t h = 0; h < c.KV; ++h) in.k[size_t((i * c.KV + h) * c.D)] = ramp;
+      }
+      const std::array<std::vector<bf16>, 4> x16 = round_to_bf16(in);  // fp32 products of them: the fp32 tiles
+      const Outputs want = reference_outputs(c, in);
+      for (Precision products : {Precision::Fp32, Precision::Bf16}) {
+        FlashAttention flash({c.S, c.S, c.H, c.KV, c.D}, c.blocks, isa, products);
+        const Outputs got = flash_outputs(flash, c, in, x16);
+        const bool b16 = flash.products() == Precision::Bf16;  // (fp32 where the path has none)
+        expect_close(c, got, want, b16 ? 3e-2 : 1e-5, b16 ? "rising, bf16 products" : "rising, fp32");
+      }
+    }
+}
 
 TEST(FlashAttention, PerturbingOneDocumentChangesNoOtherDocument) {
   const Case c{600, 4, 2, 16, true, {32, 32}};
