@@ -251,6 +251,18 @@ void copy_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, floa
     std::fill(o + n * width, o + to.np * width, 0.0f);
   }
 }
+// The scores' factor softmax_scale * log2(e), for bf16 keys: they are pre-scaled by its
+// nearest power of two, which is exact, and the rest (in [0.71, 1.42]) multiplies each score
+// in fp32 (FlashFwdTileBf16::kscale). Keys pre-scaled by the whole factor were rounded to
+// bf16 again: 2^-9 of every score, a few percent of p where scores reach tens.
+struct Bf16KeyScale {
+  float keys, scores;
+};
+Bf16KeyScale bf16_key_scale(int64_t D) {
+  const float mult = kLog2e / std::sqrt(float(D)), keys = std::exp2(std::round(std::log2(mult)));
+  return {keys, mult / keys};
+}
+
 // A key block's rows in bf16 times mult: in place when they are bf16 already and unscaled,
 // else converted into `copy` [n][D]. Sets the rows' stride.
 template <class T>
@@ -270,8 +282,8 @@ const bf16* rows_bf16(const T* x, int64_t ld, int64_t n, int64_t D, float mult, 
 }  // namespace
 
 // Per (KV head, key block), in the products' layouts (above), keys for the scores
-// pre-scaled by softmax_scale * log2(e); and key tags [np] with padding that matches no
-// query. The backward reads no v in key-row layout (p v is the forward's).
+// pre-scaled by softmax_scale * log2(e) (bf16: by its power of two, bf16_key_scale); and key
+// tags [np] with padding that matches no query. The backward reads no v in key-row layout (p v is the forward's).
 template <class T>
 void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward) {
   const int64_t D = d.D, ldk = d.KV * D, np = np_;
@@ -295,7 +307,7 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
       } else {
         interleave_rows(rows, ld, n, np, D, pk.v2.data() + off);
       }
-      rows = rows_bf16(kb, ldk, n, D, mult, copy + np * D, &ld);
+      rows = rows_bf16(kb, ldk, n, D, bf16_key_scale(D).keys, copy + np * D, &ld);
       transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off, 2 * np);
     } else {
       const KeyBlockLayout to{D, np, kern_->key_chunk, kern_->key_panel};
@@ -365,6 +377,7 @@ void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int64_
 // block's tags are.
 template <class A, class B>
 void share_tile_fields(A& a, B& b, int64_t D, int64_t np, QueryTags tags) {
+  b.kscale = bf16_key_scale(D).scores;
   a.D = b.D = D;
   a.np = b.np = np;
   a.qidx = b.qidx = tags.idx;

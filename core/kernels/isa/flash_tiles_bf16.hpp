@@ -78,6 +78,13 @@ inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb
   store_acc(acc, c, ldc);
 }
 
+// Scores from q . kt2: times the part of the scale that kt2 does not carry (kscale).
+inline void scale_scores(V (&s)[RT][NV], float kscale) {
+  const V f = Simd::set1(kscale);
+  LCT_UNROLL for (int r = 0; r < RT; ++r)
+    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::mul(s[r][v], f);
+}
+
 // RT rows of NV fp32 vectors to bf16, row-major at dst (row stride ld).
 inline void store_rows_bf16(const V (&s)[RT][NV], bf16* dst, int64_t ld) {
   LCT_UNROLL for (int r = 0; r < RT; ++r)
@@ -111,6 +118,7 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
     V mx[RT];
     strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[RT][NV]) {
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
+      scale_scores(sc, t.kscale);
     });
     float corr[RT], shift[RT];
     update_max(mx, t.m + r0, corr, shift);
@@ -133,6 +141,7 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
     for (int64_t c0 = 0; c0 < np; c0 += NC) {
       V s[RT][NV];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
+      scale_scores(s, t.kscale);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_bf16(x); });  // P and dS: bf16 operands
       LCT_UNROLL for (int r = 0; r < RT; ++r)
