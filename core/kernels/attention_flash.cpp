@@ -283,7 +283,8 @@ const bf16* rows_bf16(const T* x, int64_t ld, int64_t n, int64_t D, float mult, 
 
 // Per (KV head, key block), in the products' layouts (above), keys for the scores
 // pre-scaled by softmax_scale * log2(e) (bf16: by its power of two, bf16_key_scale); and key
-// tags [np] with padding that matches no query. The backward reads no v in key-row layout (p v is the forward's).
+// tags [np] with padding that matches no query. The backward reads no v in key-row layout
+// (p v is the forward's).
 template <class T>
 void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward) {
   const int64_t D = d.D, ldk = d.KV * D, np = np_;
