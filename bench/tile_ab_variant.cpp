@@ -1,5 +1,5 @@
-// One build of the attention tiles for bench/tile_ab.sh: the kernel path TILE_AB_ISA
-// (avx512_bf16 or avx2) compiled inside its own namespace (TILE_AB_NS), so that two builds
+// One build of the attention tiles for bench/tile_ab.sh: the avx512_bf16 kernel path
+// (TILE_AB_AVX512=1) or avx2 compiled inside its own namespace (TILE_AB_NS), so that two builds
 // of the same headers (two revisions) link into one program. The tile interfaces
 // (kernels/isa/kernels.hpp) are the working tree's for both.
 #define LCT_ISA_NS TILE_AB_NS
@@ -9,18 +9,7 @@
 #define LCT_ISA_AVX2
 #endif
 #include "kernels/isa/simd.hpp"
-
-namespace lct::LCT_ISA_NS {
-#if TILE_AB_AVX512  // as isa_avx512bf16.cpp
-struct Shape {
-  static constexpr int R = 6, NV = 4, DC = 4, KC = 4, DB = 4;
-};
-#else  // as isa_avx2.cpp
-struct Shape {
-  static constexpr int R = 6, NV = 2, DC = 2, KC = 4, DB = 3;
-};
-#endif
-}  // namespace lct::LCT_ISA_NS
+#include "kernels/isa/shape.hpp"  // the working tree's, for both revisions
 
 #include "kernels/isa/flash_tiles.hpp"
 #if TILE_AB_AVX512

@@ -1,9 +1,9 @@
 // Flash-attention tiles for one ISA (the Simd of the including translation unit), fp32.
-// The including file defines LCT_ISA_NS, includes simd.hpp and defines
+// The including file defines LCT_ISA_NS and includes simd.hpp and shape.hpp, whose
 //   struct Shape { R (query rows per strip, 4 or more), NV (vectors per key chunk),
 //                  DC (vectors of D per output pass), KC (keys per dK/dV pass),
 //                  DB (vectors of D per dK/dV pass) };
-// so that the accumulators of every micro-kernel fit the ISA's registers.
+// makes the accumulators of every micro-kernel fit the ISA's registers.
 //
 // Micro-kernels (all row-major, leading dimensions given):
 //   mk_abt  s[R][NC]  = a[R][K] . bt[K][NC]        scores (q kt), dP (dout vt)

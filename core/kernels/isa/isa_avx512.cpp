@@ -2,15 +2,7 @@
 #define LCT_ISA_NS avx512
 #define LCT_ISA_AVX512
 #include "kernels/isa/simd.hpp"
-
-namespace lct::LCT_ISA_NS {
-// 6 x 4 score vectors = 64 keys per chunk in 24 registers; p . v in 6 x 4 accumulators:
-// each key or value vector loaded feeds 6 FMAs. 128-row query blocks end in two strips of 4.
-// On a Zen 5 core, against strips of 4: tiles 7-10% faster, the whole attention 2-4%.
-struct Shape {
-  static constexpr int R = 6, NV = 4, DC = 4, KC = 4, DB = 4;
-};
-}  // namespace lct::LCT_ISA_NS
+#include "kernels/isa/shape.hpp"
 
 #include "kernels/isa/flash_tiles.hpp"
 #include "kernels/isa/probe.hpp"

@@ -3,13 +3,7 @@
 #define LCT_ISA_NS avx512bf16
 #define LCT_ISA_AVX512
 #include "kernels/isa/simd.hpp"
-
-namespace lct::LCT_ISA_NS {
-// The fp32 tiles as in isa_avx512.cpp; the bf16 ones take strips of 4 (flash_tiles_bf16.hpp).
-struct Shape {
-  static constexpr int R = 6, NV = 4, DC = 4, KC = 4, DB = 4;
-};
-}  // namespace lct::LCT_ISA_NS
+#include "kernels/isa/shape.hpp"
 
 #include "kernels/isa/flash_tiles.hpp"
 #include "kernels/isa/flash_tiles_bf16.hpp"

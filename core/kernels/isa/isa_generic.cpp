@@ -2,12 +2,7 @@
 // with the project's baseline flags.
 #define LCT_ISA_NS generic
 #include "kernels/isa/simd.hpp"
-
-namespace lct::LCT_ISA_NS {
-struct Shape {
-  static constexpr int R = 4, NV = 8, DC = 1, KC = 4, DB = 1;
-};
-}  // namespace lct::LCT_ISA_NS
+#include "kernels/isa/shape.hpp"
 
 #include "kernels/isa/flash_tiles.hpp"
 #include "kernels/isa/probe.hpp"
