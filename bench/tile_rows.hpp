@@ -47,6 +47,7 @@ struct Operands {
         {&q16, &q}, {&dout16, &dout}, {&kt2, &kt}, {&vt2, &vt}, {&k2, &k}, {&v2, &v}};
     for (auto [to, from] : rounded) {
       to->resize(from->size());
+      // convert()'s bits, inline: tile_ab.sh builds without lct_core
       for (size_t i = 0; i < from->size(); ++i) (*to)[i] = to_bf16((*from)[i]);
     }
     for (auto* b : {&p16, &ds16, &pi, &dsi}) b->assign(size_t(kRows * kKeys), bf16{});

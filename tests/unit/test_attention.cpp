@@ -113,8 +113,8 @@ Outputs reference_outputs(const Case& c, const Inputs& in) {
   const TokenTags tags{in.idx.data(), in.doc.data()};
   attention_reference_forward(c.dims(), in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(),
                               want.lse.data());
-  attention_reference_backward(c.dims(), in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags, tags,
-                               want.dq.data(), want.dk.data(), want.dv.data());
+  attention_reference_backward(c.dims(), in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags,
+                               tags, want.dq.data(), want.dk.data(), want.dv.data());
   return want;
 }
 
@@ -122,25 +122,32 @@ Outputs reference_outputs(const Case& c, const Inputs& in) {
 std::array<std::vector<bf16>, 4> round_to_bf16(Inputs& in) {
   std::array<std::vector<bf16>, 4> out;
   std::vector<float>* xs[] = {&in.q, &in.k, &in.v, &in.dout};
-  for (int i = 0; i < 4; ++i) {
-    out[size_t(i)].resize(xs[i]->size());
-    for (size_t e = 0; e < xs[i]->size(); ++e) (*xs[i])[e] = to_f32(out[size_t(i)][e] = to_bf16((*xs[i])[e]));
+  for (size_t i = 0; i < 4; ++i) {
+    const int64_t n = int64_t(xs[i]->size());
+    out[i].resize(size_t(n));
+    convert(xs[i]->data(), out[i].data(), n);
+    convert(out[i].data(), xs[i]->data(), n);
   }
   return out;
 }
 
-// flash's forward and backward on bf16 inputs (round_to_bf16's, of in).
-Outputs flash_outputs(FlashAttention& flash, const Case& c, const Inputs& in,
-                      const std::array<std::vector<bf16>, 4>& x16) {
+// flash's forward and backward on q, k, v and dout of type X (in's values, or
+// round_to_bf16's of them); in gives the tags and dout's fp32 values.
+template <class X>
+Outputs flash_outputs(FlashAttention& flash, const Case& c, const Inputs& in, const X* q, const X* k,
+                      const X* v, const X* dout) {
   Outputs got = zero_outputs(c);
   const TokenTags tags{in.idx.data(), in.doc.data()};
-  const auto& [q, k, v, dout] = x16;
   std::vector<float> delta(size_t(c.H * c.S));
-  flash.forward(c.dims(), q.data(), k.data(), v.data(), tags, tags, got.o.data(), got.lse.data());
+  flash.forward(c.dims(), q, k, v, tags, tags, got.o.data(), got.lse.data());
   attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
-  flash.backward(c.dims(), q.data(), k.data(), v.data(), got.lse.data(), delta.data(), dout.data(), tags,
-                 tags, got.dq.data(), got.dk.data(), got.dv.data());
+  flash.backward(c.dims(), q, k, v, got.lse.data(), delta.data(), dout, tags, tags, got.dq.data(),
+                 got.dk.data(), got.dv.data());
   return got;
+}
+Outputs flash_outputs(FlashAttention& flash, const Case& c, const Inputs& in,
+                      const std::array<std::vector<bf16>, 4>& x16) {
+  return flash_outputs(flash, c, in, x16[0].data(), x16[1].data(), x16[2].data(), x16[3].data());
 }
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -153,24 +160,9 @@ class FlashVsReference : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashVsReference, ForwardAndBackwardMatch) {
   const Case c = GetParam();
   const Inputs in = make_inputs(c, 17);
-  const AttnDims d = c.dims();
-  const TokenTags tags{in.idx.data(), in.doc.data()};
-  const size_t nq = size_t(c.S * c.H * c.D), nk = size_t(c.S * c.KV * c.D), nl = size_t(c.H * c.S);
-
-  Outputs got{std::vector<float>(nq), std::vector<float>(nl), std::vector<float>(nq, 0.f),
-              std::vector<float>(nk, 0.f), std::vector<float>(nk, 0.f)};
-  Outputs want = got;
   FlashAttention flash = make_flash(c);
-  flash.forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, got.o.data(), got.lse.data());
-  attention_reference_forward(d, in.q.data(), in.k.data(), in.v.data(), tags, tags, want.o.data(),
-                              want.lse.data());
-  std::vector<float> delta(nl);
-  attention_delta(got.o.data(), in.dout.data(), c.S, c.H, c.D, delta.data());
-  flash.backward(d, in.q.data(), in.k.data(), in.v.data(), got.lse.data(), delta.data(),
-                 in.dout.data(), tags, tags, got.dq.data(), got.dk.data(), got.dv.data());
-  attention_reference_backward(d, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), tags,
-                               tags, want.dq.data(), want.dk.data(), want.dv.data());
-  expect_close(c, got, want, 1e-5, "fp32");
+  const Outputs got = flash_outputs(flash, c, in, in.q.data(), in.k.data(), in.v.data(), in.dout.data());
+  expect_close(c, got, reference_outputs(c, in), 1e-5, "fp32");
   // Padding rows see nothing: zero output, -inf lse, zero gradient.
   for (int64_t i = 0; i < c.S; ++i) {
     if (in.doc[size_t(i)] >= 0) continue;
@@ -281,7 +273,8 @@ TEST(FlashAttention, ScoresRisingAcrossKeyBlocksMatchTheReference) {
         for (int64_t h = 0; h < c.H; ++h) in.q[size_t((i * c.H + h) * c.D)] = 2.0f;
         for (int64_t h = 0; h < c.KV; ++h) in.k[size_t((i * c.KV + h) * c.D)] = ramp;
       }
-      const std::array<std::vector<bf16>, 4> x16 = round_to_bf16(in);  // fp32 products of them: the fp32 tiles
+      // bf16 inputs for both: fp32 products of them run the fp32 tiles
+      const std::array<std::vector<bf16>, 4> x16 = round_to_bf16(in);
       const Outputs want = reference_outputs(c, in);
       for (Precision products : {Precision::Fp32, Precision::Bf16}) {
         FlashAttention flash({c.S, c.S, c.H, c.KV, c.D}, c.blocks, isa, products);
