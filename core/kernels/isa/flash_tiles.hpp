@@ -199,6 +199,14 @@ inline int64_t visible_end(const Tile& t, int64_t r0) {
   return end;
 }
 
+// The least idx of keys [c0, c0 + n): a row whose idx is below it sees none of them (a row
+// sees only keys at or before its own idx), so their P and dS in that row are exactly 0.
+inline int32_t least_key_idx(const int32_t* kidx, int64_t c0, int64_t n) {
+  int32_t least = INT32_MAX;
+  for (int64_t c = c0; c < c0 + n; ++c) least = std::min(least, kidx[c]);
+  return least;
+}
+
 // A strip's scores for key columns [0, cols) (ROWS x cols, log2 units) into s, chunk by chunk
 // (scores(c0, sc) makes a chunk's in registers, masked there), and each row's running
 // maximum as a vector, so the softmax needs no extra pass over s to find it. Tile: the fp32
@@ -344,17 +352,22 @@ void flash_bwd_tile(const FlashBwdTile& t) {
   over_strips(t.rows, [&](int64_t r0, auto strip) { bwd_strip<decltype(strip)::value>(t, r0); });
   // Phase B, per group of KC keys, in passes of 24 rows so that a pass's P, dS, dout and q
   // rows stay in L1 across the key groups (dK and dV, [np, D] each, are loaded and stored
-  // once a pass instead): dv += P^T dout, dk += dS^T q. Each sum adds its rows in order.
+  // once a pass instead): dv += P^T dout, dk += dS^T q. Each sum adds its rows in order. A
+  // masked tile's groups whose keys all come after the pass's rows add only zeros and are
+  // left out (on the causal diagonal, nearly half of the tile's phase B).
   constexpr int64_t kRowsPerPass = 24;
   for (int64_t rb = 0; rb < t.rows; rb += kRowsPerPass) {
     const int64_t rc = std::min<int64_t>(kRowsPerPass, t.rows - rb);
-    for (int64_t k0 = 0; k0 < np; k0 += KC)
+    const int32_t qmax = t.masked ? *std::max_element(t.qidx + rb, t.qidx + rb + rc) : INT32_MAX;
+    for (int64_t k0 = 0; k0 < np; k0 += KC) {
+      if (t.masked && least_key_idx(t.kidx, k0, KC) > qmax) continue;
       over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
         mk_atb<decltype(dc)::value>(t.p + rb * np + k0, np, t.dout + rb * t.ldq + d0, t.ldq, rc,
                                     t.dv + k0 * D + d0, D);
         mk_atb<decltype(dc)::value>(t.ds + rb * np + k0, np, t.q + rb * t.ldq + d0, t.ldq, rc,
                                     t.dk + k0 * D + d0, D);
       });
+    }
   }
 }
 

@@ -78,6 +78,21 @@ inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb
   store_acc(acc, c, ldc);
 }
 
+// The rows [0, first) of a masked tile that see no key of idx kmin or more, extending a
+// previous answer: rows [0, from) saw none of keys from an idx of `from_kmin` on. Key groups
+// come in order, so on the causal diagonal every row is passed over once per tile.
+struct RowsBefore {
+  int64_t first = 0;
+  int32_t kmin = INT32_MIN;
+  template <class Tile>
+  int64_t advance(const Tile& t, int32_t key_min) {
+    if (key_min < kmin) first = 0;  // (keys out of order: start again)
+    kmin = key_min;
+    while (first < t.rows && t.qidx[first] < key_min) ++first;
+    return first;
+  }
+};
+
 // Scores from q . kt2: times the part of the scale that kt2 does not carry (kscale).
 inline void scale_scores(V (&s)[RT][NV], float kscale) {
   const V f = Simd::set1(kscale);
@@ -136,9 +151,15 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
 
 void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
   const int64_t D = t.D, np = t.np;
-  // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k.
+  // Phase A, per strip: P = 2^(s - lse2), dS = P * (dP - delta), dq = dS k, over the key
+  // chunks the strip may see; phase B reads zeros for the rest.
   for (int64_t r0 = 0; r0 < t.rows; r0 += RT) {
-    for (int64_t c0 = 0; c0 < np; c0 += NC) {
+    const int64_t cols = visible_end<RT>(t, r0);
+    for (int64_t i = r0 / 2; i < (r0 + RT) / 2; ++i) {
+      std::fill(t.pi + i * 2 * np + 2 * cols, t.pi + (i + 1) * 2 * np, bf16{});
+      std::fill(t.dsi + i * 2 * np + 2 * cols, t.dsi + (i + 1) * 2 * np, bf16{});
+    }
+    for (int64_t c0 = 0; c0 < cols; c0 += NC) {
       V s[RT][NV];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
       scale_scores(s, t.kscale);
@@ -158,18 +179,24 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
     }
     const int64_t lddq = t.lddq ? t.lddq : D;
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
-      mk_ab_bf16<decltype(dc)::value>(t.ds + r0 * np, np, t.k2 + 2 * d0, 2 * D, np,
+      mk_ab_bf16<decltype(dc)::value>(t.ds + r0 * np, np, t.k2 + 2 * d0, 2 * D, cols,
                                       t.dq + r0 * lddq + d0, lddq, nullptr, true, t.dq_add);
     });
   }
-  // Phase B, per group of KC keys over all the block's rows: dv += P^T dout, dk += dS^T q.
-  for (int64_t k0 = 0; k0 < np; k0 += KC)
+  // Phase B, per group of KC keys over the block's rows: dv += P^T dout, dk += dS^T q. In a
+  // masked tile, the leading rows that come before all of a group's keys add only zeros and
+  // are left out, in pairs (on the causal diagonal, nearly half of the tile's phase B).
+  RowsBefore before;
+  for (int64_t k0 = 0; k0 < np; k0 += KC) {
+    const int64_t r0 = t.masked ? before.advance(t, least_key_idx(t.kidx, k0, KC)) / 2 * 2 : 0;
+    if (r0 == t.rows) continue;
     over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
-      mk_atb_bf16<decltype(dc)::value>(t.pi + 2 * k0, 2 * np, t.dout2 + 2 * d0, 2 * D, t.rows,
-                                       t.dv + k0 * D + d0, D);
-      mk_atb_bf16<decltype(dc)::value>(t.dsi + 2 * k0, 2 * np, t.q2 + 2 * d0, 2 * D, t.rows,
-                                       t.dk + k0 * D + d0, D);
+      mk_atb_bf16<decltype(dc)::value>(t.pi + r0 * np + 2 * k0, 2 * np, t.dout2 + r0 * D + 2 * d0, 2 * D,
+                                       t.rows - r0, t.dv + k0 * D + d0, D);
+      mk_atb_bf16<decltype(dc)::value>(t.dsi + r0 * np + 2 * k0, 2 * np, t.q2 + r0 * D + 2 * d0, 2 * D,
+                                       t.rows - r0, t.dk + k0 * D + d0, D);
     });
+  }
 }
 
 }  // namespace lct::LCT_ISA_NS
