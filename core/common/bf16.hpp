@@ -3,6 +3,7 @@
 // Rounding float -> bf16 is to nearest, ties to even (as vcvtneps2bf16 and PyTorch do);
 // NaN stays NaN.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +42,18 @@ inline float load_f32(float x) { return x; }
 inline float load_f32(bf16 x) { return to_f32(x); }
 inline void store_as(float* p, float x) { *p = x; }
 inline void store_as(bf16* p, float x) { *p = to_bf16(x); }
+
+// A factor that multiplies bf16 values before a product, split into the power of two nearest
+// it (`exact`: a bf16 times it rounds nothing, short of overflow) and what is left (`rest`,
+// in [0.71, 1.42]), applied in fp32 to the product's result. Multiplying by the whole factor
+// would round every value to bf16 a second time (2^-9 of each).
+struct Bf16Scale {
+  float exact, rest;
+};
+inline Bf16Scale bf16_scale(float factor) {
+  const float exact = std::exp2(std::round(std::log2(factor)));
+  return {exact, factor / exact};
+}
 
 // Bulk conversions over all OpenMP threads (static schedule); from == to is not allowed.
 void convert(const float* from, bf16* to, int64_t n);

@@ -252,16 +252,10 @@ void copy_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, floa
   }
 }
 // The scores' factor softmax_scale * log2(e), for bf16 keys: they are pre-scaled by its
-// nearest power of two, which is exact, and the rest (in [0.71, 1.42]) multiplies each score
-// in fp32 (FlashFwdTileBf16::kscale). Keys pre-scaled by the whole factor were rounded to
-// bf16 again: 2^-9 of every score, a few percent of p where scores reach tens.
-struct Bf16KeyScale {
-  float keys, scores;
-};
-Bf16KeyScale bf16_key_scale(int64_t D) {
-  const float mult = kLog2e / std::sqrt(float(D)), keys = std::exp2(std::round(std::log2(mult)));
-  return {keys, mult / keys};
-}
+// nearest power of two, and the rest multiplies each score in fp32 (FlashFwdTileBf16::kscale).
+// Keys pre-scaled by the whole factor were rounded to bf16 again: 2^-9 of every score, a few
+// percent of p where scores reach tens.
+Bf16Scale bf16_key_scale(int64_t D) { return bf16_scale(kLog2e / std::sqrt(float(D))); }
 
 // A key block's rows in bf16 times mult: in place when they are bf16 already and unscaled,
 // else converted into `copy` [n][D]. Sets the rows' stride.
@@ -308,7 +302,7 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
       } else {
         interleave_rows(rows, ld, n, np, D, pk.v2.data() + off);
       }
-      rows = rows_bf16(kb, ldk, n, D, bf16_key_scale(D).keys, copy + np * D, &ld);
+      rows = rows_bf16(kb, ldk, n, D, bf16_key_scale(D).exact, copy + np * D, &ld);
       transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off, 2 * np);
     } else {
       const KeyBlockLayout to{D, np, kern_->key_chunk, kern_->key_panel};
@@ -378,7 +372,7 @@ void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int64_
 // block's tags are.
 template <class A, class B>
 void share_tile_fields(A& a, B& b, int64_t D, int64_t np, QueryTags tags) {
-  b.kscale = bf16_key_scale(D).scores;
+  b.kscale = bf16_key_scale(D).rest;
   a.D = b.D = D;
   a.np = b.np = np;
   a.qidx = b.qidx = tags.idx;

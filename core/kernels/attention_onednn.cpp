@@ -136,10 +136,29 @@ bool use_matrix_engine(const AttnLimits& l, AttnBlocks b, bool bf16_products, Ti
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+// The softmax's 1/sqrt(D), split into what q is packed with and what multiplies each fp32
+// score. bf16 products: q takes its nearest power of two and the scores the rest (bf16_scale);
+// q packed with the whole factor was rounded to bf16 a second time wherever D is not a power
+// of 4 (2^-9 of every score at D = 128). fp32: all of it on q.
+struct SoftmaxScale {
+  float q = 1.0f, scores = 1.0f;
+  SoftmaxScale(int64_t D, bool b16) : q(1.0f / std::sqrt(float(D))) {
+    if (!b16) return;
+    const Bf16Scale split = bf16_scale(q);
+    q = split.exact;
+    scores = split.rest;
+  }
+  // x [n] *= scores, where that is not 1
+  void apply(float* x, int64_t n) const {
+    if (scores != 1.0f)
+      for (int64_t i = 0; i < n; ++i) x[i] *= scores;
+  }
+};
+
 }  // namespace
 
 // The operands packed per head in the product type P (fp32 or bf16): q scaled by 1/sqrt(D)
-// [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles. On the matrix
+// (bf16: by its power of two, SoftmaxScale) [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles. On the matrix
 // engine q and dout have 16 rows to spare (its tiles read whole 16-row tiles), and k and v
 // are packed again in pairs (pair_products.hpp), each KV head's keys up to tk_pairs:
 //   k_cols, v_cols  [KV, d_pairs / 2, tk_pairs, 2]  for Q K^T and dO V^T;
@@ -151,6 +170,7 @@ struct OneDnnAttention::Impl {
   AttnLimits lim;
   AttnBlocks blocks;
   bool b16;     // bf16 products
+  SoftmaxScale scale;
   const IsaKernels* kern;  // the softmax's row pieces
   size_t elem;  // bytes of an operand
   bool engine;  // every product on the matrix engine
@@ -173,7 +193,7 @@ struct OneDnnAttention::Impl {
   }
 
   Impl(const AttnLimits& l, AttnBlocks b, Isa isa, bool bf16_products, TileEngine tiles)
-      : lim(l), blocks(b), b16(bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
+      : lim(l), blocks(b), b16(bf16_products), scale(l.head_dim, bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
         engine(use_matrix_engine(l, b, bf16_products, tiles)),
         pair_engine(tiles == TileEngine::Emulated ? PairEngine::Emulated : PairEngine::Amx),
         tk_pairs(engine ? round_up(l.max_tk, 32) : 0), d_pairs(engine ? round_up(l.head_dim, 32) : 0),
@@ -226,14 +246,14 @@ struct OneDnnAttention::Impl {
         for (int64_t x = 0; x < D; ++x) store(out, size_t(x), load_f32(src[(t * heads + h) * D + x]) * scale);
       }
   }
-  // A call's q (scaled by 1/sqrt(D)), k and v, packed; refused beyond the limits.
+  // A call's q (times scale.q), k and v, packed; refused beyond the limits.
   template <class T>
   void take(const AttnDims& d, const T* q_, const T* k_, const T* v_) {
     if (d.Tq > lim.max_tq || d.Tk > lim.max_tk || d.H > lim.heads || d.KV > lim.kv_heads || d.D != lim.head_dim ||
         d.H % d.KV != 0)
       fail("OneDnnAttention: a call of ", d.Tq, " x ", d.Tk, " tokens, ", d.H, "/", d.KV, " heads of ", d.D,
            " beyond its limits");
-    pack(q_, d.Tq, d.H, d.D, 1.0f / std::sqrt(float(d.D)), q);
+    pack(q_, d.Tq, d.H, d.D, scale.q, q);
     pack(k_, d.Tk, d.KV, d.D, 1.0f, k);
     pack(v_, d.Tk, d.KV, d.D, 1.0f, v);
   }
@@ -334,7 +354,7 @@ struct OneDnnAttention::Impl {
   };
   void backward_run(const BwdCall& c, int64_t kvh, int64_t jb0, int64_t jb1);
   void add_key_grads(const BwdCall& c, const Scratch& s, int64_t kvh, int64_t jb0, int64_t jb1) const;
-  // dV += P^T dO and dK += dS^T (q / sqrt(D)) of one tile (R queries from r0, C keys) into a
+  // dV += P^T dO and dK += dS^T (q scale.q) of one tile (R queries from r0, C keys) into a
   // task's dk and dv of its key block: [C, D] through oneDNN; on the matrix engine their
   // transposes [D, BK], dV^T += dO^T P and dK^T += Q^T dS.
   void key_grads(Scratch& s, const AttnDims& d, int64_t h, int64_t r0, int64_t R, int64_t C, const TileOperands& t,
@@ -407,6 +427,7 @@ void OneDnnAttention::Impl::forward_block(const AttnDims& d, const TileGrid& g, 
     while (je < g.nk && je - jb < kStripBlocks && g.tile(ib, je) != Tile::Skip) ++je;
     const int64_t c0 = jb * g.BK, N = std::min(je * g.BK, d.Tk) - c0;
     times_keys(s, R, N, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), k_cols, kvh, c0, s.s.data());
+    scale.apply(s.s.data(), R * N);
     for (int64_t b = jb; b < je; ++b)
       if (g.tile(ib, b) == Tile::Masked)
         mask_scores(s.s.data() + (b * g.BK - c0), N, R, r0, b * g.BK, g.cols(b, d.Tk), qt, kt, d.window);
@@ -455,6 +476,7 @@ OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilit
                 C = g.cols(jb, d.Tk);
   const bool masked = g.tile(ib, jb) == Tile::Masked;
   times_keys(s, R, C, row(q, h, d.Tq, r0, D), row(k, kvh, d.Tk, c0, D), k_cols, kvh, c0, s.s.data());
+  scale.apply(s.s.data(), R * C);
   times_keys(s, R, C, row(dout, h, d.Tq, r0, D), row(v, kvh, d.Tk, c0, D), v_cols, kvh, c0, s.dp.data());
   if (masked) mask_scores(s.s.data(), C, R, r0, c0, C, qt, kt, d.window);  // p and dS come out 0 there
   for (int64_t i = 0; i < R; ++i) {
@@ -478,7 +500,7 @@ OneDnnAttention::Impl::TileOperands OneDnnAttention::Impl::scores_and_probabilit
 
 // One backward task: key blocks [jb0, jb1) of KV head kvh, over every query block that sees
 // them and every query head of the group, each tile's P and dS once: dV += P^T dO and
-// dK += dS^T (q / sqrt(D)) in the task's scratch, dQ's contribution dS K into the queue.
+// dK += dS^T (q scale.q) in the task's scratch, dQ's contribution dS K into the queue.
 void OneDnnAttention::Impl::backward_run(const BwdCall& c, int64_t kvh, int64_t jb0, int64_t jb1) {
   const int thread = omp_get_thread_num();
   Scratch& s = scratch[size_t(thread)];
@@ -514,7 +536,8 @@ void OneDnnAttention::Impl::backward_run(const BwdCall& c, int64_t kvh, int64_t 
   add_key_grads(c, s, kvh, jb0, jb1);
 }
 
-// Adds a task's dK and dV of key blocks [jb0, jb1) of KV head kvh to the call's.
+// Adds a task's dK and dV of key blocks [jb0, jb1) of KV head kvh to the call's: the task's
+// dK summed dS^T (q scale.q), so it takes the rest of the softmax's scale here.
 void OneDnnAttention::Impl::add_key_grads(const BwdCall& c, const Scratch& s, int64_t kvh, int64_t jb0,
                                           int64_t jb1) const {
   const int64_t D = c.d.D, ldk = c.d.KV * D;
@@ -524,7 +547,7 @@ void OneDnnAttention::Impl::add_key_grads(const BwdCall& c, const Scratch& s, in
       const size_t at = size_t((jb - jb0) * c.g.BK * D) + size_t(engine ? col : col * D);
       const size_t xs = engine ? size_t(c.g.BK) : 1;
       for (int64_t x = 0; x < D; ++x) {
-        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + size_t(x) * xs];
+        c.dk[(c0 + col) * ldk + kvh * D + x] += s.dk[at + size_t(x) * xs] * scale.scores;
         c.dv[(c0 + col) * ldk + kvh * D + x] += s.dv[at + size_t(x) * xs];
       }
     }

@@ -263,16 +263,21 @@ INSTANTIATE_TEST_SUITE_P(Sizes, FlashBf16VsReference, ::testing::ValuesIn(bf16_c
 // backward, against the reference. bf16 products: dQ's first dimension sums dS (rounded to
 // 2^-9) times keys of up to 40 whose sum cancels to far less, hence 3e-2 (1e-3 to 3e-3 for
 // every other output; O was 7e-3 and the LSE 6e-4 while bf16 keys carried the whole scale).
+Inputs rising_inputs(const Case& c) {
+  Inputs in = make_inputs(c, 29);
+  for (int64_t i = 0; i < c.S; ++i) {  // q . k / sqrt(D) gains 4 or 12 every 128 keys
+    const float ramp = i < 256 ? float(i) / 16 : 16 + 3 * float(i - 256) / 16;
+    for (int64_t h = 0; h < c.H; ++h) in.q[size_t((i * c.H + h) * c.D)] = std::sqrt(float(c.D)) / 4;
+    for (int64_t h = 0; h < c.KV; ++h) in.k[size_t((i * c.KV + h) * c.D)] = ramp;
+  }
+  return in;
+}
+
 TEST(FlashAttention, ScoresRisingAcrossKeyBlocksMatchTheReference) {
   for (Isa isa : test_isas())
     for (bool docs : {false, true}) {
       const Case c{400, 4, 2, 64, docs, {128, 128}, isa};
-      Inputs in = make_inputs(c, 29);
-      for (int64_t i = 0; i < c.S; ++i) {  // q . k / 8 gains 4 or 12 every 128 keys
-        const float ramp = i < 256 ? float(i) / 16 : 16 + 3 * float(i - 256) / 16;
-        for (int64_t h = 0; h < c.H; ++h) in.q[size_t((i * c.H + h) * c.D)] = 2.0f;
-        for (int64_t h = 0; h < c.KV; ++h) in.k[size_t((i * c.KV + h) * c.D)] = ramp;
-      }
+      Inputs in = rising_inputs(c);
       // bf16 inputs for both: fp32 products of them run the fp32 tiles
       const std::array<std::vector<bf16>, 4> x16 = round_to_bf16(in);
       const Outputs want = reference_outputs(c, in);
@@ -495,6 +500,25 @@ INSTANTIATE_TEST_SUITE_P(Sizes, MatrixEngineVsReference,
                                   std::to_string(c.blocks.q) + "x" + std::to_string(c.blocks.k) +
                                   (c.window ? "_W" + std::to_string(c.window) : std::string());
                          });
+
+// The rising scores of the fused path's test on the tile path's bf16 products, through oneDNN
+// and on the matrix engine (emulated), at D = 64 and 128: the bf16 bound, and the LSE to
+// 1e-5. The LSE holds only while q's part of the softmax scale rounds nothing: q packed with
+// 1/sqrt(128) itself was rounded to bf16 twice (LSE 2e-5 off, O and dK 1e-2).
+TEST(OneDnnAttention, ScoresRisingAcrossKeyBlocksMatchTheReference) {
+  for (int64_t D : {64, 128})
+    for (TileEngine engine : {TileEngine::Auto, TileEngine::Emulated}) {
+      const Case c{400, 4, 2, D, true, {128, 128}};
+      Inputs in = rising_inputs(c);
+      for (std::vector<float>* x : {&in.q, &in.k, &in.v, &in.dout})
+        for (float& e : *x) e = to_f32(to_bf16(e));
+      const Outputs got = run_onednn(c, in, Precision::Bf16, engine), want = run_reference(c, in);
+      const char* what = engine == TileEngine::Emulated ? "rising, matrix engine" : "rising, onednn bf16";
+      expect_close(c, got, want, 3e-2, what);
+      double abs_diff;
+      EXPECT_LT(max_rel(got.lse, want.lse, &abs_diff), 1e-5) << what << " D=" << D;
+    }
+}
 
 // Sums in a fixed order: the same bits on 1 and on every thread, call after call.
 TEST(OneDnnAttention, BackwardIsBitwiseRepeatableOnAnyThreadCount) {
