@@ -158,9 +158,10 @@ struct SoftmaxScale {
 }  // namespace
 
 // The operands packed per head in the product type P (fp32 or bf16): q scaled by 1/sqrt(D)
-// (bf16: by its power of two, SoftmaxScale) [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq, D]; and each thread's tiles. On the matrix
-// engine q and dout have 16 rows to spare (its tiles read whole 16-row tiles), and k and v
-// are packed again in pairs (pair_products.hpp), each KV head's keys up to tk_pairs:
+// (bf16: by its power of two, SoftmaxScale) [H, Tq, D], k and v [KV, Tk, D], dout [H, Tq,
+// D]; and each thread's tiles. On the matrix engine q and dout have 16 rows to spare (its
+// tiles read whole 16-row tiles), and k and v are packed again in pairs
+// (pair_products.hpp), each KV head's keys up to tk_pairs:
 //   k_cols, v_cols  [KV, d_pairs / 2, tk_pairs, 2]  for Q K^T and dO V^T;
 //   k_rows, v_rows  [KV, tk_pairs / 2, D, 2]        for P V and dS K;
 // and the backward's q and dout transposed, q_t and dout_t [H, D, Tq], for dV^T += dO^T P and
@@ -193,7 +194,8 @@ struct OneDnnAttention::Impl {
   }
 
   Impl(const AttnLimits& l, AttnBlocks b, Isa isa, bool bf16_products, TileEngine tiles)
-      : lim(l), blocks(b), b16(bf16_products), scale(l.head_dim, bf16_products), kern(isa_kernels(isa)), elem(bf16_products ? sizeof(bf16) : sizeof(float)),
+      : lim(l), blocks(b), b16(bf16_products), scale(l.head_dim, bf16_products), kern(isa_kernels(isa)),
+        elem(bf16_products ? sizeof(bf16) : sizeof(float)),
         engine(use_matrix_engine(l, b, bf16_products, tiles)),
         pair_engine(tiles == TileEngine::Emulated ? PairEngine::Emulated : PairEngine::Amx),
         tk_pairs(engine ? round_up(l.max_tk, 32) : 0), d_pairs(engine ? round_up(l.head_dim, 32) : 0),

@@ -78,15 +78,17 @@ inline void mk_atb_bf16(const bf16* a2, int64_t lda, const bf16* b2, int64_t ldb
   store_acc(acc, c, ldc);
 }
 
-// The rows [0, first) of a masked tile that see no key of idx kmin or more, extending a
-// previous answer: rows [0, from) saw none of keys from an idx of `from_kmin` on. Key groups
-// come in order, so on the causal diagonal every row is passed over once per tile.
+// The leading rows [0, first) of a masked tile whose idx is below key_min, the least idx of a
+// group of keys: they see none of the group, so their P and dS there are exactly 0. Groups
+// come in order of idx on the causal diagonal, so each scan goes on from the previous
+// group's answer and passes every row once a tile; a group with a smaller key_min (keys out
+// of order) starts it again.
 struct RowsBefore {
   int64_t first = 0;
   int32_t kmin = INT32_MIN;
   template <class Tile>
   int64_t advance(const Tile& t, int32_t key_min) {
-    if (key_min < kmin) first = 0;  // (keys out of order: start again)
+    if (key_min < kmin) first = 0;
     kmin = key_min;
     while (first < t.rows && t.qidx[first] < key_min) ++first;
     return first;
