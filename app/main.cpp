@@ -13,6 +13,7 @@
 #include "kernels/gemm.hpp"
 #include "parallel/world.hpp"
 #include "sys/memory.hpp"
+#include "sys/stop.hpp"
 #include "sys/threads.hpp"
 
 namespace {
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
   // train's stop writer (app/training/step_start_save.hpp) writes beside the step's thread.
   lct::World world =
       lct::world_init(&argc, &argv, inv.command == "train" ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED);
+  // After MPI_Init (a singleton's forked daemon keeps the signals it was born with), before
+  // OpenMP's pool starts (its threads inherit the block).
+  lct::keep_signals_off_compute_threads();
   int code = lct::kExitOk;
   // Two agreed phases: every rank has its threads set up before any subcommand starts
   // collectives, so a set-up error on one rank cannot leave the others waiting.

@@ -1,6 +1,7 @@
 #include "sys/stop.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <unistd.h>
 
@@ -8,6 +9,8 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <system_error>
+#include <thread>
 
 #include "common/error.hpp"
 
@@ -40,8 +43,46 @@ void install_stop_handlers() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   for (int sig : {SIGUSR1, SIGTERM, SIGINT}) sigaction(sig, &sa, nullptr);
+  keep_signals_off_compute_threads();  // and a thread that takes them, if none does yet
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
+}
+
+namespace {
+// Asynchronous and process-directed: a launcher's, a scheduler's or a terminal's. SIGPIPE and
+// SIGXFSZ are left out: they go to the thread that wrote.
+sigset_t job_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGCONT,
+                  SIGTSTP, SIGURG, SIGXCPU, SIGWINCH, SIGIO})
+    sigaddset(&set, sig);
+  return set;
+}
+}  // namespace
+
+void block_job_signals_in_this_thread() {
+  const sigset_t set = job_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void keep_signals_off_compute_threads() {
+  static bool started = false;
+  if (started) return;
+  const sigset_t set = job_signals();
+  // The kept thread has a stack of its own (glibc's, never oneDNN's): handlers run there,
+  // and a signal with its default action (SIGTERM before install_stop_handlers) still
+  // ends the process. A signal sent before it unblocks them waits until it does.
+  try {
+    std::thread([set] {
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      for (;;) ::pause();
+    }).detach();
+  } catch (const std::system_error&) {
+    return;  // no thread: signals stay where they were (handled on any thread)
+  }
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  started = true;
 }
 
 namespace {

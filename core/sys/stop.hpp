@@ -12,6 +12,20 @@ namespace lct {
 // output, not the process.
 void install_stop_handlers();
 
+// Keeps the asynchronous signals a job is sent (a scheduler's SIGTERM and SIGUSR1, SIGINT,
+// SIGCHLD, SIGCONT, ...) off the threads that compute: they are blocked in the calling
+// thread, which every thread it starts inherits, and delivered to one thread kept for them.
+// Why: oneDNN's f32 GEMM kernel (the nocopy kernel of its gemm:jit matmul, which runs
+// lctrain's weight gradients at some shapes) points the stack pointer at a heap buffer while
+// it runs. A signal handled on that thread pushes its frame (about 3 KB with AVX-512 state)
+// below the buffer, over the heap's bookkeeping, and the process dies later in free().
+// Call it on the main thread before OpenMP's pool starts. Faults (SIGSEGV, SIGFPE, ...) and
+// profilers' signals (SIGPROF, real-time signals) are left alone.
+void keep_signals_off_compute_threads();
+// The same block for a thread that was started before (OpenMP's pool, from inside a parallel
+// region); the thread kept for signals is not affected.
+void block_job_signals_in_this_thread();
+
 // A buffer for rank 0's std::cout whose writes to fd 1 never hold up a stop: it waits for
 // the reader as a plain write would until a stop signal arrives, then gives the reader
 // kStopOutputGrace seconds more and drops what it cannot take. A launcher that was sent

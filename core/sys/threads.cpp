@@ -11,6 +11,7 @@
 
 #include "common/knobs.hpp"
 #include "common/error.hpp"
+#include "sys/stop.hpp"
 
 namespace lct {
 
@@ -103,8 +104,11 @@ void apply_thread_plan(Topology& topo, const ThreadRequest& req) {
   }
   int seen = 0;
 #pragma omp parallel num_threads(threads)
+  {
+    block_job_signals_in_this_thread();  // a pool started before keep_signals_off_compute_threads
 #pragma omp single
-  seen = omp_get_num_threads();
+    seen = omp_get_num_threads();
+  }
   if (seen != threads || openblas_get_num_threads() != 1)
     fail("thread set-up failed: OpenMP runs ", seen, " threads (wanted ", threads,
          "), OpenBLAS ", openblas_get_num_threads(), " (wanted 1); check OMP_* and ",

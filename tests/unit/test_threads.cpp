@@ -1,18 +1,28 @@
 // The thread policy: never more threads x ranks than CPUs, OpenBLAS single-threaded.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "common/error.hpp"
 #include "sys/memory.hpp"
 #include "sys/steal.hpp"
+#include "sys/stop.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/peak_probe.hpp"
 #include "sys/threads.hpp"
+#include "test_isa.hpp"
 
 namespace lct {
 namespace {
@@ -227,6 +237,66 @@ TEST(ThreadPlan, ApplyLeavesOpenBlasSingleThreadedAndOpenMpAtThePlan) {
   EXPECT_EQ(omp_get_max_threads(), u.threads);
   EXPECT_EQ(openblas_threads(), 1);
   EXPECT_NE(openblas_description().find("OpenBLAS"), std::string::npos);
+}
+
+// A job's signals are handled on a thread that runs no products, however often they come:
+// oneDNN's f32 GEMM kernel runs with its stack pointer in a heap buffer, and a signal frame
+// pushed there corrupts the heap (a training run stopped by SIGUSR1 died in free()). The
+// products are weight gradients (transposed A, 600 tokens), which oneDNN runs on that kernel.
+std::atomic<int> g_handled{0};
+pid_t g_handled_on[4096];
+void record_handling_thread(int) {
+  const int i = g_handled.fetch_add(1);
+  if (i < 4096) g_handled_on[i] = pid_t(::syscall(SYS_gettid));
+}
+
+int products_while_signalled() {
+  keep_signals_off_compute_threads();  // as main() does, then its thread plan
+  Topology topo = Topology::detect({});
+  apply_thread_plan(topo, {0, false, false});
+  gemm_setup(GemmLib::OneDnn, test_isa(), true);
+  struct sigaction sa {};
+  sa.sa_handler = record_handling_thread;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+  std::vector<pid_t> compute(size_t(topo.threads));
+#pragma omp parallel num_threads(topo.threads)
+  compute[size_t(omp_get_thread_num())] = pid_t(::syscall(SYS_gettid));
+
+  const int64_t M = 64, N = 64, K = 600;
+  std::vector<float> a(size_t(K * M)), b(size_t(K * N)), want(size_t(M * N)), got(want.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 13) * 0.25f - 1.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 7) * 0.5f - 1.f;
+  gemm(true, false, M, N, K, 1.f, a.data(), M, b.data(), N, 0.f, want.data(), N);
+  std::atomic<bool> done{false};
+  std::thread sender([&] {
+    while (!done) {
+      ::kill(::getpid(), SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  bool same = true;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+    gemm(true, false, M, N, K, 1.f, a.data(), M, b.data(), N, 0.f, got.data(), N);
+    same = same && got == want;
+  }
+  done = true;
+  sender.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the last ones land
+  const int handled = std::min(g_handled.load(), 4096);
+  int on_compute = 0;
+  for (int i = 0; i < handled; ++i)
+    on_compute += std::count(compute.begin(), compute.end(), g_handled_on[i]) > 0;
+  std::fprintf(stderr, "%d signals handled, %d of them on a computing thread; products %s\n", handled,
+               on_compute, same ? "unchanged" : "CHANGED");
+  return handled > 100 && on_compute == 0 && same ? 0 : 1;
+}
+
+TEST(JobSignals, AreHandledOnAThreadThatRunsNoProducts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a process of its own: a fresh OpenMP pool
+  EXPECT_EXIT(std::exit(products_while_signalled()), ::testing::ExitedWithCode(0), "on a computing thread");
 }
 
 }  // namespace
