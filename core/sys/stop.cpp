@@ -75,6 +75,7 @@ void keep_signals_off_compute_threads() {
   // ends the process. A signal sent before it unblocks them waits until it does.
   try {
     std::thread([set] {
+      pthread_setname_np(pthread_self(), "lct-signals");  // as top -H and gdb show it
       pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
       for (;;) ::pause();
     }).detach();
