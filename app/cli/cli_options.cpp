@@ -565,7 +565,7 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
                "attention: the fused kernel (the ISA's micro-kernels, softmax in registers) or the tile path "
                "(a matrix product per tile, oneDNN's, or lctrain's on AMX in bf16), softmax between them");
   r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
-               "attention: fp32 or bf16 inputs and products (%peak against that precision's peak)");
+               "attention and gemm: fp32 or bf16 inputs and products (%peak against that precision's peak)");
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
         "ring: message sizes in KiB, comma-separated");
   r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file")

@@ -5,7 +5,7 @@
 //              backward 2.5x forward
 //   gemm       the products of a training step of a model preset at T tokens: every linear
 //              layer forward (y = x W^T), backward to the input (dx = dy W) and to the weight
-//              (dW += dy^T x), with oneDNN and with OpenBLAS
+//              (dW += dy^T x), with oneDNN and with OpenBLAS, in fp32 or with bf16 operands
 #include <omp.h>
 
 #include <algorithm>
@@ -157,7 +157,28 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
   return kExitOk;
 }
 
+// One linear layer's three products at T tokens, operands of type X (bf16: rounded from the
+// same values, as the bf16 copy of the weights and the bf16 activations are in training);
+// results and weight gradients fp32.
+template <class X>
+struct LinearProducts {
+  Buffer<X> x, w, dy;  // [T, in], [out, in], [T, out]
+  Buffer<float> y, dx, dw;
+  LinearProducts(int64_t T, int64_t in, int64_t out)
+      : x(random_as<X>(size_t(T * in), 1)), w(random_as<X>(size_t(out * in), 2)), dy(random_as<X>(size_t(T * out), 3)),
+        y(size_t(T * out)), dx(size_t(T * in)), dw(size_t(out * in)) {}
+  template <class Y>
+  static Buffer<Y> random_as(size_t n, uint64_t stream) {
+    Buffer<float> v(n);
+    fill_random(v, stream);
+    return as_type<Y>(v);
+  }
+};
+
+template <class X>
 int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
+  const Precision precision = std::is_same_v<X, bf16> ? Precision::Bf16 : Precision::Fp32;
+  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
   const ModelConfig c = model_preset(o.preset);
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t HD = c.num_attention_heads * c.head_dim(), KVD = c.num_key_value_heads * c.head_dim();
@@ -180,19 +201,18 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   for (const int64_t T : lens) {
     for (size_t li = 0; li < std::size(layers); ++li) {
       const Layer& L = layers[li];
-      Buffer<float> x(size_t(T * L.in)), w(size_t(L.out * L.in)), y(size_t(T * L.out));
-      fill_random(x, 1);
-      fill_random(w, 2);
-      fill_random(y, 3);
+      LinearProducts<X> b(T, L.in, L.out);
       struct Product {
         const char* name;
         std::function<void()> run;
         int64_t M, N, K;
       };
       const Product products[] = {
-          {"forward", [&] { linear_forward(y.data(), x.data(), w.data(), T, L.in, L.out); }, T, L.out, L.in},
-          {"dinput", [&] { linear_backward_input(x.data(), y.data(), w.data(), T, L.in, L.out, false); }, T, L.in, L.out},
-          {"dweight", [&] { linear_backward_weight(w.data(), y.data(), x.data(), T, L.in, L.out); }, L.out, L.in, T}};
+          {"forward", [&] { linear_forward(b.y.data(), b.x.data(), b.w.data(), T, L.in, L.out); }, T, L.out, L.in},
+          {"dinput", [&] { linear_backward_input(b.dx.data(), b.dy.data(), b.w.data(), T, L.in, L.out, false); },
+           T, L.in, L.out},
+          {"dweight", [&] { linear_backward_weight(b.dw.data(), b.dy.data(), b.x.data(), T, L.in, L.out); }, L.out,
+           L.in, T}};
       for (size_t pi = 0; pi < std::size(products); ++pi) {
         const Product& p = products[pi];
         const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K);
@@ -208,7 +228,7 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   }
   gemm_setup(in_use, ctx.topo.isa);
   ctx.measure_peak(Context::kProbesBeforeAndAfter);
-  const double peak = ctx.topo.peak.fp32;
+  const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
   char line[256];
   std::snprintf(line, sizeof line, "%7s %-10s %-8s %6s %6s %6s %11s %6s %11s %6s\n", "T", "layer",
                 "product", "M", "N", "K", "oneDNN GF/s", "%peak", "OpenBLAS", "%peak");
@@ -224,11 +244,13 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
                t.g[0], t.g[0] / peak, t.g[1], t.g[1] / peak});
   }
   out << "model " << o.preset << " (C " << C << ", I " << I << ", V " << V << ", q " << HD << ", kv "
-      << KVD << "); %peak of " << peak << " GFLOP/s (" << ctx.topo.peak.fp32_how << "); OpenBLAS "
-      << openblas_kernels() << " kernels; medians of " << o.repeats << " runs\n";
+      << KVD << "); " << precision_name(precision) << " operands, fp32 results"
+      << (precision == Precision::Bf16 ? " (OpenBLAS: operands widened to fp32, as --gemm openblas trains)" : "")
+      << "; %peak of " << peak << " GFLOP/s (" << peak_how << "); OpenBLAS " << openblas_kernels()
+      << " kernels; medians of " << o.repeats << " runs\n";
   if (in_use == GemmLib::OneDnn && gemm_weight_grads_lib() == GemmLib::OpenBlas)
     out << "training runs " << gemm_description() << ": its dweight rows are the OpenBLAS column\n";
-  write_table(ctx, o, table, peak, "fp32, " + ctx.topo.peak.fp32_how);
+  write_table(ctx, o, table, peak, peak_how);
   return kExitOk;
 }
 
@@ -244,7 +266,8 @@ int cmd_bench(Context& ctx) {
   const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
   ctx.measure_peak();
-  if (o.what == BenchWhat::Gemm) return bench_gemm(ctx, o, lens);
+  if (o.what == BenchWhat::Gemm)
+    return o.precision == Precision::Bf16 ? bench_gemm<bf16>(ctx, o, lens) : bench_gemm<float>(ctx, o, lens);
   return o.precision == Precision::Bf16 ? bench_attention<bf16>(ctx, o, lens) : bench_attention<float>(ctx, o, lens);
 }
 

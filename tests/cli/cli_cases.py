@@ -613,6 +613,16 @@ def bench_gemm_measures_both_libraries_on_the_training_products():
     with h5py.File("g.h5", "r") as f:
         assert len(f["steps/M"][:]) == 6 * 3  # six kinds of linear layer, three products each
         assert np.all(f["steps/onednn_gflops"][:] > 0) and np.all(f["steps/openblas_gflops"][:] > 0)
+        assert f.attrs["precision"] == "fp32" and f.attrs["peak_how"].startswith("fp32, ")
+    # bf16 operands, against the bf16 peak (the fp32 units' where the CPU has no bf16 products)
+    p = ok("bench", "gemm", "--preset", "tiny", "--seq-len", "200", "--repeats", "1", "--precision", "bf16",
+           "--out", "g16.h5")
+    assert "bf16 operands, fp32 results" in p.stdout, p.stdout
+    with h5py.File("g16.h5", "r") as f:
+        assert len(f["steps/M"][:]) == 6 * 3 and np.all(f["steps/onednn_gflops"][:] > 0)
+        assert f.attrs["precision"] == "bf16" and f.attrs["peak_how"].startswith(("bf16, ", "fp32 units"))
+        peak = f.attrs["peak_gflops"]
+        assert np.allclose(f["steps/onednn_peak_frac"][:] * peak, f["steps/onednn_gflops"][:])
 
 
 @case
