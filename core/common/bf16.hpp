@@ -58,6 +58,8 @@ inline Bf16Scale bf16_scale(float factor) {
 // Bulk conversions over all OpenMP threads (static schedule); from == to is not allowed.
 void convert(const float* from, bf16* to, int64_t n);
 void convert(const bf16* from, float* to, int64_t n);
+// from [rows, cols] into columns [0, cols) of to [rows, ld] (ld >= cols)
+void convert_rows(const float* from, int64_t rows, int64_t cols, bf16* to, int64_t ld);
 inline void convert(const float* from, float* to, int64_t n) { std::memcpy(to, from, size_t(n) * 4); }
 
 }  // namespace lct
