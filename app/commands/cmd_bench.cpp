@@ -65,6 +65,14 @@ Buffer<X> as_type(Buffer<float>& x) {
   }
 }
 
+// n values of the bench's random stream `stream`, in the activation type X.
+template <class X>
+Buffer<X> random_as(size_t n, uint64_t stream) {
+  Buffer<float> v(n);
+  fill_random(v, stream);
+  return as_type<X>(v);
+}
+
 template <class X>
 int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
   if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1)
@@ -83,13 +91,10 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
   bool matrix_engine = false;  // the tile path's products on AMX (OneDnnAttention::matrix_engine)
   Precision products = precision;
   for (const int64_t S : lens) {
-    Buffer<float> qf(size_t(S * H * D)), kf(size_t(S * KV * D)), vf(kf.size()), o_(qf.size()),
-        doutf(qf.size()), dq(qf.size()), dk(kf.size()), dv(kf.size()), lse(size_t(H * S)), delta(lse.size());
-    fill_random(qf, 1);
-    fill_random(kf, 2);
-    fill_random(vf, 3);
-    fill_random(doutf, 4);
-    const Buffer<X> q = as_type<X>(qf), k = as_type<X>(kf), v = as_type<X>(vf), dout = as_type<X>(doutf);
+    const size_t nq = size_t(S * H * D), nk = size_t(S * KV * D);
+    const Buffer<X> q = random_as<X>(nq, 1), k = random_as<X>(nk, 2), v = random_as<X>(nk, 3),
+                    dout = random_as<X>(nq, 4);
+    Buffer<float> o_(nq), dq(nq), dk(nk), dv(nk), lse(size_t(H * S)), delta(lse.size());
     Buffer<X> ox(o_.size());
     std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
     for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
@@ -167,12 +172,6 @@ struct LinearProducts {
   LinearProducts(int64_t T, int64_t in, int64_t out)
       : x(random_as<X>(size_t(T * in), 1)), w(random_as<X>(size_t(out * in), 2)), dy(random_as<X>(size_t(T * out), 3)),
         y(size_t(T * out)), dx(size_t(T * in)), dw(size_t(out * in)) {}
-  template <class Y>
-  static Buffer<Y> random_as(size_t n, uint64_t stream) {
-    Buffer<float> v(n);
-    fill_random(v, stream);
-    return as_type<Y>(v);
-  }
 };
 
 template <class X>
