@@ -231,16 +231,9 @@ namespace {
 //         KeyBlockLayout)
 //   bf16  pairs of dimensions [D/2][np][2], pairs of rows [np/2][D][2] (pair_products.hpp's
 //         transpose_pairs and interleave_rows, also a query block's q and dout rows)
-// The loops are plain copies (one conversion each at most) that the compiler vectorises.
-template <class T>
-void transpose_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, float mult, float* out) {
-  const int64_t D = to.D, chunk = to.chunk;
-  for (int64_t c0 = 0; c0 < to.np; c0 += chunk)
-    for (int64_t i = 0; i < D; ++i) {
-      float* o = out + to.chunked(i, c0);
-      for (int64_t c = c0; c < c0 + chunk; ++c) o[c - c0] = c < n ? load_f32(x[c * ld + i]) * mult : 0.0f;
-    }
-}
+// The fp32 transposes are the ISA's (IsaKernels::transpose_keys: a block of registers at a
+// time); the other loops are plain copies (one conversion each at most) that the compiler
+// vectorises.
 template <class T>
 void copy_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, float* out) {
   for (int64_t d0 = 0; d0 < to.D; d0 += to.panel) {
@@ -306,9 +299,13 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
       transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off, 2 * np);
     } else {
       const KeyBlockLayout to{D, np, kern_->key_chunk, kern_->key_panel};
-      transpose_rows(kb, ldk, n, to, mult, pk.kt.data() + off);
+      auto transpose = [&](const T* x, float m, float* out) {
+        if constexpr (std::is_same_v<T, float>) kern_->transpose_keys(x, ldk, n, D, np, m, out);
+        else kern_->transpose_keys_bf16(x, ldk, n, D, np, m, out);
+      };
+      transpose(kb, mult, pk.kt.data() + off);
       if (backward) {
-        transpose_rows(vb, ldk, n, to, 1.0f, pk.vt.data() + off);
+        transpose(vb, 1.0f, pk.vt.data() + off);
         copy_rows(kb, ldk, n, to, pk.k.data() + off);
       } else {
         copy_rows(vb, ldk, n, to, pk.v.data() + off);

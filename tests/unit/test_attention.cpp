@@ -577,5 +577,34 @@ TEST(SoftmaxRows, ExponentialsAreExpAndMaskedScoresExactlyZero) {
   }
 }
 
+// The packed keys' transpose (a W x W register block at a time) against KeyBlockLayout's plain
+// indexing: rows not a multiple of the vector width, a row stride wider than D, bf16 rows,
+// and zeros (not stale values) in the rows past n.
+TEST(KeyPacking, TransposeIsTheChunkedLayoutOnEveryPath) {
+  const int64_t np = 128, ld = 3 * 64 + 16;
+  std::vector<float> x(size_t(np * ld));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int64_t(i * 7919 % 255) - 127) / 64.0f;  // exact in bf16
+  std::vector<bf16> x16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = to_bf16(x[i]);
+  for (Isa isa : test_isas()) {
+    const IsaKernels* k = isa_kernels(isa);
+    for (int64_t D : {int64_t(k->width), int64_t(64)})
+      for (int64_t n : {np, np - 1, int64_t(37), int64_t(1)}) {
+        SCOPED_TRACE(::testing::Message() << "path " << int(isa) << ", D " << D << ", n " << n);
+        const KeyBlockLayout to{D, np, k->key_chunk, k->key_panel};
+        std::vector<float> got(size_t(np * D), 99.0f), got16(size_t(np * D), 99.0f);
+        k->transpose_keys(x.data() + 16, ld, n, D, np, 0.75f, got.data());
+        k->transpose_keys_bf16(x16.data() + 16, ld, n, D, np, 0.75f, got16.data());
+        int64_t wrong = 0;
+        for (int64_t c = 0; c < np; ++c)
+          for (int64_t i = 0; i < D; ++i) {
+            const float want = c < n ? x[size_t(c * ld + 16 + i)] * 0.75f : 0.0f;
+            wrong += got[size_t(to.chunked(i, c))] != want || got16[size_t(to.chunked(i, c))] != want;
+          }
+        EXPECT_EQ(wrong, 0);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace lct

@@ -143,6 +143,37 @@ inline int64_t panel_stride(int64_t D, int64_t d0) {
   return KeyBlockLayout{D, 0, NC, kPanel}.panel_width(d0);
 }
 
+// A key block's n rows of D (row stride ld; fp32 or bf16) times mult into the chunked layout
+// of kt and vt, zero from row n to np: W keys by W dimensions at a time, through registers.
+// The plain loop (a strided read per value) took 6x as long on Zen 5, 3-4% of the forward at
+// 4,096 tokens with 8 KV heads. The one multiply per value is the plain loop's: same bits.
+template <class T>
+void transpose_keys(const T* x, int64_t ld, int64_t n, int64_t D, int64_t np, float mult, float* out) {
+  const V scale = Simd::set1(mult);
+  for (int64_t c0 = 0; c0 < np; c0 += W)
+    for (int64_t i0 = 0; i0 < D; i0 += W) {
+      V r[W];
+      LCT_UNROLL for (int c = 0; c < W; ++c) {
+        const T* row = x + (c0 + c) * ld + i0;
+        V v = Simd::zero();
+        if (c0 + c < n) {
+          if constexpr (std::is_same_v<T, float>) v = Simd::load(row);
+          else v = Simd::load_bf16(row);
+        }
+        r[c] = Simd::mul(v, scale);
+      }
+      Simd::transpose(r);
+      float* o = out + chunk_offset(D, c0) + i0 * NC;
+      LCT_UNROLL for (int i = 0; i < W; ++i) Simd::store(o + i * NC, r[i]);
+    }
+}
+void transpose_keys_f32(const float* x, int64_t ld, int64_t n, int64_t D, int64_t np, float mult, float* out) {
+  transpose_keys(x, ld, n, D, np, mult, out);
+}
+void transpose_keys_bf16(const bf16* x, int64_t ld, int64_t n, int64_t D, int64_t np, float mult, float* out) {
+  transpose_keys(x, ld, n, D, np, mult, out);
+}
+
 // Runs f(r0, rows) over a tile's strips, rows a compile-time constant: R rows each, then
 // one or two of RT rows where R does not divide `rows` (a multiple of RT).
 template <class F>

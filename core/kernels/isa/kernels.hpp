@@ -124,6 +124,10 @@ struct IsaKernels {
   double (*bf16_probe)(int64_t iters);  // vdpbf16ps; null where the ISA has none
   void (*flash_fwd_tile)(const FlashFwdTile& t);
   void (*flash_bwd_tile)(const FlashBwdTile& t);
+  // A key block's n rows of D (row stride ld) times mult, transposed into the chunked layout
+  // of kt and vt ([np/key_chunk][D][key_chunk], KeyBlockLayout), zero from row n to np
+  void (*transpose_keys)(const float* x, int64_t ld, int64_t n, int64_t D, int64_t np, float mult, float* out);
+  void (*transpose_keys_bf16)(const bf16* x, int64_t ld, int64_t n, int64_t D, int64_t np, float mult, float* out);
   // The softmax's row pieces between products of the oneDNN tile path (softmax_rows.hpp)
   float (*row_max)(const float* x, int64_t n);
   // s = -inf where the query does not see the key (a masked tile's row)

@@ -14,6 +14,8 @@
 //             up, exactly +0 at -127 and below and for -inf, between them 0 or a denormal;
 //             where the ISA allows, fewer instructions than exp2
 //   prefetch_l2(p)   asks for p's cache line in L2 (nothing on the generic path)
+//   transpose(r)   the W x W matrix of rows r[0..W) transposed in place (row i, lane j
+//             becomes row j, lane i): the key blocks' packing, a W x W block at a time
 //   load_bf16(p), store_bf16(p, v)   W bf16 values widened to fp32 / rounded from fp32 as
 //             to_bf16 does (nearest even, NaN kept quiet), in integer arithmetic on every
 //             ISA so that each path stores the same bits
@@ -67,6 +69,31 @@ struct Simd {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  // 16 x 16: pairs of rows interleaved (2 x 2 blocks), then 4 x 4 blocks inside each 128-bit
+  // lane, then the lanes moved in two rounds of 128-bit shuffles
+  static void transpose(V (&r)[16]) {
+    V t[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+      t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+      t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+      t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+      t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; ++i) {
+      r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+      r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+  }
   static V load_bf16(const bf16* p) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -136,6 +163,25 @@ struct Simd {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  // 8 x 8: pairs of rows interleaved, 4 x 4 blocks inside each 128-bit half, halves swapped
+  static void transpose(V (&r)[8]) {
+    V t[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+      t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+      t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+    }
+    for (int i = 0; i < 8; ++i) r[i] = t[i];
+  }
   static V load_bf16(const bf16* p) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -209,6 +255,7 @@ struct Simd {
   static V sub(V a, V b) { return a - b; }
   static V div(V a, V b) { return a / b; }
   static V max(V a, V b) { return a < b ? b : a; }
+  static void transpose(V (&)[1]) {}
   static V load_bf16(const bf16* p) { return to_f32(*p); }
   static void store_bf16(bf16* p, V v) { *p = to_bf16(v); }
   static float reduce_max(V v) { return v; }
