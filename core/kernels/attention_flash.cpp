@@ -244,24 +244,23 @@ void copy_rows(const T* x, int64_t ld, int64_t n, const KeyBlockLayout& to, floa
     std::fill(o + n * width, o + to.np * width, 0.0f);
   }
 }
-// The scores' factor softmax_scale * log2(e), for bf16 keys: they are pre-scaled by its
-// nearest power of two, and the rest multiplies each score in fp32 (FlashFwdTileBf16::kscale).
-// Keys pre-scaled by the whole factor were rounded to bf16 again: 2^-9 of every score, a few
-// percent of p where scores reach tens.
-Bf16Scale bf16_key_scale(int64_t D) { return bf16_scale(kLog2e / std::sqrt(float(D))); }
+// The scores' factor softmax_scale * log2(e), for bf16 keys: all of it multiplies each score
+// in fp32 (FlashFwdTileBf16::kscale) and the keys go unscaled, read in place. Keys scaled by
+// the whole factor were rounded to bf16 again (2^-9 of every score, a few percent of p where
+// scores reach tens); scaled by its nearest power of two they gave the same scores, bit for
+// bit, for a copy of every key block.
+float bf16_key_scale(int64_t D) { return kLog2e / std::sqrt(float(D)); }
 
-// A key block's rows in bf16 times mult: in place when they are bf16 already and unscaled,
-// else converted into `copy` [n][D]. Sets the rows' stride.
+// A key block's rows in bf16: in place when they are bf16 already, else converted into
+// `copy` [n][D]. Sets the rows' stride.
 template <class T>
-const bf16* rows_bf16(const T* x, int64_t ld, int64_t n, int64_t D, float mult, bf16* copy, int64_t* stride) {
+const bf16* rows_bf16(const T* x, int64_t ld, int64_t n, int64_t D, bf16* copy, int64_t* stride) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (mult == 1.0f) {
-      *stride = ld;
-      return x;
-    }
+    *stride = ld;
+    return x;
   }
   for (int64_t c = 0; c < n; ++c)
-    for (int64_t i = 0; i < D; ++i) copy[c * D + i] = to_bf16(load_f32(x[c * ld + i]) * mult);
+    for (int64_t i = 0; i < D; ++i) copy[c * D + i] = to_bf16(load_f32(x[c * ld + i]));
   *stride = D;
   return copy;
 }
@@ -269,7 +268,7 @@ const bf16* rows_bf16(const T* x, int64_t ld, int64_t n, int64_t D, float mult, 
 }  // namespace
 
 // Per (KV head, key block), in the products' layouts (above), keys for the scores
-// pre-scaled by softmax_scale * log2(e) (bf16: by its power of two, bf16_key_scale); and key
+// pre-scaled by softmax_scale * log2(e) (fp32; bf16 keys are not, bf16_key_scale); and key
 // tags [np] with padding that matches no query. The backward reads no v in key-row layout
 // (p v is the forward's).
 template <class T>
@@ -286,17 +285,16 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
     const T* vb = v + j0 * ldk + g * D;
     if (bf16_tiles_) {
       bf16* copy = scratch_[size_t(omp_get_thread_num())].keys16.data();
-      int64_t ld;
-      const bf16* rows = rows_bf16(vb, ldk, n, D, 1.0f, copy, &ld);
+      int64_t ldv, ldk2;
+      const bf16* vrows = rows_bf16(vb, ldk, n, D, copy, &ldv);
+      const bf16* krows = rows_bf16(kb, ldk, n, D, copy + np * D, &ldk2);
       if (backward) {
-        transpose_pairs(rows, ld, n, np, D, pk.vt2.data() + off, 2 * np);
-        rows = rows_bf16(kb, ldk, n, D, 1.0f, copy, &ld);
-        interleave_rows(rows, ld, n, np, D, pk.k2.data() + off);
+        transpose_pairs(vrows, ldv, n, np, D, pk.vt2.data() + off, 2 * np);
+        interleave_rows(krows, ldk2, n, np, D, pk.k2.data() + off);
       } else {
-        interleave_rows(rows, ld, n, np, D, pk.v2.data() + off);
+        interleave_rows(vrows, ldv, n, np, D, pk.v2.data() + off);
       }
-      rows = rows_bf16(kb, ldk, n, D, bf16_key_scale(D).exact, copy + np * D, &ld);
-      transpose_pairs(rows, ld, n, np, D, pk.kt2.data() + off, 2 * np);
+      transpose_pairs(krows, ldk2, n, np, D, pk.kt2.data() + off, 2 * np);
     } else {
       const KeyBlockLayout to{D, np, kern_->key_chunk, kern_->key_panel};
       auto transpose = [&](const T* x, float m, float* out) {
@@ -369,7 +367,7 @@ void pack_query_tags(TokenTags qt, int64_t i0, int64_t rows, int64_t bqp, int64_
 // block's tags are.
 template <class A, class B>
 void share_tile_fields(A& a, B& b, int64_t D, int64_t np, QueryTags tags) {
-  b.kscale = bf16_key_scale(D).rest;
+  b.kscale = bf16_key_scale(D);
   a.D = b.D = D;
   a.np = b.np = np;
   a.qidx = b.qidx = tags.idx;

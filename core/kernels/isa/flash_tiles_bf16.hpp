@@ -95,7 +95,7 @@ struct RowsBefore {
   }
 };
 
-// Scores from q . kt2: times the part of the scale that kt2 does not carry (kscale).
+// Scores from q . kt2: times the scale, which kt2 does not carry (kscale).
 inline void scale_scores(V (&s)[RT][NV], float kscale) {
   const V f = Simd::set1(kscale);
   LCT_UNROLL for (int r = 0; r < RT; ++r)

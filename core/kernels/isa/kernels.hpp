@@ -85,7 +85,7 @@ struct FlashBwdTile {
 struct FlashFwdTileBf16 {
   int64_t D = 0, rows = 0, np = 0, ldq = 0;
   const bf16* q = nullptr;      // [rows][ldq]
-  const bf16* kt2 = nullptr;    // [D/2][np][2], pre-scaled by a power of two
+  const bf16* kt2 = nullptr;    // [D/2][np][2], unscaled
   const bf16* v2 = nullptr;     // [np/2][D][2]
   float kscale = 1.0f;          // what multiplies q . kt2 into the scores (log2 units)
   const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
