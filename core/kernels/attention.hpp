@@ -94,7 +94,8 @@ struct AttnLimits {
 // keys and values are packed once per call (transposed, padded to the micro-kernel's key
 // chunk), scores stay in registers through the online softmax, in log2 units.
 //
-// Forward: one task per (query head, query block), costliest first, dynamic schedule.
+// Forward: one task per query block (or 2 or 4 adjacent ones) for the query heads of a KV
+// head (or one), costliest first, dynamic schedule.
 // Backward: one task per (KV head, run of up to 4 consecutive key blocks), taken in order;
 // it owns its dK/dV rows and walks the query blocks that see them, each query block's rows
 // copied once for the run. A tile's dQ contribution to a query block is added when every
@@ -144,6 +145,10 @@ class FlashAttention {
   int64_t whole_strips(int64_t rows) const;
   template <class T>
   void pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward);
+  struct FwdTask;
+  template <class T>
+  void forward_task(const AttnDims& d, const TileGrid& grid, const T* q, TokenTags qt, const FwdTask& w,
+                    float* o, float* lse, int thread);
   template <class T>
   struct BwdCall;
   struct BwdTiles;
