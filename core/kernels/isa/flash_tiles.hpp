@@ -145,7 +145,7 @@ inline int64_t panel_stride(int64_t D, int64_t d0) {
 
 // A key block's n rows of D (row stride ld; fp32 or bf16) times mult into the chunked layout
 // of kt and vt, zero from row n to np: W keys by W dimensions at a time, through registers.
-// The plain loop (a strided read per value) took 6x as long on Zen 5, 3-4% of the forward at
+// The plain loop (a strided read per value) took 6x as long on Zen 5, about 3% of the forward at
 // 4,096 tokens with 8 KV heads. The one multiply per value is the plain loop's: same bits.
 template <class T>
 void transpose_keys(const T* x, int64_t ld, int64_t n, int64_t D, int64_t np, float mult, float* out) {
