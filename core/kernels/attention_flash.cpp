@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 
 #include "common/error.hpp"
 #include "kernels/attention.hpp"
@@ -236,7 +237,8 @@ namespace {
 //   fp32  transposed in chunks of keys (times mult), rows in panels of D (kernels.hpp's
 //         KeyBlockLayout)
 //   bf16  pairs of dimensions [D/2][np][2], pairs of rows [np/2][D][2] (pair_products.hpp's
-//         transpose_pairs and interleave_rows, also a query block's q and dout rows)
+//         transpose_pairs and interleave_rows, through the ISA's registers; also a query
+//         block's q and dout rows)
 // The fp32 transposes are the ISA's (IsaKernels::transpose_keys: a block of registers at a
 // time); the other loops are plain copies (one conversion each at most) that the compiler
 // vectorises.
@@ -295,12 +297,12 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
       const bf16* vrows = rows_bf16(vb, ldk, n, D, copy, &ldv);
       const bf16* krows = rows_bf16(kb, ldk, n, D, copy + np * D, &ldk2);
       if (backward) {
-        transpose_pairs(vrows, ldv, n, np, D, pk.vt2.data() + off, 2 * np);
-        interleave_rows(krows, ldk2, n, np, D, pk.k2.data() + off);
+        kern_->transpose_pairs_bf16(vrows, ldv, n, np, D, pk.vt2.data() + off);
+        kern_->interleave_rows_bf16(krows, ldk2, n, np, D, pk.k2.data() + off);
       } else {
-        interleave_rows(vrows, ldv, n, np, D, pk.v2.data() + off);
+        kern_->interleave_rows_bf16(vrows, ldv, n, np, D, pk.v2.data() + off);
       }
-      transpose_pairs(krows, ldk2, n, np, D, pk.kt2.data() + off, 2 * np);
+      kern_->transpose_pairs_bf16(krows, ldk2, n, np, D, pk.kt2.data() + off);
     } else {
       const KeyBlockLayout to{D, np, kern_->key_chunk, kern_->key_panel};
       auto transpose = [&](const T* x, float m, float* out) {
@@ -547,8 +549,12 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
     for (int64_t task = 0; task < d.H * grid.nq; ++task) {
       const int64_t h = task / grid.nq, ib = task % grid.nq, i0 = ib * grid.BQ;
       const size_t off = size_t(task * bqp * D);
-      interleave_rows(q + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.q2.data() + off);
-      interleave_rows(dout + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, pk.dout2.data() + off);
+      for (auto [x, to] : {std::pair{q, pk.q2.data()}, std::pair{dout, pk.dout2.data()}}) {
+        if constexpr (std::is_same_v<T, bf16>)
+          kern_->interleave_rows_bf16(x + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, to + off);
+        else
+          interleave_rows(x + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, to + off);
+      }
     }
   }
   pk.turns->start(grid, d.H);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "kernels/isa/kernels.hpp"
 #include "kernels/isa/pair_tiles.hpp"
 #include "sys/cpu.hpp"
 
@@ -11,7 +12,6 @@ namespace lct {
 
 #if defined(LCT_X86_KERNELS)
 void pair_product_amx(const PairProduct& p);  // isa/amx_tiles.cpp
-void pair_rows_avx512(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out);
 #endif
 
 namespace {
@@ -71,7 +71,9 @@ void pair_product(const PairProduct& p, PairEngine engine) {
 
 void pair_rows(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out, PairEngine engine) {
 #if defined(LCT_X86_KERNELS)
-  if (engine == PairEngine::Amx && amx_tiles_usable()) return pair_rows_avx512(x, R, C, ld, out);
+  // every CPU with AMX has AVX512_BF16, and so the ISA's interleave
+  if (engine == PairEngine::Amx && amx_tiles_usable())
+    return isa_kernels(Isa::Avx512Bf16)->interleave_rows_bf16(x, ld, R, R + R % 2, C, out);
 #endif
   interleave_rows(x, ld, R, R + R % 2, C, out);
 }

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/isa/kernels.hpp"
 #include "kernels/pair_products.hpp"
+#include "test_isa.hpp"
 
 namespace lct {
 namespace {
@@ -109,6 +112,36 @@ TEST(PairProducts, PairedRows) {
             EXPECT_EQ(to_f32(out[size_t((r / 2) * 2 * C + 2 * c + r % 2)]), want) << R << " x " << C << " at " << r;
           }
       }
+}
+
+// The bf16 tiles' packing through registers (16 x 16 word transposes, word permutes) against
+// the plain loops: whole and partial blocks, D whose pairs are not a multiple of 16, a row
+// stride wider than D.
+TEST(PairProducts, RegisterPackingMatchesThePlainLoops) {
+  int paths = 0;
+  for (Isa isa : test_isas()) {
+    const IsaKernels* k = isa_kernels(isa);
+    if (!k->transpose_pairs_bf16) continue;
+    ++paths;
+    const int64_t np = 128;
+    for (int64_t D : {16, 48, 64, 128})
+      for (int64_t n : {np, np - 1, int64_t(37), int64_t(1)}) {
+        const int64_t ld = D + 24;
+        std::vector<bf16> x(size_t(n * ld));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(float(i % 251) - 100.0f);
+        std::vector<bf16> want_t(size_t(D * np), to_bf16(7.0f)), got_t = want_t, want_i = want_t, got_i = want_t;
+        transpose_pairs(x.data(), ld, n, np, D, want_t.data(), 2 * np);
+        k->transpose_pairs_bf16(x.data(), ld, n, np, D, got_t.data());
+        interleave_rows(x.data(), ld, n, np, D, want_i.data());
+        k->interleave_rows_bf16(x.data(), ld, n, np, D, got_i.data());
+        auto same = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+          return std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+        };
+        EXPECT_TRUE(same(got_t, want_t)) << "transpose, D " << D << ", n " << n;
+        EXPECT_TRUE(same(got_i, want_i)) << "interleave, D " << D << ", n " << n;
+      }
+  }
+  if (paths == 0) GTEST_SKIP() << "no kernel path of this CPU has bf16 tiles";
 }
 
 }  // namespace

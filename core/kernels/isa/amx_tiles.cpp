@@ -64,27 +64,4 @@ void pair_product_amx(const PairProduct& p) {
   pair_tiles::product(e, p);
 }
 
-// pair_rows on AVX-512 (every CPU with AMX has it): rows 2i and 2i + 1 interleaved, 32
-// columns at a time through two two-source word permutes.
-void pair_rows_avx512(const bf16* x, int64_t R, int64_t C, int64_t ld, bf16* out) {
-  alignas(64) int16_t lo[32], hi[32];
-  for (int j = 0; j < 32; ++j) {  // output word j: a[j / 2] (j even) or b[j / 2] (j odd); hi: + 16
-    lo[j] = int16_t((j / 2) + (j % 2 ? 32 : 0));
-    hi[j] = int16_t(16 + (j / 2) + (j % 2 ? 32 : 0));
-  }
-  const __m512i ilo = _mm512_load_si512(lo), ihi = _mm512_load_si512(hi);
-  for (int64_t r = 0; r < R; r += 2) {
-    const uint16_t* a = reinterpret_cast<const uint16_t*>(x + r * ld);
-    const uint16_t* b = r + 1 < R ? reinterpret_cast<const uint16_t*>(x + (r + 1) * ld) : nullptr;
-    uint16_t* o = reinterpret_cast<uint16_t*>(out + r * C);  // pair row r / 2: 2C words
-    int64_t c = 0;
-    for (; c + 32 <= C; c += 32) {
-      const __m512i va = _mm512_loadu_si512(a + c), vb = b ? _mm512_loadu_si512(b + c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(o + 2 * c, _mm512_permutex2var_epi16(va, ilo, vb));
-      _mm512_storeu_si512(o + 2 * c + 32, _mm512_permutex2var_epi16(va, ihi, vb));
-    }
-    for (; c < C; ++c) o[2 * c] = a[c], o[2 * c + 1] = b ? b[c] : uint16_t(0);
-  }
-}
-
 }  // namespace lct

@@ -149,6 +149,10 @@ struct IsaKernels {
   // bf16 operands (vdpbf16ps); null where the ISA has no bf16 dot product
   void (*flash_fwd_tile_bf16)(const FlashFwdTileBf16& t) = nullptr;
   void (*flash_bwd_tile_bf16)(const FlashBwdTileBf16& t) = nullptr;
+  // pair_products.hpp's transpose_pairs (ldo = 2 np) and interleave_rows of bf16 rows, through
+  // registers; null where the ISA has no bf16 tiles (the plain loops serve)
+  void (*transpose_pairs_bf16)(const bf16* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) = nullptr;
+  void (*interleave_rows_bf16)(const bf16* x, int64_t ld, int64_t n, int64_t np, int64_t D, bf16* out) = nullptr;
 };
 
 // The table for `isa`, or null when this build has none (e.g. x86 paths on Arm). Whether the
