@@ -28,23 +28,26 @@ namespace lct::LCT_ISA_NS {
 
 using V = Simd::V;
 constexpr int W = Simd::W, R = Shape::R, RT = 4, NV = Shape::NV, NC = NV * W, KC = Shape::KC;
+// A masked strip's visible keys end on a half chunk where the half is still an even number
+// of vectors (AVX-512: 32 keys), else on a whole chunk (visible_end).
+constexpr int NH = NV % 4 == 0 ? NV / 2 : NV, NCUT = NH * W;
 static_assert(R >= RT, "a strip has at least RT rows");
-static_assert(NV % 2 == 0, "the softmax takes a chunk's vectors two at a time");
+static_assert(NV % 2 == 0 && NH % 2 == 0, "the softmax takes a chunk's vectors two at a time");
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #define LCT_UNROLL _Pragma("GCC unroll 32")
 
-template <int ROWS>
+template <int ROWS, int N>  // N vectors of keys: a chunk (NV) or its first half (NH)
 inline void mk_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t K,
-                   V (&s)[ROWS][NV]) {
+                   V (&s)[ROWS][N]) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r)
-    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
+    LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = Simd::zero();
   for (int64_t k = 0; k < K; ++k) {
-    V b[NV];
-    LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = Simd::load(bt + k * ldb + v * W);
+    V b[N];
+    LCT_UNROLL for (int v = 0; v < N; ++v) b[v] = Simd::load(bt + k * ldb + v * W);
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
       const V x = Simd::set1(a[r * lda + k]);
-      LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::fma(x, b[v], s[r][v]);
+      LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = Simd::fma(x, b[v], s[r][v]);
     }
   }
 }
@@ -186,31 +189,42 @@ inline void over_strips(int64_t rows, F&& f) {
     for (; r0 < rows; r0 += RT) f(r0, std::integral_constant<int, RT>());
 }
 
-template <int ROWS>
-inline void mask_scores(V (&s)[ROWS][NV], const int32_t* kidx, const int32_t* kdoc,
+template <int ROWS, int N>
+inline void mask_scores(V (&s)[ROWS][N], const int32_t* kidx, const int32_t* kdoc,
                         const int32_t* qidx, const int32_t* qlo, const int32_t* qdoc) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r)
-    LCT_UNROLL for (int v = 0; v < NV; ++v)
+    LCT_UNROLL for (int v = 0; v < N; ++v)
       s[r][v] = Simd::keep(Simd::visible(kidx + v * W, kdoc + v * W, qidx[r], qlo[r], qdoc[r]),
                            s[r][v], Simd::set1(kNegInf));
 }
 
 // p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track); exp2:
 // Simd::exp2_softmax, or for a P that is rounded to bf16 before its products, exp2_bf16.
-template <int ROWS, class Exp2>
-inline void softmax_known(V (&s)[ROWS][NV], const float* lse2, Exp2&& exp2) {
+template <int ROWS, int N, class Exp2>
+inline void softmax_known(V (&s)[ROWS][N], const float* lse2, Exp2&& exp2) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
     const V lse = Simd::set1(lse2[r]);
-    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = exp2(Simd::sub(s[r][v], lse));
+    LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = exp2(Simd::sub(s[r][v], lse));
   }
 }
 
-// The key columns [0, end) of a tile that a strip of ROWS rows from r0 may see, in whole
-// chunks: trailing chunks none of whose keys any row can see are left out (on the causal
-// diagonal, the chunks past the strip's last row: a quarter of a 128 x 128 tile). A key can
-// be seen only by a row of its document at an idx at or after it, so a chunk whose every
-// key of the strip's documents comes after the strip's last idx is left out. Their scores
-// would be -inf and p exactly 0, so leaving them out changes no bit.
+// Runs f(c0, n) over the key columns [0, cols) in chunks, n the chunk's vectors as a
+// compile-time constant: NV each, then NH where cols ends on a half chunk (visible_end).
+template <class F>
+inline void over_chunks(int64_t cols, F&& f) {
+  int64_t c0 = 0;
+  for (; c0 + NC <= cols; c0 += NC) f(c0, std::integral_constant<int, NV>());
+  if constexpr (NH != NV)
+    if (c0 < cols) f(c0, std::integral_constant<int, NH>());
+}
+
+// The key columns [0, end) of a tile that a strip of ROWS rows from r0 may see, in steps of
+// NCUT keys (half a chunk on AVX-512): trailing steps none of whose keys any row can see are
+// left out (on the causal diagonal, the keys past the strip's last row, rounded up to 32: 3/8
+// of a 128 x 128 tile). A key can be seen only by a row of its document at an idx at or
+// after it, so a step whose every key of the strip's documents comes after the strip's last
+// idx is left out. Their scores would be -inf and p exactly 0, so leaving them out changes
+// no bit.
 template <int ROWS, class Tile>
 inline int64_t visible_end(const Tile& t, int64_t r0) {
   if (!t.masked) return t.np;
@@ -221,9 +235,9 @@ inline int64_t visible_end(const Tile& t, int64_t r0) {
     dmax = std::max(dmax, t.qdoc[r0 + r]);
   }
   int64_t end = t.np;
-  for (; end > 0; end -= NC) {
+  for (; end > 0; end -= NCUT) {
     bool seen = false;
-    for (int64_t c = end - NC; c < end; ++c)
+    for (int64_t c = end - NCUT; c < end; ++c)
       seen |= t.kdoc[c] >= dmin && t.kdoc[c] <= dmax && t.kidx[c] <= qmax;
     if (seen) break;
   }
@@ -246,16 +260,17 @@ template <int ROWS, class Tile, class Scores>
 inline void strip_scores(const Tile& t, int64_t r0, int64_t cols, float* s, V (&mx)[ROWS],
                          Scores&& scores) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) mx[r] = Simd::set1(kNegInf);
-  for (int64_t c0 = 0; c0 < cols; c0 += NC) {
-    V sc[ROWS][NV];
+  over_chunks(cols, [&](int64_t c0, auto n) {
+    constexpr int N = decltype(n)::value;
+    V sc[ROWS][N];
     scores(c0, sc);
     if (t.masked) mask_scores(sc, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
     LCT_UNROLL for (int r = 0; r < ROWS; ++r)
-      LCT_UNROLL for (int v = 0; v < NV; ++v) {
+      LCT_UNROLL for (int v = 0; v < N; ++v) {
         mx[r] = Simd::max(mx[r], sc[r][v]);
         Simd::store(s + r * t.np + c0 + v * W, sc[r][v]);
       }
-  }
+  });
 }
 
 // The online softmax's new running maxima of a strip of ROWS rows, from their scores' vector
@@ -310,7 +325,7 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
   const int64_t cols = visible_end<N>(t, r0);
   if (cols == 0) return;  // nothing visible: m, l and acc stay as they are
   V mx[N];
-  strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[N][NV]) {
+  strip_scores(t, r0, cols, s, mx, [&](int64_t c0, auto& sc) {
     mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, sc);
   });
   float corr[N], shift[N];
@@ -345,32 +360,40 @@ void flash_fwd_tile(const FlashFwdTile& t) {
   prefetch_upto(bytes);
 }
 
-// Phase A of the backward tile for one strip of N rows: P = 2^(s - lse2), dS = P * (dP -
-// delta), dq = dS k.
+// Phase A of the backward tile for one chunk of NN vectors of keys from c0 and a strip of N
+// rows: P = 2^(s - lse2) and dS = P * (dP - delta) into the tile's p and ds.
+template <int N, int NN>
+inline void bwd_chunk(const FlashBwdTile& t, int64_t r0, int64_t c0) {
+  const int64_t D = t.D, np = t.np;
+  V s[N][NN];
+  mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, s);
+  if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
+  softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_softmax(x); });
+  LCT_UNROLL for (int r = 0; r < N; ++r)
+    LCT_UNROLL for (int v = 0; v < NN; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
+  mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + chunk_offset(D, c0), NC, D, s);  // s now holds dP
+  LCT_UNROLL for (int r = 0; r < N; ++r) {
+    const V dl = Simd::set1(t.delta[r0 + r]);
+    const float* pr = t.p + (r0 + r) * np + c0;
+    float* dsr = t.ds + (r0 + r) * np + c0;
+    LCT_UNROLL for (int v = 0; v < NN; ++v)
+      Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
+  }
+}
+
+// Phase A of the backward tile for one strip of N rows: P and dS chunk by chunk, dq = dS k.
 template <int N>
 inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
   const int64_t D = t.D, np = t.np, cols = visible_end<N>(t, r0);
-  for (int64_t c0 = cols; c0 < np; c0 += NC)  // P and dS of the keys no row sees: 0
-    for (int r = 0; r < N; ++r) {
-      std::fill(t.p + (r0 + r) * np + c0, t.p + (r0 + r) * np + c0 + NC, 0.0f);
-      std::fill(t.ds + (r0 + r) * np + c0, t.ds + (r0 + r) * np + c0 + NC, 0.0f);
+  if (cols < np)
+    for (int r = 0; r < N; ++r) {  // P and dS of the keys no row sees: 0
+      std::fill(t.p + (r0 + r) * np + cols, t.p + (r0 + r) * np + np, 0.0f);
+      std::fill(t.ds + (r0 + r) * np + cols, t.ds + (r0 + r) * np + np, 0.0f);
     }
-  for (int64_t c0 = 0; c0 < cols; c0 += NC) {
-    V s[N][NV];
-    mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, s);
-    if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-    softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_softmax(x); });
-    LCT_UNROLL for (int r = 0; r < N; ++r)
-      LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
-    mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + chunk_offset(D, c0), NC, D, s);  // s now holds dP
-    LCT_UNROLL for (int r = 0; r < N; ++r) {
-      const V dl = Simd::set1(t.delta[r0 + r]);
-      const float* pr = t.p + (r0 + r) * np + c0;
-      float* dsr = t.ds + (r0 + r) * np + c0;
-      LCT_UNROLL for (int v = 0; v < NV; ++v)
-        Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
-    }
-  }
+  int64_t c0 = 0;
+  for (; c0 + NC <= cols; c0 += NC) bwd_chunk<N, NV>(t, r0, c0);
+  if constexpr (NH != NV)
+    if (c0 < cols) bwd_chunk<N, NH>(t, r0, c0);
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
     const int64_t lddq = t.lddq ? t.lddq : D;
     mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + panel_offset(D, np, d0), panel_stride(D, d0),

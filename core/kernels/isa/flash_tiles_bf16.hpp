@@ -28,17 +28,18 @@ inline __m512bh bcast_pair(const bf16* p) {
 }
 inline __m512bh load_pairs(const bf16* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
-// s[RT][NV] = a[RT][K] . bt2[K/2][NC][2]; a row stride lda, bt2 row stride ldb (elements).
+// s[RT][N] = a[RT][K] . bt2[K/2][N W][2]; a row stride lda, bt2 row stride ldb (elements).
+template <int N>
 inline void mk_abt_bf16(const bf16* a, int64_t lda, const bf16* bt2, int64_t ldb, int64_t K,
-                        V (&s)[RT][NV]) {
+                        V (&s)[RT][N]) {
   LCT_UNROLL for (int r = 0; r < RT; ++r)
-    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::zero();
+    LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = Simd::zero();
   for (int64_t i = 0; i < K / 2; ++i) {
-    __m512bh b[NV];
-    LCT_UNROLL for (int v = 0; v < NV; ++v) b[v] = load_pairs(bt2 + i * ldb + v * 2 * W);
+    __m512bh b[N];
+    LCT_UNROLL for (int v = 0; v < N; ++v) b[v] = load_pairs(bt2 + i * ldb + v * 2 * W);
     LCT_UNROLL for (int r = 0; r < RT; ++r) {
       const __m512bh x = bcast_pair(a + r * lda + 2 * i);
-      LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], x, b[v]);
+      LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], x, b[v]);
     }
   }
 }
@@ -96,26 +97,29 @@ struct RowsBefore {
 };
 
 // Scores from q . kt2: times the scale, which kt2 does not carry (kscale).
-inline void scale_scores(V (&s)[RT][NV], float kscale) {
+template <int N>
+inline void scale_scores(V (&s)[RT][N], float kscale) {
   const V f = Simd::set1(kscale);
   LCT_UNROLL for (int r = 0; r < RT; ++r)
-    LCT_UNROLL for (int v = 0; v < NV; ++v) s[r][v] = Simd::mul(s[r][v], f);
+    LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = Simd::mul(s[r][v], f);
 }
 
-// RT rows of NV fp32 vectors to bf16, row-major at dst (row stride ld).
-inline void store_rows_bf16(const V (&s)[RT][NV], bf16* dst, int64_t ld) {
+// RT rows of N fp32 vectors to bf16, row-major at dst (row stride ld).
+template <int N>
+inline void store_rows_bf16(const V (&s)[RT][N], bf16* dst, int64_t ld) {
   LCT_UNROLL for (int r = 0; r < RT; ++r)
-    LCT_UNROLL for (int v = 0; v < NV; v += 2)
+    LCT_UNROLL for (int v = 0; v < N; v += 2)
       _mm512_storeu_si512(dst + r * ld + v * W, (__m512i)_mm512_cvtne2ps_pbh(s[r][v + 1], s[r][v]));
 }
 
 // Rows (2i, 2i+1) of RT rows to bf16, interleaved: dst[(i * ld) + 2c + e] = s[2i + e][c].
-inline void store_row_pairs_bf16(const V (&s)[RT][NV], bf16* dst, int64_t ld) {
+template <int N>
+inline void store_row_pairs_bf16(const V (&s)[RT][N], bf16* dst, int64_t ld) {
   alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i zip = _mm512_load_si512(kZip);
   LCT_UNROLL for (int r = 0; r < RT; r += 2)
-    LCT_UNROLL for (int v = 0; v < NV; ++v) {
+    LCT_UNROLL for (int v = 0; v < N; ++v) {
       const __m512i two = (__m512i)_mm512_cvtne2ps_pbh(s[r + 1][v], s[r][v]);  // row r | row r+1
       _mm512_storeu_si512(dst + (r / 2) * ld + 2 * v * W, _mm512_permutexvar_epi16(zip, two));
     }
@@ -186,7 +190,7 @@ void flash_fwd_tile_bf16(const FlashFwdTileBf16& t) {
     const int64_t cols = visible_end<RT>(t, r0);
     if (cols == 0) continue;  // nothing visible: m, l and acc stay as they are
     V mx[RT];
-    strip_scores(t, r0, cols, s, mx, [&](int64_t c0, V(&sc)[RT][NV]) {
+    strip_scores(t, r0, cols, s, mx, [&](int64_t c0, auto& sc) {
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, sc);
       scale_scores(sc, t.kscale);
     });
@@ -214,24 +218,25 @@ void flash_bwd_tile_bf16(const FlashBwdTileBf16& t) {
       std::fill(t.pi + i * 2 * np + 2 * cols, t.pi + (i + 1) * 2 * np, bf16{});
       std::fill(t.dsi + i * 2 * np + 2 * cols, t.dsi + (i + 1) * 2 * np, bf16{});
     }
-    for (int64_t c0 = 0; c0 < cols; c0 += NC) {
-      V s[RT][NV];
+    over_chunks(cols, [&](int64_t c0, auto n) {
+      constexpr int N = decltype(n)::value;
+      V s[RT][N];
       mk_abt_bf16(t.q + r0 * t.ldq, t.ldq, t.kt2 + 2 * c0, 2 * np, D, s);
       scale_scores(s, t.kscale);
       if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
       softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_bf16(x); });  // P and dS: bf16 operands
       LCT_UNROLL for (int r = 0; r < RT; ++r)
-        LCT_UNROLL for (int v = 0; v < NV; ++v) Simd::store(t.p + r * NC + v * W, s[r][v]);
+        LCT_UNROLL for (int v = 0; v < N; ++v) Simd::store(t.p + r * NC + v * W, s[r][v]);
       store_row_pairs_bf16(s, t.pi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
       mk_abt_bf16(t.dout + r0 * t.ldq, t.ldq, t.vt2 + 2 * c0, 2 * np, D, s);  // s now holds dP
       LCT_UNROLL for (int r = 0; r < RT; ++r) {
         const V dl = Simd::set1(t.delta[r0 + r]);
-        LCT_UNROLL for (int v = 0; v < NV; ++v)
+        LCT_UNROLL for (int v = 0; v < N; ++v)
           s[r][v] = Simd::mul(Simd::load(t.p + r * NC + v * W), Simd::sub(s[r][v], dl));
       }
       store_rows_bf16(s, t.ds + r0 * np + c0, np);
       store_row_pairs_bf16(s, t.dsi + (r0 / 2) * 2 * np + 2 * c0, 2 * np);
-    }
+    });
     const int64_t lddq = t.lddq ? t.lddq : D;
     over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
       mk_ab_bf16<decltype(dc)::value>(t.ds + r0 * np, np, t.k2 + 2 * d0, 2 * D, cols,
