@@ -54,6 +54,33 @@ namespace lct::LCT_ISA_NS {
                   SET(9.618437357674640e-3f)), f, SET(5.550332471162809e-2f)), f,      \
           SET(2.402264791363012e-1f)), f, SET(6.931472028550421e-1f))
 
+#if defined(LCT_ISA_AVX512) || defined(LCT_ISA_AVX2)
+// The first two rounds of a W x W transpose of rows r (t: scratch), the same on every x86
+// vector width: pairs of rows interleaved (2 x 2 blocks), then 4 x 4 blocks inside each
+// 128-bit lane. Each ISA's transpose then moves the lanes.
+inline __m256 unpack_lo(__m256 a, __m256 b) { return _mm256_unpacklo_ps(a, b); }
+inline __m256 unpack_hi(__m256 a, __m256 b) { return _mm256_unpackhi_ps(a, b); }
+template <int I> __m256 shuffle(__m256 a, __m256 b) { return _mm256_shuffle_ps(a, b, I); }
+#if defined(LCT_ISA_AVX512)
+inline __m512 unpack_lo(__m512 a, __m512 b) { return _mm512_unpacklo_ps(a, b); }
+inline __m512 unpack_hi(__m512 a, __m512 b) { return _mm512_unpackhi_ps(a, b); }
+template <int I> __m512 shuffle(__m512 a, __m512 b) { return _mm512_shuffle_ps(a, b, I); }
+#endif
+template <class V, int N>
+inline void transpose_in_lanes(V (&r)[N], V (&t)[N]) {
+  for (int i = 0; i < N; i += 2) {
+    t[i] = unpack_lo(r[i], r[i + 1]);
+    t[i + 1] = unpack_hi(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < N; i += 4) {
+    r[i] = shuffle<0x44>(t[i], t[i + 2]);
+    r[i + 1] = shuffle<0xEE>(t[i], t[i + 2]);
+    r[i + 2] = shuffle<0x44>(t[i + 1], t[i + 3]);
+    r[i + 3] = shuffle<0xEE>(t[i + 1], t[i + 3]);
+  }
+}
+#endif
+
 #if defined(LCT_ISA_AVX512)
 struct Simd {
   static constexpr int W = 16;
@@ -69,20 +96,11 @@ struct Simd {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
-  // 16 x 16: pairs of rows interleaved (2 x 2 blocks), then 4 x 4 blocks inside each 128-bit
-  // lane, then the lanes moved in two rounds of 128-bit shuffles
+  // 16 x 16: 4 x 4 blocks inside each 128-bit lane (transpose_in_lanes), then the lanes
+  // moved in two rounds of 128-bit shuffles
   static void transpose(V (&r)[16]) {
     V t[16];
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
+    transpose_in_lanes(r, t);
     for (int i = 0; i < 4; ++i) {
       t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
       t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
@@ -163,19 +181,10 @@ struct Simd {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
-  // 8 x 8: pairs of rows interleaved, 4 x 4 blocks inside each 128-bit half, halves swapped
+  // 8 x 8: 4 x 4 blocks inside each 128-bit half (transpose_in_lanes), then halves swapped
   static void transpose(V (&r)[8]) {
     V t[8];
-    for (int i = 0; i < 8; i += 2) {
-      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-      r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-      r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-      r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-      r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
+    transpose_in_lanes(r, t);
     for (int i = 0; i < 4; ++i) {
       t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
       t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
