@@ -470,14 +470,19 @@ void FlashAttention::forward_task(const AttnDims& d, const TileGrid& grid, const
       else q32[u] = block_rows(qb_rows, ldq, rows, bqp, D, sc.q.data() + u * bqp * D, &t.ldq);
     }
   }
-  for (int64_t jb = 0; jb < grid.nk; ++jb) {
-    // the task's last tile on this key block brings the next one any of its blocks sees into L2
-    int64_t last = -1, jn = grid.nk;
-    for (int64_t ib = w.ib0; ib < w.ib1; ++ib) {
+  // The last of the task's query blocks that sees key block jb (-1: none does).
+  auto last_seeing = [&](int64_t jb) {
+    int64_t last = -1;
+    for (int64_t ib = w.ib0; ib < w.ib1; ++ib)
       if (grid.tile(ib, jb) != Tile::Skip) last = ib;
-      if (jb + 1 < grid.nk) jn = std::min(jn, grid.next_visible(ib, jb + 1));
-    }
+    return last;
+  };
+  for (int64_t jb = 0; jb < grid.nk; ++jb) {
+    const int64_t last = last_seeing(jb);
     if (last < 0) continue;
+    // the task's last tile on this key block brings the next one any of its blocks sees into L2
+    int64_t jn = jb + 1;
+    while (jn < grid.nk && last_seeing(jn) < 0) ++jn;
     const size_t off = size_t((w.g * grid.nk + jb) * np * D), next = size_t((w.g * grid.nk + jn) * np * D);
     t.kidx = t16.kidx = pk.kidx.data() + jb * np;
     t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
