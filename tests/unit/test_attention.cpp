@@ -577,6 +577,30 @@ TEST(SoftmaxRows, ExponentialsAreExpAndMaskedScoresExactlyZero) {
   }
 }
 
+// The exponentials of a p that is stored in bf16 (AVX-512: Simd::exp2_bf16's degree-3
+// polynomial, 7.5e-5 relative; elsewhere the fp32 ones): each stored p within half a bf16 ulp
+// plus 1e-4 of e^x, the fp32 sum they return within 1e-4, exactly +0 for masked scores.
+TEST(SoftmaxRows, Bf16ExponentialsAreExpToTheirPolynomial) {
+  std::vector<float> x{-std::numeric_limits<float>::infinity()};
+  for (float v = -80.0f; v <= 0.5f; v += 0.00731f) x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  for (Isa isa : test_isas()) {
+    const IsaKernels* k = isa_kernels(isa);
+    std::vector<bf16> p(x.size());
+    const float sum = k->exp_shift_sum_bf16(x.data(), n, 0.0f, p.data());
+    double want_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t u = size_t(i);
+      const double want = std::exp(double(x[u])), got = double(to_f32(p[u]));
+      want_sum += want;
+      SCOPED_TRACE(::testing::Message() << "path " << int(isa) << ", x " << x[u]);
+      if (i == 0) ASSERT_TRUE(got == 0.0 && !std::signbit(got)) << got;
+      else ASSERT_NEAR(got, want, want * (0x1p-8 + 1e-4 + 1e-7 * std::fabs(x[u])));  // bf16: 8 bits
+    }
+    EXPECT_NEAR(sum, want_sum, want_sum * 1e-4) << int(isa);
+  }
+}
+
 // The packed keys' transpose (a W x W register block at a time) against KeyBlockLayout's plain
 // indexing: rows not a multiple of the vector width, a row stride wider than D, bf16 rows,
 // and zeros (not stale values) in the rows past n.

@@ -198,15 +198,18 @@ inline void mask_scores(V (&s)[ROWS][N], const int32_t* kidx, const int32_t* kdo
                            s[r][v], Simd::set1(kNegInf));
 }
 
-// p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track); exp2:
-// Simd::exp2_softmax, or for a P that is rounded to bf16 before its products, exp2_bf16.
+// p = 2^(s - lse2) for ROWS rows (backward: the softmax is known, nothing to track):
+// exp2(s, -lse2) gives p from a score and its row's offset (the fp32 tiles' 2^(s + offset),
+// the bf16 tiles' 2^(s kscale + offset): their scores are not scaled yet).
 template <int ROWS, int N, class Exp2>
 inline void softmax_known(V (&s)[ROWS][N], const float* lse2, Exp2&& exp2) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
-    const V lse = Simd::set1(lse2[r]);
-    LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = exp2(Simd::sub(s[r][v], lse));
+    const V offset = Simd::set1(-lse2[r]);
+    LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = exp2(s[r][v], offset);
   }
 }
+// The fp32 tiles' p from a score (log2 units: the keys carry the scale) and its row's offset.
+inline V exp2_shifted(V s, V offset) { return Simd::exp2_softmax(Simd::add(s, offset)); }
 
 // Runs f(c0, n) over the key columns [0, cols) in chunks, n the chunk's vectors as a
 // compile-time constant: NV each, then NH where cols ends on a half chunk (visible_end).
@@ -295,10 +298,10 @@ inline void update_max(const V (&mx)[ROWS], float* m, float (&corr)[ROWS], float
   LCT_UNROLL for (int r = 0; r < ROWS; ++r) corr[r] = d[r];
 }
 
-// A strip's p = 2^(s + shift[r]) over its scores in L1 (ROWS x cols, row stride np), the rows
-// together so that no row waits on another's reductions: columns c..c+2W go to store(r, c,
-// p0, p1) (two vectors: bf16 stores convert both at once); l[r] = l[r] * corr[r] + the row's
-// sum of the fp32 p.
+// A strip's p = exp2(s, shift[r]) (softmax_known's) over its scores in L1 (ROWS x cols, row
+// stride np), the rows together so that no row waits on another's reductions: columns
+// c..c+2W go to store(r, c, p0, p1) (two vectors: bf16 stores convert both at once); l[r] =
+// l[r] * corr[r] + the row's sum of the fp32 p.
 template <int ROWS, class Store, class Exp2>
 inline void exp_strip(const float* s, int64_t np, int64_t cols, const float (&shift)[ROWS],
                       const float (&corr)[ROWS], float* l, Store&& store, Exp2&& exp2) {
@@ -309,8 +312,8 @@ inline void exp_strip(const float* s, int64_t np, int64_t cols, const float (&sh
   }
   for (int64_t c = 0; c < cols; c += 2 * W)  // cols: whole chunks, an even number of vectors
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
-      const V p0 = exp2(Simd::add(Simd::load(s + r * np + c), sh[r]));
-      const V p1 = exp2(Simd::add(Simd::load(s + r * np + c + W), sh[r]));
+      const V p0 = exp2(Simd::load(s + r * np + c), sh[r]);
+      const V p1 = exp2(Simd::load(s + r * np + c + W), sh[r]);
       store(r, c, p0, p1);
       sum[r] = Simd::add(Simd::add(sum[r], p0), p1);
     }
@@ -335,7 +338,7 @@ inline void fwd_strip(const FlashFwdTile& t, int64_t r0) {
               Simd::store(s + r * np + c, p0);
               Simd::store(s + r * np + c + W, p1);
             },
-            [](V x) { return Simd::exp2_softmax(x); });
+            exp2_shifted);
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
     mk_ab<N, decltype(dc)::value>(s, np, t.v + panel_offset(D, np, d0), panel_stride(D, d0), cols,
                                   t.acc + r0 * D + d0, D, corr, false);
@@ -368,7 +371,7 @@ inline void bwd_chunk(const FlashBwdTile& t, int64_t r0, int64_t c0) {
   V s[N][NN];
   mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, s);
   if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
-  softmax_known(s, t.lse2 + r0, [](V x) { return Simd::exp2_softmax(x); });
+  softmax_known(s, t.lse2 + r0, exp2_shifted);
   LCT_UNROLL for (int r = 0; r < N; ++r)
     LCT_UNROLL for (int v = 0; v < NN; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
   mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + chunk_offset(D, c0), NC, D, s);  // s now holds dP
