@@ -477,12 +477,15 @@ void FlashAttention::forward_task(const AttnDims& d, const TileGrid& grid, const
       if (grid.tile(ib, jb) != Tile::Skip) last = ib;
     return last;
   };
-  for (int64_t jb = 0; jb < grid.nk; ++jb) {
+  // The first key block from `from` that any of the task's query blocks sees (nk: none).
+  auto next_seen = [&](int64_t from) {
+    while (from < grid.nk && last_seeing(from) < 0) ++from;
+    return from;
+  };
+  // Over the seen key blocks only; the task's last tile on jb brings jn into L2.
+  for (int64_t jb = next_seen(0), jn; jb < grid.nk; jb = jn) {
     const int64_t last = last_seeing(jb);
-    if (last < 0) continue;
-    // the task's last tile on this key block brings the next one any of its blocks sees into L2
-    int64_t jn = jb + 1;
-    while (jn < grid.nk && last_seeing(jn) < 0) ++jn;
+    jn = next_seen(jb + 1);
     const size_t off = size_t((w.g * grid.nk + jb) * np * D), next = size_t((w.g * grid.nk + jn) * np * D);
     t.kidx = t16.kidx = pk.kidx.data() + jb * np;
     t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
