@@ -96,9 +96,9 @@ struct AttnLimits {
 //
 // Forward: one task per query block (or 2 or 4 adjacent ones) for the query heads of a KV
 // head (or one), costliest first, dynamic schedule.
-// Backward: one task per (KV head, run of up to 4 consecutive key blocks), taken in order;
-// it owns its dK/dV rows and walks the query blocks that see them, each query block's rows
-// copied once for the run. A tile's dQ contribution to a query block is added when every
+// Backward: one task per (KV head, run of up to 8 consecutive key blocks), taken in order;
+// it owns its dK/dV rows and walks the query blocks that see them (their q and dout rows
+// packed once by the call). A tile's dQ contribution to a query block is added when every
 // earlier key block has added its own (a per-(head, query block) turn passed on with
 // release/acquire), so dQ is summed in key order: the same bits on any thread count, no
 // private dQ copies.
@@ -149,16 +149,15 @@ class FlashAttention {
   template <class T>
   void forward_task(const AttnDims& d, const TileGrid& grid, const T* q, TokenTags qt, const FwdTask& w,
                     float* o, float* lse, int thread);
-  template <class T>
   struct BwdCall;
   struct BwdTiles;
-  template <class T>  // one backward task: key blocks [jb0, jb1) of KV head g
-  void backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread);
+  template <class T>
+  void pack_query_block(const AttnDims& d, const TileGrid& grid, const T* q, const T* dout, int64_t task);
+  // one backward task: key blocks [jb0, jb1) of KV head g
+  void backward_run(const BwdCall& c, int64_t g, int64_t jb0, int64_t jb1, int thread);
   BwdTiles bwd_tiles(Scratch& sc) const;
-  template <class T>
-  void add_key_grads(const BwdCall<T>& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const;
-  template <class T>
-  void bwd_queries(const BwdCall<T>& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const;
+  void add_key_grads(const BwdCall& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const;
+  void bwd_queries(const BwdCall& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const;
 
   const IsaKernels* kern_;
   bool bf16_tiles_ = false;

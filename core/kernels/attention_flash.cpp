@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -100,11 +101,11 @@ std::vector<TagSpan> tag_runs(TokenTags t, int64_t n) {
   return out;
 }
 
-// Per-thread scratch. Query blocks (and dout's) are copied here dense and zero-padded unless
+// Per-thread scratch. The forward's query blocks are copied here dense and zero-padded unless
 // already dense, whole and of the products' type (block_rows).
 struct FlashAttention::Scratch {
-  Buffer<float> q, dout;               // q [U, bqp, D], dout [bqp, D] fp32 products
-  Buffer<bf16> q16, dout16;            // likewise, bf16 products
+  Buffer<float> q;                     // [U, bqp, D] fp32 products
+  Buffer<bf16> q16;                    // likewise, bf16 products
   Buffer<float> lse2, delta;           // [bqp]
   Buffer<float> dq;                    // forward's acc [U, bqp, D]; backward's dQ [kPendingDq, bqp, D]
   Buffer<float> m, l;                  // [U, bqp]: U = forward_units, a forward task's most
@@ -116,8 +117,8 @@ struct FlashAttention::Scratch {
 };
 
 // Per call: keys and values of every (KV head, key block) packed for the micro-kernels; the
-// rows' lse in log2 units; for bf16 products, queries and output gradients by pairs of rows;
-// and the per-(head, query block) turn of backward's dQ sum.
+// rows' lse in log2 units; the backward's queries and output gradients, dense (and for bf16
+// products by pairs of rows too); and the per-(head, query block) turn of backward's dQ sum.
 struct FlashAttention::Packed {
   Buffer<float> kt, vt;   // [KV, nk, np/chunk, D, chunk]   fp32 products (kt pre-scaled)
   Buffer<float> k, v;     // [KV, nk, D/panel, np, panel]   (KeyBlockLayout)
@@ -125,7 +126,9 @@ struct FlashAttention::Packed {
   Buffer<bf16> k2, v2;    // [KV, nk, np/2, D, 2]
   Buffer<int32_t> kidx, kdoc;  // [nk, np]
   Buffer<float> lse2;     // [H, Tq]
-  Buffer<bf16> q2, dout2; // [H, nq, bqp/2, D, 2]   bf16 products
+  Buffer<float> qd, doutd;  // [H, nq, bqp, D]        fp32 products, zero beyond the block
+  Buffer<bf16> q16, dout16; // [H, nq, bqp, D]        bf16 products
+  Buffer<bf16> q2, dout2;   // [H, nq, bqp/2, D, 2]   bf16 products
   std::unique_ptr<DqTurns> turns;  // [H, nq]: key block whose dQ goes next
 };
 
@@ -156,7 +159,9 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   pk.kidx = Buffer<int32_t>(size_t(nk * np_));
   pk.kdoc = Buffer<int32_t>(size_t(nk * np_));
   pk.lse2 = Buffer<float>(size_t(lim.heads * lim.max_tq));
-  for (Buffer<bf16>* b : {&pk.q2, &pk.dout2}) *b = Buffer<bf16>(b16 * size_t(lim.heads * nq * bqp_ * D));
+  const size_t rows = size_t(lim.heads * nq * bqp_ * D);
+  for (Buffer<float>* b : {&pk.qd, &pk.doutd}) *b = Buffer<float>(f32 * rows);
+  for (Buffer<bf16>* b : {&pk.q16, &pk.dout16, &pk.q2, &pk.dout2}) *b = Buffer<bf16>(b16 * rows);
   pk.turns = std::make_unique<DqTurns>(lim.heads, nq);
 
   const int threads = omp_get_max_threads();
@@ -167,9 +172,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     // Allocated (and so first touched) by the thread that uses it.
     Scratch& s = scratch_[size_t(omp_get_thread_num())];
     s.q = Buffer<float>(f32 * U * bq * d);
-    s.dout = Buffer<float>(f32 * bq * d);
     s.q16 = Buffer<bf16>(b16 * U * bq * d);
-    s.dout16 = Buffer<bf16>(b16 * bq * d);
     s.lse2 = Buffer<float>(bq);
     s.delta = Buffer<float>(bq);
     s.dq = Buffer<float>(std::max<size_t>(U, kPendingDq) * bq * d);
@@ -196,22 +199,23 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   // pairs and a strip's fp32 scores.
   const int64_t np = (b.k + 63) / 64 * 64, bqp = std::max<int64_t>(4, b.q / 4 * 4), D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, U = forward_units(lim);
-  const int64_t per_thread = bqp * D * (1 + 2 * U + kPendingDq) + (2 + 3 * kMaxTaskBlocks + 2 * U) * bqp +
+  const int64_t per_thread = bqp * D * (2 * U + kPendingDq) + (2 + 3 * kMaxTaskBlocks + 2 * U) * bqp +
                              (2 * bqp + 6) * np + (2 * kMaxKeyRun + 1) * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
-                         lim.heads * nq * bqp * D;
+                         2 * lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
 }
 
 size_t FlashAttention::workspace_bytes() const {
   const Packed& pk = *packed_;
   size_t n = (pk.kt.size() + pk.vt.size() + pk.k.size() + pk.v.size() + pk.kidx.size() +
-              pk.kdoc.size() + pk.lse2.size()) * 4 +
-             (pk.kt2.size() + pk.vt2.size() + pk.k2.size() + pk.v2.size() + pk.q2.size() + pk.dout2.size()) * 2;
+              pk.kdoc.size() + pk.lse2.size() + pk.qd.size() + pk.doutd.size()) * 4 +
+             (pk.kt2.size() + pk.vt2.size() + pk.k2.size() + pk.v2.size() + pk.q16.size() + pk.dout16.size() +
+              pk.q2.size() + pk.dout2.size()) * 2;
   for (const Scratch& s : scratch_) {
-    for (const Buffer<float>* b : {&s.q, &s.dout, &s.lse2, &s.delta, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
+    for (const Buffer<float>* b : {&s.q, &s.lse2, &s.delta, &s.dq, &s.m, &s.l, &s.p, &s.ds, &s.dk, &s.dv})
       n += b->size() * 4;
-    for (const Buffer<bf16>* b : {&s.q16, &s.dout16, &s.p16, &s.ds16, &s.pi, &s.dsi, &s.keys16}) n += b->size() * 2;
+    for (const Buffer<bf16>* b : {&s.q16, &s.p16, &s.ds16, &s.pi, &s.dsi, &s.keys16}) n += b->size() * 2;
     n += (s.qidx.size() + s.qlo.size() + s.qdoc.size()) * 4;
   }
   return n;
@@ -334,6 +338,15 @@ namespace {
 // into a few L1 sets and evict each other in the backward's dK/dV pass, so the copy, about
 // 1% of a tile's work, is worth more than it costs.
 template <class P, class T>
+void dense_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P* copy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<P, T>) std::copy(x + r * ld, x + r * ld + D, copy + r * D);
+    else
+      for (int64_t c = 0; c < D; ++c) store_as(copy + r * D + c, load_f32(x[r * ld + c]));
+  }
+  std::fill(copy + rows * D, copy + bqp * D, P{});
+}
+template <class P, class T>
 const P* block_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P* copy, int64_t* stride) {
   if constexpr (std::is_same_v<P, T>) {
     if (rows == bqp && ld == D) {
@@ -341,12 +354,7 @@ const P* block_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D
       return x;
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    if constexpr (std::is_same_v<P, T>) std::copy(x + r * ld, x + r * ld + D, copy + r * D);
-    else
-      for (int64_t c = 0; c < D; ++c) store_as(copy + r * D + c, load_f32(x[r * ld + c]));
-  }
-  std::fill(copy + rows * D, copy + bqp * D, P{});
+  dense_rows(x, ld, rows, bqp, D, copy);
   *stride = D;
   return copy;
 }
@@ -530,11 +538,9 @@ void FlashAttention::forward_task(const AttnDims& d, const TileGrid& grid, const
 }
 
 // One backward call's operands and geometry, shared by its tasks.
-template <class T>
 struct FlashAttention::BwdCall {
   const AttnDims& d;
   const TileGrid& grid;
-  const T *q, *dout;
   const float* delta;
   TokenTags qt;
   float *dq, *dk, *dv;
@@ -545,35 +551,46 @@ void FlashAttention::backward(const AttnDims& d, const T* q, const T* k, const T
                               const float* lse, const float* delta, const T* dout, TokenTags qt,
                               TokenTags kt, float* dq, float* dk, float* dv) {
   check(d);
-  const int64_t D = d.D, ldq = d.H * D, bqp = bqp_;
   const TileGrid grid(d, qt, kt, blocks_);
   pack_keys(d, k, v, kt, true);
   Packed& pk = *packed_;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < d.H * d.Tq; ++i)
     pk.lse2[size_t(i)] = lse[i] == kNegInf ? std::numeric_limits<float>::infinity() : lse[i] * kLog2e;
-  if (bf16_tiles_) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t task = 0; task < d.H * grid.nq; ++task) {
-      const int64_t h = task / grid.nq, ib = task % grid.nq, i0 = ib * grid.BQ;
-      const size_t off = size_t(task * bqp * D);
-      for (auto [x, to] : {std::pair{q, pk.q2.data()}, std::pair{dout, pk.dout2.data()}}) {
-        if constexpr (std::is_same_v<T, bf16>)
-          kern_->interleave_rows_bf16(x + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, to + off);
-        else
-          interleave_rows(x + i0 * ldq + h * D, ldq, grid.rows(ib, d.Tq), bqp, D, to + off);
-      }
-    }
-  }
+  for (int64_t task = 0; task < d.H * grid.nq; ++task) pack_query_block(d, grid, q, dout, task);
   pk.turns->start(grid, d.H);
-  // A task is a run of consecutive key blocks of one KV head (dq_order.hpp): each query
-  // block's rows are then copied once for the run's tiles instead of once a tile. Neither
-  // the run nor the thread count changes the bits: dK and dV of a key block are summed over
-  // the query blocks in order, dQ over the key blocks in order.
-  const BwdCall<T> c{d, grid, q, dout, delta, qt, dq, dk, dv};
+  // A task is a run of consecutive key blocks of one KV head (dq_order.hpp): a query block's
+  // tags, lse and delta are then set up once for the run's tiles instead of once a tile.
+  // Neither the run nor the thread count changes the bits: dK and dV of a key block are
+  // summed over the query blocks in order, dQ over the key blocks in order.
+  const BwdCall c{d, grid, delta, qt, dq, dk, dv};
   KeyRuns(d.KV, grid.nk, omp_get_max_threads()).for_each([&](int64_t g, int64_t jb0, int64_t jb1) {
     backward_run(c, g, jb0, jb1, omp_get_thread_num());
   });
+}
+
+// Head h's q and dout rows of query block ib (task = h nq + ib), dense and zero-padded, once
+// per call: a query block's tiles are split over up to nk / kMaxKeyRun tasks, which would
+// each copy them (strided by H D) otherwise. bf16 products also take them by pairs of rows.
+template <class T>
+void FlashAttention::pack_query_block(const AttnDims& d, const TileGrid& grid, const T* q, const T* dout,
+                                      int64_t task) {
+  const int64_t h = task / grid.nq, ib = task % grid.nq, D = d.D, ldq = d.H * D;
+  const int64_t rows = grid.rows(ib, d.Tq), bqp = bqp_;
+  const size_t off = size_t(task * bqp * D), at = size_t(ib * grid.BQ * ldq + h * D);
+  Packed& pk = *packed_;
+  if (!bf16_tiles_) {
+    dense_rows(q + at, ldq, rows, bqp, D, pk.qd.data() + off);
+    dense_rows(dout + at, ldq, rows, bqp, D, pk.doutd.data() + off);
+    return;
+  }
+  for (auto [x, dense, pairs] : {std::tuple{q + at, pk.q16.data(), pk.q2.data()},
+                                 std::tuple{dout + at, pk.dout16.data(), pk.dout2.data()}}) {
+    dense_rows(x, ldq, rows, bqp, D, dense + off);
+    if constexpr (std::is_same_v<T, bf16>) kern_->interleave_rows_bf16(x, ldq, rows, bqp, D, pairs + off);
+    else interleave_rows(x, ldq, rows, bqp, D, pairs + off);
+  }
 }
 
 // The backward tiles' fields that do not change within a task, for either product type.
@@ -582,8 +599,7 @@ struct FlashAttention::BwdTiles {
   FlashBwdTileBf16 t16;
 };
 
-template <class T>
-void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, int64_t jb1, int thread) {
+void FlashAttention::backward_run(const BwdCall& c, int64_t g, int64_t jb0, int64_t jb1, int thread) {
   const AttnDims& d = c.d;
   const TileGrid& grid = c.grid;
   const int64_t D = d.D, G = d.H / d.KV, np = np_, bqp = bqp_;
@@ -635,8 +651,7 @@ void FlashAttention::backward_run(const BwdCall<T>& c, int64_t g, int64_t jb0, i
 }
 
 // Adds a task's dK (scaled) and dV of key blocks [jb0, jb1) of KV head g to the call's.
-template <class T>
-void FlashAttention::add_key_grads(const BwdCall<T>& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const {
+void FlashAttention::add_key_grads(const BwdCall& c, const Scratch& sc, int64_t g, int64_t jb0, int64_t jb1) const {
   const int64_t D = c.d.D, ldk = c.d.KV * D, np = np_;
   const float scale = 1.0f / std::sqrt(float(D));
   for (int64_t jb = jb0; jb < jb1; ++jb)
@@ -665,27 +680,27 @@ FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
   return b;
 }
 
-// Head h's rows of query block ib for the run's tiles: q and dout (dense copies), lse2 and
-// delta (padded).
-template <class T>
-void FlashAttention::bwd_queries(const BwdCall<T>& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const {
+// Head h's rows of query block ib for the run's tiles: q and dout (packed by the call), lse2
+// and delta (padded).
+void FlashAttention::bwd_queries(const BwdCall& c, BwdTiles& b, Scratch& sc, int64_t h, int64_t ib) const {
   const AttnDims& d = c.d;
-  const int64_t D = d.D, ldq = d.H * D, bqp = bqp_, i0 = ib * c.grid.BQ, rows = c.grid.rows(ib, d.Tq);
-  const T* qb = c.q + i0 * ldq + h * D;
-  const T* db = c.dout + i0 * ldq + h * D;
+  const int64_t D = d.D, bqp = bqp_, i0 = ib * c.grid.BQ, rows = c.grid.rows(ib, d.Tq);
+  const size_t off = size_t((h * c.grid.nq + ib) * bqp * D);
   const float* lse2 = block_values(packed_->lse2.data() + h * d.Tq + i0, rows, bqp,
                                    std::numeric_limits<float>::infinity(), sc.lse2.data());
   const float* dl = block_values(c.delta + h * d.Tq + i0, rows, bqp, 0.0f, sc.delta.data());
   if (bf16_tiles_) {
-    b.t16.q = block_rows(qb, ldq, rows, bqp, D, sc.q16.data(), &b.t16.ldq);
-    b.t16.dout = block_rows(db, ldq, rows, bqp, D, sc.dout16.data(), &b.t16.ldq);
-    b.t16.q2 = packed_->q2.data() + (h * c.grid.nq + ib) * bqp * D;
-    b.t16.dout2 = packed_->dout2.data() + (h * c.grid.nq + ib) * bqp * D;
+    b.t16.q = packed_->q16.data() + off;
+    b.t16.dout = packed_->dout16.data() + off;
+    b.t16.ldq = D;
+    b.t16.q2 = packed_->q2.data() + off;
+    b.t16.dout2 = packed_->dout2.data() + off;
     b.t16.lse2 = lse2;
     b.t16.delta = dl;
   } else {
-    b.t.q = block_rows(qb, ldq, rows, bqp, D, sc.q.data(), &b.t.ldq);
-    b.t.dout = block_rows(db, ldq, rows, bqp, D, sc.dout.data(), &b.t.ldq);
+    b.t.q = packed_->qd.data() + off;
+    b.t.dout = packed_->doutd.data() + off;
+    b.t.ldq = D;
     b.t.lse2 = lse2;
     b.t.delta = dl;
   }

@@ -359,6 +359,22 @@ TEST(FlashAttention, WindowAsLongAsTheSequenceIsFullCausal) {
 
 // Sums in a fixed order: the same bits on 1 and on every thread (whose backward tasks take
 // shorter runs of key blocks), call after call.
+// The model's memory plan counts the kernel's workspace before it exists
+// (workspace_bytes_for): a buffer added to the kernel but not to the plan fails here.
+TEST(FlashAttention, WorkspaceIsWithinThePlannedBound) {
+  const int threads = omp_get_max_threads();
+  for (Isa isa : test_isas())
+    for (Precision products : {Precision::Fp32, Precision::Bf16})
+      for (const Case& c : {Case{1000, 4, 1, 32, true, {64, 64}}, Case{333, 6, 2, 16, false, {40, 72}},
+                            Case{4096, 8, 8, 64, false, {64, 64}}, Case{129, 2, 2, 128, false, {128, 32}}}) {
+        const AttnLimits lim{c.S, c.S, c.H, c.KV, c.D};
+        const FlashAttention flash(lim, c.blocks, isa, products);
+        EXPECT_LE(flash.workspace_bytes(), FlashAttention::workspace_bytes_for(lim, c.blocks, threads))
+            << "S " << c.S << " H " << c.H << " D " << c.D << " isa " << int(isa) << " products "
+            << (products == Precision::Bf16 ? "bf16" : "fp32");
+      }
+}
+
 TEST(FlashAttention, BackwardIsBitwiseRepeatableOnAnyThreadCount) {
   const Case c{1000, 4, 1, 32, true, {64, 64}};
   const Inputs in = make_inputs(c, 9);
