@@ -331,12 +331,10 @@ void FlashAttention::pack_keys(const AttnDims& d, const T* k, const T* v, TokenT
 
 namespace {
 
-// A query block's rows (q or dout of one head) as a tile reads them: in place when the block
-// is whole, dense (ld == D) and already of the products' type; else copied (converted) into
-// `copy` [bqp][D], zero beyond the block. Returns the rows and sets their stride. Rows of one
-// head are H * D floats apart in q and dout: at 2 KiB (8 heads of 64) a block's rows fall
-// into a few L1 sets and evict each other in the backward's dK/dV pass, so the copy, about
-// 1% of a tile's work, is worth more than it costs.
+// A query block's rows (q or dout of one head, row stride ld) copied (converted) into `copy`
+// [bqp][D], zero beyond the block. Rows of one head are H * D floats apart in q and dout: at
+// 2 KiB (8 heads of 64) a block's rows fall into a few L1 sets and evict each other in the
+// backward's dK/dV pass, so the copy, about 1% of a tile's work, is worth more than it costs.
 template <class P, class T>
 void dense_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P* copy) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -346,6 +344,9 @@ void dense_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P*
   }
   std::fill(copy + rows * D, copy + bqp * D, P{});
 }
+// The rows as a tile reads them: in place when the block is whole, dense (ld == D) and
+// already of the products' type; else dense_rows into `copy`. Returns the rows and sets
+// their stride.
 template <class P, class T>
 const P* block_rows(const T* x, int64_t ld, int64_t rows, int64_t bqp, int64_t D, P* copy, int64_t* stride) {
   if constexpr (std::is_same_v<P, T>) {
