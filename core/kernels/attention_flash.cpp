@@ -18,7 +18,6 @@
 #include "kernels/attention.hpp"
 #include "kernels/dq_order.hpp"
 #include "kernels/isa/kernels.hpp"
-#include "kernels/pair_products.hpp"
 
 namespace lct {
 
@@ -586,11 +585,12 @@ void FlashAttention::pack_query_block(const AttnDims& d, const TileGrid& grid, c
     dense_rows(dout + at, ldq, rows, bqp, D, pk.doutd.data() + off);
     return;
   }
+  // The pairs come from the dense copy (already bf16, rounded as interleave_rows rounds):
+  // the strided rows are read once.
   for (auto [x, dense, pairs] : {std::tuple{q + at, pk.q16.data(), pk.q2.data()},
                                  std::tuple{dout + at, pk.dout16.data(), pk.dout2.data()}}) {
     dense_rows(x, ldq, rows, bqp, D, dense + off);
-    if constexpr (std::is_same_v<T, bf16>) kern_->interleave_rows_bf16(x, ldq, rows, bqp, D, pairs + off);
-    else interleave_rows(x, ldq, rows, bqp, D, pairs + off);
+    kern_->interleave_rows_bf16(dense + off, D, rows, bqp, D, pairs + off);
   }
 }
 
