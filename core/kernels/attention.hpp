@@ -146,9 +146,15 @@ class FlashAttention {
   template <class T>
   void pack_keys(const AttnDims& d, const T* k, const T* v, TokenTags kt, bool backward);
   struct FwdTask;
+  struct FwdTiles;
   template <class T>
   void forward_task(const AttnDims& d, const TileGrid& grid, const T* q, TokenTags qt, const FwdTask& w,
                     float* o, float* lse, int thread);
+  template <class T>
+  void fwd_queries(const AttnDims& d, const TileGrid& grid, const T* q, TokenTags qt, const FwdTask& w,
+                   FwdTiles& f) const;
+  void fwd_key_block(const AttnDims& d, const TileGrid& grid, const FwdTask& w, FwdTiles& f, int64_t jb,
+                     int64_t last, int64_t jn, int thread) const;
   struct BwdCall;
   struct BwdTiles;
   template <class T>

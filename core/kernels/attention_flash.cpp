@@ -448,36 +448,27 @@ void FlashAttention::forward(const AttnDims& d, const T* q, const T* k, const T*
   }
 }
 
+// A forward task's tiles and its units' queries. Per query block qb of the task: its tags
+// [bqp]. Per unit u = qb * HG + hh: its query rows in the products' type, acc [bqp, D] (in
+// dq's room), m and l [bqp].
+struct FlashAttention::FwdTiles {
+  FlashFwdTile t;
+  FlashFwdTileBf16 t16;
+  const float* q32[kMaxUnits];
+  const bf16* q16[kMaxUnits];
+  Scratch& sc;
+  int64_t bqp;
+  QueryTags tags(int64_t qb) const {
+    return {sc.qidx.data() + qb * bqp, sc.qlo.data() + qb * bqp, sc.qdoc.data() + qb * bqp};
+  }
+};
+
 template <class T>
 void FlashAttention::forward_task(const AttnDims& d, const TileGrid& grid, const T* q, TokenTags qt,
                                   const FwdTask& w, float* o, float* lse, int thread) {
-  const int64_t D = d.D, ldq = d.H * D, np = np_, bqp = bqp_, HG = w.HG, units = (w.ib1 - w.ib0) * HG;
-  Scratch& sc = scratch_[size_t(thread)];
-  const Packed& pk = *packed_;
-  // Per query block qb of the task: its tags [bqp]. Per unit u = qb * HG + hh: its queries,
-  // acc [bqp, D] (in dq's room), m and l [bqp].
-  auto tags = [&](int64_t qb) {
-    return QueryTags{sc.qidx.data() + qb * bqp, sc.qlo.data() + qb * bqp, sc.qdoc.data() + qb * bqp};
-  };
-  std::fill(sc.m.data(), sc.m.data() + units * bqp, kNegInf);
-  std::fill(sc.l.data(), sc.l.data() + units * bqp, 0.0f);
-  std::fill(sc.dq.data(), sc.dq.data() + units * bqp * D, 0.0f);
-  FlashFwdTile t;
-  FlashFwdTileBf16 t16;
-  share_tile_fields(t, t16, D, np, tags(0));
-  t.scratch = t16.scores = sc.p.data();
-  t16.scratch = sc.p16.data();
-  const float* q32[kMaxUnits];  // per unit, in the products' type
-  const bf16* q16[kMaxUnits];
-  for (int64_t ib = w.ib0; ib < w.ib1; ++ib) {
-    const int64_t qb = ib - w.ib0, i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
-    pack_query_tags(qt, i0, rows, bqp, d.window, tags(qb));
-    for (int64_t hh = 0, u = qb * HG; hh < HG; ++hh, ++u) {
-      const T* qb_rows = q + i0 * ldq + (w.h0 + hh) * D;
-      if (bf16_tiles_) q16[u] = block_rows(qb_rows, ldq, rows, bqp, D, sc.q16.data() + u * bqp * D, &t16.ldq);
-      else q32[u] = block_rows(qb_rows, ldq, rows, bqp, D, sc.q.data() + u * bqp * D, &t.ldq);
-    }
-  }
+  const int64_t D = d.D, ldq = d.H * D, bqp = bqp_;
+  FwdTiles f{{}, {}, {}, {}, scratch_[size_t(thread)], bqp};
+  fwd_queries(d, grid, q, qt, w, f);
   // The last of the task's query blocks that sees key block jb (-1: none does).
   auto last_seeing = [&](int64_t jb) {
     int64_t last = -1;
@@ -490,51 +481,84 @@ void FlashAttention::forward_task(const AttnDims& d, const TileGrid& grid, const
     while (from < grid.nk && last_seeing(from) < 0) ++from;
     return from;
   };
-  // Over the seen key blocks only; the task's last tile on jb brings jn into L2.
-  for (int64_t jb = next_seen(0), jn; jb < grid.nk; jb = jn) {
-    const int64_t last = last_seeing(jb);
+  for (int64_t jb = next_seen(0), jn; jb < grid.nk; jb = jn) {  // over the seen key blocks only
     jn = next_seen(jb + 1);
-    const size_t off = size_t((w.g * grid.nk + jb) * np * D), next = size_t((w.g * grid.nk + jn) * np * D);
-    t.kidx = t16.kidx = pk.kidx.data() + jb * np;
-    t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
-    t.kt = pk.kt.data() + off;
-    t.v = pk.v.data() + off;
-    t16.kt2 = pk.kt2.data() + off;
-    t16.v2 = pk.v2.data() + off;
-    for (int64_t ib = w.ib0; ib <= last; ++ib) {
-      const Tile kind = grid.tile(ib, jb);
-      if (kind == Tile::Skip) continue;
-      const int64_t qb = ib - w.ib0;
-      const QueryTags qtags = tags(qb);
-      t.qidx = t16.qidx = qtags.idx;
-      t.qlo = t16.qlo = qtags.lo;
-      t.qdoc = t16.qdoc = qtags.doc;
-      t.rows = t16.rows = whole_strips(grid.rows(ib, d.Tq));  // a sequence's last block: no empty strips
-      t.masked = t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;  // padding keys are masked
-      for (int64_t hh = 0, u = qb * HG; hh < HG; ++hh, ++u) {
-        if (thread == 0 && progress_) progress_();
-        t.acc = t16.acc = sc.dq.data() + u * bqp * D;
-        t.m = t16.m = sc.m.data() + u * bqp;
-        t.l = t16.l = sc.l.data() + u * bqp;
-        const bool prefetch = ib == last && hh + 1 == HG && jn < grid.nk;
-        t.next_kt = prefetch ? pk.kt.data() + next : nullptr;
-        t.next_v = prefetch ? pk.v.data() + next : nullptr;
-        if (bf16_tiles_) {
-          t16.q = q16[u];
-          kern_->flash_fwd_tile_bf16(t16);
-        } else {
-          t.q = q32[u];
-          kern_->flash_fwd_tile(t);
-        }
+    fwd_key_block(d, grid, w, f, jb, last_seeing(jb), jn, thread);
+  }
+  for (int64_t ib = w.ib0; ib < w.ib1; ++ib)
+    for (int64_t hh = 0, u = (ib - w.ib0) * w.HG; hh < w.HG; ++hh, ++u) {
+      const int64_t i0 = ib * grid.BQ, h = w.h0 + hh;
+      normalise_rows(f.sc.dq.data() + u * bqp * D, f.sc.m.data() + u * bqp, f.sc.l.data() + u * bqp,
+                     grid.rows(ib, d.Tq), D, ldq, o + i0 * ldq + h * D, lse + h * d.Tq + i0);
+    }
+}
+
+// A forward task's start: its units' m = -inf, l = 0 and acc = 0, its query blocks' tags and
+// its units' query rows (dense and padded where the tiles need it) into f.
+template <class T>
+void FlashAttention::fwd_queries(const AttnDims& d, const TileGrid& grid, const T* q, TokenTags qt,
+                                 const FwdTask& w, FwdTiles& f) const {
+  const int64_t D = d.D, ldq = d.H * D, bqp = bqp_, HG = w.HG, units = (w.ib1 - w.ib0) * HG;
+  Scratch& sc = f.sc;
+  std::fill(sc.m.data(), sc.m.data() + units * bqp, kNegInf);
+  std::fill(sc.l.data(), sc.l.data() + units * bqp, 0.0f);
+  std::fill(sc.dq.data(), sc.dq.data() + units * bqp * D, 0.0f);
+  share_tile_fields(f.t, f.t16, D, np_, f.tags(0));
+  f.t.scratch = f.t16.scores = sc.p.data();
+  f.t16.scratch = sc.p16.data();
+  for (int64_t ib = w.ib0; ib < w.ib1; ++ib) {
+    const int64_t qb = ib - w.ib0, i0 = ib * grid.BQ, rows = grid.rows(ib, d.Tq);
+    pack_query_tags(qt, i0, rows, bqp, d.window, f.tags(qb));
+    for (int64_t hh = 0, u = qb * HG; hh < HG; ++hh, ++u) {
+      const T* qb_rows = q + i0 * ldq + (w.h0 + hh) * D;
+      if (bf16_tiles_) f.q16[u] = block_rows(qb_rows, ldq, rows, bqp, D, sc.q16.data() + u * bqp * D, &f.t16.ldq);
+      else f.q32[u] = block_rows(qb_rows, ldq, rows, bqp, D, sc.q.data() + u * bqp * D, &f.t.ldq);
+    }
+  }
+}
+
+// A forward task's tiles on key block jb: each of its units whose query block sees jb, up to
+// query block `last`. The task's last tile on jb brings key block jn into L2 (none: jn = nk).
+void FlashAttention::fwd_key_block(const AttnDims& d, const TileGrid& grid, const FwdTask& w, FwdTiles& f,
+                                   int64_t jb, int64_t last, int64_t jn, int thread) const {
+  const int64_t D = d.D, np = np_, bqp = bqp_, HG = w.HG;
+  const Packed& pk = *packed_;
+  FlashFwdTile& t = f.t;
+  FlashFwdTileBf16& t16 = f.t16;
+  const size_t off = size_t((w.g * grid.nk + jb) * np * D), next = size_t((w.g * grid.nk + jn) * np * D);
+  t.kidx = t16.kidx = pk.kidx.data() + jb * np;
+  t.kdoc = t16.kdoc = pk.kdoc.data() + jb * np;
+  t.kt = pk.kt.data() + off;
+  t.v = pk.v.data() + off;
+  t16.kt2 = pk.kt2.data() + off;
+  t16.v2 = pk.v2.data() + off;
+  for (int64_t ib = w.ib0; ib <= last; ++ib) {
+    const Tile kind = grid.tile(ib, jb);
+    if (kind == Tile::Skip) continue;
+    const int64_t qb = ib - w.ib0;
+    const QueryTags qtags = f.tags(qb);
+    t.qidx = t16.qidx = qtags.idx;
+    t.qlo = t16.qlo = qtags.lo;
+    t.qdoc = t16.qdoc = qtags.doc;
+    t.rows = t16.rows = whole_strips(grid.rows(ib, d.Tq));  // a sequence's last block: no empty strips
+    t.masked = t16.masked = kind == Tile::Masked || grid.cols(jb, d.Tk) < np;  // padding keys are masked
+    for (int64_t hh = 0, u = qb * HG; hh < HG; ++hh, ++u) {
+      if (thread == 0 && progress_) progress_();
+      t.acc = t16.acc = f.sc.dq.data() + u * bqp * D;
+      t.m = t16.m = f.sc.m.data() + u * bqp;
+      t.l = t16.l = f.sc.l.data() + u * bqp;
+      const bool prefetch = ib == last && hh + 1 == HG && jn < grid.nk;
+      t.next_kt = prefetch ? pk.kt.data() + next : nullptr;
+      t.next_v = prefetch ? pk.v.data() + next : nullptr;
+      if (bf16_tiles_) {
+        t16.q = f.q16[u];
+        kern_->flash_fwd_tile_bf16(t16);
+      } else {
+        t.q = f.q32[u];
+        kern_->flash_fwd_tile(t);
       }
     }
   }
-  for (int64_t ib = w.ib0; ib < w.ib1; ++ib)
-    for (int64_t hh = 0, u = (ib - w.ib0) * HG; hh < HG; ++hh, ++u) {
-      const int64_t i0 = ib * grid.BQ, h = w.h0 + hh;
-      normalise_rows(sc.dq.data() + u * bqp * D, sc.m.data() + u * bqp, sc.l.data() + u * bqp,
-                     grid.rows(ib, d.Tq), D, ldq, o + i0 * ldq + h * D, lse + h * d.Tq + i0);
-    }
 }
 
 // One backward call's operands and geometry, shared by its tasks.
