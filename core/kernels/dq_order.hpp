@@ -27,7 +27,8 @@ namespace lct {
 // The length of a backward task's run of key blocks: up to kMaxKeyRun, shorter while fewer
 // than 8 tasks per thread would remain. The run does not change the bits. A query block's
 // first tile in a run reads its rows from beyond L2; 8 blocks of 128 keys keep the run's
-// dK/dV sums (fp32) and keys within a 1 MiB L2 and halve those first reads against 4.
+// dK/dV sums (fp32) and keys within a 1 MiB L2 and halve those first reads against 4. With
+// a 512 KiB L2 (Zen 3) they no longer fit, and runs of 8 were still the faster backward.
 struct KeyRuns {
   static constexpr int64_t kMaxKeyRun = 8;
   int64_t kv_heads, nk;

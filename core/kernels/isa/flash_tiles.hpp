@@ -407,12 +407,14 @@ inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
 void flash_bwd_tile(const FlashBwdTile& t) {
   const int64_t D = t.D, np = t.np;
   over_strips(t.rows, [&](int64_t r0, auto strip) { bwd_strip<decltype(strip)::value>(t, r0); });
-  // Phase B, per group of KC keys, in passes of 24 rows so that a pass's P, dS, dout and q
-  // rows stay in L1 across the key groups (dK and dV, [np, D] each, are loaded and stored
-  // once a pass instead): dv += P^T dout, dk += dS^T q. Each sum adds its rows in order. A
-  // masked tile's groups whose keys all come after the pass's rows add only zeros and are
-  // left out (on the causal diagonal, nearly half of the tile's phase B).
-  constexpr int64_t kRowsPerPass = 24;
+  // Phase B, per group of KC keys, in passes of Shape::PB rows, so that a pass's P, dS, dout
+  // and q rows stay close across the key groups (24 rows: 36 KiB at np = 128, D = 64, within
+  // Zen 5's 48 KiB L1) while dK and dV ([np, D] each) are loaded and stored once a pass:
+  // dv += P^T dout, dk += dS^T q. Each sum adds its rows in order, whatever the pass (a
+  // pass's end stores the fp32 sums and the next loads them). A masked tile's groups whose
+  // keys all come after the pass's rows add only zeros and are left out (on the causal
+  // diagonal, nearly half of the tile's phase B).
+  constexpr int64_t kRowsPerPass = Shape::PB;
   for (int64_t rb = 0; rb < t.rows; rb += kRowsPerPass) {
     const int64_t rc = std::min<int64_t>(kRowsPerPass, t.rows - rb);
     const int32_t qmax = t.masked ? *std::max_element(t.qidx + rb, t.qidx + rb + rc) : INT32_MAX;
