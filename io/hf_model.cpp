@@ -253,59 +253,48 @@ struct Located {
   const StTensor* tensor;
 };
 
-}  // namespace
-
-ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    fail("'", dir, "' is not a directory; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
-         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
-  const std::string cfg_path = join(dir, "config.json");
-  if (!is_file_or_broken_link(cfg_path))
-    fail("'", dir, "' has no config.json; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
-         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
-  ModelData m;
-  const json cfg = read_json(cfg_path, "a Hugging Face LlamaConfig");
-  m.config = config_from_json(cfg, cat("'", cfg_path, "'"));
-  m.layout = ParamLayout::llama(m.config);
-
-  // The files, and where each tensor is.
+// The checkpoint's safetensors headers: model.safetensors, or the shards that
+// model.safetensors.index.json names (index_map: tensor -> shard, filled for an index only).
+std::vector<StFile> read_hf_headers(const std::string& dir, std::map<std::string, std::string>& index_map) {
   std::vector<StFile> files;
-  std::map<std::string, std::string> index_map;  // tensor -> shard, sharded checkpoints only
   const std::string single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
   if (is_file_or_broken_link(single)) {
     files.push_back(read_safetensors_header(single));
-  } else if (is_file_or_broken_link(index)) {
-    const json ix = read_json(index, "a safetensors index ({\"weight_map\": {tensor: file}})");
-    if (!ix.is_object() || !ix.contains("weight_map") || !ix["weight_map"].is_object())
-      fail("'", index, "' has no \"weight_map\" object naming the file of every tensor; copy or download it again");
-    std::vector<std::string> shards;
-    for (const auto& [name, file] : ix["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-        fail("'", index, "': tensor '", name, "' is mapped to ", file.dump(),
-             ", not to a file name in the same directory; copy or download the index again");
-      const std::string shard = file.get<std::string>();
-      index_map[name] = shard;
-      if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
-    }
-    for (const std::string& s : shards) {
-      const std::string p = join(dir, s);
-      if (!is_file_or_broken_link(p))
-        fail("'", index, "' names shard '", s, "' but '", p, "' does not exist; copy or download every shard");
-      files.push_back(read_safetensors_header(p));
-    }
-  } else {
+    return files;
+  }
+  if (!is_file_or_broken_link(index))
     fail("'", dir, "' has neither model.safetensors nor model.safetensors.index.json",
          is_file(join(dir, "pytorch_model.bin")) || is_file(join(dir, "pytorch_model.bin.index.json"))
              ? " (it holds PyTorch .bin weights, which lctrain does not read)" : "",
          "; save the checkpoint as safetensors (save_pretrained(DIR, safe_serialization=True))");
+  const json ix = read_json(index, "a safetensors index ({\"weight_map\": {tensor: file}})");
+  if (!ix.is_object() || !ix.contains("weight_map") || !ix["weight_map"].is_object())
+    fail("'", index, "' has no \"weight_map\" object naming the file of every tensor; copy or download it again");
+  std::vector<std::string> shards;
+  for (const auto& [name, file] : ix["weight_map"].items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+      fail("'", index, "': tensor '", name, "' is mapped to ", file.dump(),
+           ", not to a file name in the same directory; copy or download the index again");
+    const std::string shard = file.get<std::string>();
+    index_map[name] = shard;
+    if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
   }
+  for (const std::string& s : shards) {
+    const std::string p = join(dir, s);
+    if (!is_file_or_broken_link(p))
+      fail("'", index, "' names shard '", s, "' but '", p, "' does not exist; copy or download every shard");
+    files.push_back(read_safetensors_header(p));
+  }
+  return files;
+}
 
-  if (files.size() == 1) check_same_pair(cfg, cfg_path, files[0]);
-
+// Where each of the model's tensors is. Tensors Hugging Face derives on loading (rotary
+// inv_freq, a tied lm_head) are counted in report.ignored; any other tensor, a tensor in two
+// files, or one the index places in a file without it is an error.
+std::map<std::string, Located> locate_tensors(const std::string& dir, const std::vector<StFile>& files,
+                                              const std::map<std::string, std::string>& index_map,
+                                              const ModelData& m, HfReadInfo& report) {
   std::map<std::string, Located> where;
-  HfReadInfo local;
-  HfReadInfo& report = info ? *info : local;
   for (const StFile& f : files) {
     report.files.push_back(f.path);
     for (const StTensor& t : f.tensors) {
@@ -336,9 +325,14 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
   }
   for (const auto& [name, shard] : index_map)
     if (m.layout.find(name) && !where.count(name))
-      fail("'", index, "' puts tensor '", name, "' in '", shard, "' but that file has no such tensor; ",
-           "copy or download the checkpoint again");
+      fail("'", join(dir, "model.safetensors.index.json"), "' puts tensor '", name, "' in '", shard,
+           "' but that file has no such tensor; copy or download the checkpoint again");
+  return where;
+}
 
+// Every tensor of m's layout into m.params, each checked for its shape and finite values.
+void read_tensors(const std::string& dir, const std::vector<StFile>& files,
+                  const std::map<std::string, Located>& where, ModelData& m, HfReadInfo& report) {
   m.params = Buffer<float>(m.layout.total);
   for (const TensorSpec& spec : m.layout.tensors) {
     auto it = where.find(spec.name);
@@ -365,6 +359,31 @@ ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
            "; lctrain refuses non-finite weights (training would skip every step)");
     ++report.dtypes[t.dtype];
   }
+}
+
+}  // namespace
+
+ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail("'", dir, "' is not a directory; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
+         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
+  const std::string cfg_path = join(dir, "config.json");
+  if (!is_file_or_broken_link(cfg_path))
+    fail("'", dir, "' has no config.json; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
+         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
+  ModelData m;
+  const json cfg = read_json(cfg_path, "a Hugging Face LlamaConfig");
+  m.config = config_from_json(cfg, cat("'", cfg_path, "'"));
+  m.layout = ParamLayout::llama(m.config);
+
+  std::map<std::string, std::string> index_map;  // tensor -> shard, sharded checkpoints only
+  const std::vector<StFile> files = read_hf_headers(dir, index_map);
+  if (files.size() == 1) check_same_pair(cfg, cfg_path, files[0]);
+  HfReadInfo local;
+  HfReadInfo& report = info ? *info : local;
+  const std::map<std::string, Located> where = locate_tensors(dir, files, index_map, m, report);
+  read_tensors(dir, files, where, m, report);
   auto id = [&](const char* key) { return cfg.contains(key) && cfg[key].is_number_integer() ? cfg[key].get<int64_t>() : -1; };
   m.tokenizer = read_hf_tokenizer(dir, id("bos_token_id"), id("eos_token_id"));
   return m;
