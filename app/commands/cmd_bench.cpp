@@ -73,61 +73,66 @@ Buffer<X> random_as(size_t n, uint64_t stream) {
   return as_type<X>(v);
 }
 
+// One sequence length's timings, and what ran: the fused kernels' ISA, or the tile path and
+// whether its products were on AMX (OneDnnAttention::matrix_engine); the products' type.
+struct AttnTimed {
+  int64_t S;
+  double f, fb, g, ws;  // seconds forward, forward+backward; gemm GFLOP/s; workspace MiB
+};
+struct AttnRan {
+  Isa isa;
+  bool matrix_engine;
+  Precision products;
+};
+
+// The attention kernel the options select at S tokens (random inputs in the activation type
+// X): forward, then forward + backward, medians of --repeats; and a 2048^3 product beside it.
 template <class X>
-int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
-  if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1)
-    fail("bench: --heads must be a positive multiple of --kv-heads, and --head-dim positive");
+AttnTimed time_attention(const BenchOptions& o, int64_t S, Isa attn_isa, Precision precision, AttnRan& ran) {
   const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;
-  const Precision precision = std::is_same_v<X, bf16> ? Precision::Bf16 : Precision::Fp32;
-  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
-  std::ostream& out = ctx.out();
-  struct Timed {
-    int64_t S;
-    double f, fb, g, ws;  // seconds forward, forward+backward; gemm GFLOP/s; workspace MiB
-  };
-  std::vector<Timed> timed;
-  const Isa attn_isa = ctx.attention_isa(precision);
-  Isa used = attn_isa;
-  bool matrix_engine = false;  // the tile path's products on AMX (OneDnnAttention::matrix_engine)
-  Precision products = precision;
-  for (const int64_t S : lens) {
-    const size_t nq = size_t(S * H * D), nk = size_t(S * KV * D);
-    const Buffer<X> q = random_as<X>(nq, 1), k = random_as<X>(nk, 2), v = random_as<X>(nk, 3),
-                    dout = random_as<X>(nq, 4);
-    Buffer<float> o_(nq), dq(nq), dk(nk), dv(nk), lse(size_t(H * S)), delta(lse.size());
-    Buffer<X> ox(o_.size());
-    std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
-    for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
-    const TokenTags tags{idx.data(), doc.data()};
-    const AttnDims d{S, S, H, KV, D};
-    double f = 0, fb = 0, ws = 0;
-    const auto time = [&](auto& kernel) {  // forward, then forward + backward, medians
-      auto forward = [&] { kernel.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
-      auto both = [&] {
-        forward();
-        convert(o_.data(), ox.data(), int64_t(o_.size()));  // o as the model keeps it
-        attention_delta(ox.data(), dout.data(), S, H, D, delta.data());
-        kernel.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
-                        tags, dq.data(), dk.data(), dv.data());
-      };
-      products = kernel.products();
-      f = median_seconds(o.repeats, forward);
-      fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
-      ws = double(kernel.workspace_bytes()) / double(1 << 20);
+  const size_t nq = size_t(S * H * D), nk = size_t(S * KV * D);
+  const Buffer<X> q = random_as<X>(nq, 1), k = random_as<X>(nk, 2), v = random_as<X>(nk, 3),
+                  dout = random_as<X>(nq, 4);
+  Buffer<float> o_(nq), dq(nq), dk(nk), dv(nk), lse(size_t(H * S)), delta(lse.size());
+  Buffer<X> ox(o_.size());
+  std::vector<int32_t> idx(static_cast<size_t>(S)), doc(static_cast<size_t>(S), 0);
+  for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = o.causal ? int32_t(i) : 0;  // equal idx: no mask
+  const TokenTags tags{idx.data(), doc.data()};
+  const AttnDims d{S, S, H, KV, D};
+  AttnTimed t{S, 0, 0, 0, 0};
+  const auto time = [&](auto& kernel) {
+    auto forward = [&] { kernel.forward(d, q.data(), k.data(), v.data(), tags, tags, o_.data(), lse.data()); };
+    auto both = [&] {
+      forward();
+      convert(o_.data(), ox.data(), int64_t(o_.size()));  // o as the model keeps it
+      attention_delta(ox.data(), dout.data(), S, H, D, delta.data());
+      kernel.backward(d, q.data(), k.data(), v.data(), lse.data(), delta.data(), dout.data(), tags,
+                      tags, dq.data(), dk.data(), dv.data());
     };
-    const double g = measure_gemm_gflops(2048, int(o.repeats), precision);
-    if (o.attention_kernel == AttnKernel::OneDnn) {
-      OneDnnAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
-      matrix_engine = kernel.matrix_engine();
-      time(kernel);
-    } else {
-      FlashAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
-      used = kernel.isa();
-      time(kernel);
-    }
-    timed.push_back({S, f, fb, g, ws});
-    out << "timed S = " << S << "\n" << std::flush;
+    ran.products = kernel.products();
+    t.f = median_seconds(o.repeats, forward);
+    t.fb = o.backward ? median_seconds(o.repeats, both) : 0.0;
+    t.ws = double(kernel.workspace_bytes()) / double(1 << 20);
+  };
+  t.g = measure_gemm_gflops(2048, int(o.repeats), precision);
+  if (o.attention_kernel == AttnKernel::OneDnn) {
+    OneDnnAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
+    ran.matrix_engine = kernel.matrix_engine();
+    time(kernel);
+  } else {
+    FlashAttention kernel({S, S, H, KV, D}, {o.block_q, o.block_k}, attn_isa, precision);
+    ran.isa = kernel.isa();
+    time(kernel);
   }
+  return t;
+}
+
+// The timings against the run's peak and the 2048^3 product: a table on rank 0's output and,
+// with --out, in a timing file.
+void report_attention(Context& ctx, const BenchOptions& o, const std::vector<AttnTimed>& timed,
+                      const AttnRan& ran, Precision precision) {
+  const int64_t H = o.heads, KV = o.kv_heads, D = o.head_dim;
+  std::ostream& out = ctx.out();
   ctx.measure_peak(Context::kProbesBeforeAndAfter);
   const auto [peak, peak_how] = ctx.mfu_peak(precision, 0);
   char line[256];
@@ -153,12 +158,28 @@ int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64
       << "); gemm: " << gemm_description() << ", 2048^3 " << precision_name(o.precision)
       << " on the same threads; attention: "
       << (o.attention_kernel == AttnKernel::OneDnn
-              ? (matrix_engine ? std::string("tiles, every product on AMX (lctrain's pair products)")
-                               : cat("tiles, every product a oneDNN ", onednn_version(), " matmul"))
-                                                   : cat("fused kernels ", isa_name(used)))
+              ? (ran.matrix_engine ? std::string("tiles, every product on AMX (lctrain's pair products)")
+                                   : cat("tiles, every product a oneDNN ", onednn_version(), " matmul"))
+              : cat("fused kernels ", isa_name(ran.isa)))
       << ", " << precision_name(o.precision)
-      << " inputs, " << precision_name(products) << " products; medians of " << o.repeats << " runs\n";
+      << " inputs, " << precision_name(ran.products) << " products; medians of " << o.repeats << " runs\n";
   write_table(ctx, o, table, peak, peak_how);
+}
+
+template <class X>
+int bench_attention(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& lens) {
+  if (o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 || o.head_dim < 1)
+    fail("bench: --heads must be a positive multiple of --kv-heads, and --head-dim positive");
+  const Precision precision = std::is_same_v<X, bf16> ? Precision::Bf16 : Precision::Fp32;
+  if (const std::string w = ctx.bf16_warning(precision); !w.empty()) ctx.out() << w << "\n";
+  const Isa attn_isa = ctx.attention_isa(precision);
+  AttnRan ran{attn_isa, false, precision};
+  std::vector<AttnTimed> timed;
+  for (const int64_t S : lens) {
+    timed.push_back(time_attention<X>(o, S, attn_isa, precision, ran));
+    ctx.out() << "timed S = " << S << "\n" << std::flush;
+  }
+  report_attention(ctx, o, timed, ran, precision);
   return kExitOk;
 }
 
