@@ -73,12 +73,13 @@ Buffer<X> random_as(size_t n, uint64_t stream) {
   return as_type<X>(v);
 }
 
-// One sequence length's timings, and what ran: the fused kernels' ISA, or the tile path and
-// whether its products were on AMX (OneDnnAttention::matrix_engine); the products' type.
+// One sequence length's timings.
 struct AttnTimed {
   int64_t S;
   double f, fb, g, ws;  // seconds forward, forward+backward; gemm GFLOP/s; workspace MiB
 };
+// What ran: the fused kernels' ISA, or the tile path and whether its products were on AMX
+// (OneDnnAttention::matrix_engine); the products' type.
 struct AttnRan {
   Isa isa;
   bool matrix_engine;

@@ -414,9 +414,8 @@ void flash_bwd_tile(const FlashBwdTile& t) {
   // pass's end stores the fp32 sums and the next loads them). A masked tile's groups whose
   // keys all come after the pass's rows add only zeros and are left out (on the causal
   // diagonal, nearly half of the tile's phase B).
-  constexpr int64_t kRowsPerPass = Shape::PB;
-  for (int64_t rb = 0; rb < t.rows; rb += kRowsPerPass) {
-    const int64_t rc = std::min<int64_t>(kRowsPerPass, t.rows - rb);
+  for (int64_t rb = 0; rb < t.rows; rb += Shape::PB) {
+    const int64_t rc = std::min<int64_t>(Shape::PB, t.rows - rb);
     const int32_t qmax = t.masked ? *std::max_element(t.qidx + rb, t.qidx + rb + rc) : INT32_MAX;
     for (int64_t k0 = 0; k0 < np; k0 += KC) {
       if (t.masked && least_key_idx(t.kidx, k0, KC) > qmax) continue;

@@ -2,8 +2,8 @@
 // after simd.hpp: query rows per strip R, vectors per key chunk NV, vectors of D per output
 // pass DC, keys per dK/dV pass KC and vectors of D per dK/dV pass DB (flash_tiles.hpp), so
 // that every micro-kernel's accumulators fit the ISA's registers; and the query rows per
-// dK/dV pass PB (a multiple of 4), between the loads and stores of dK and dV. Declared once per ISA for
-// the kernel paths' units and bench/tile_ab_variant.cpp.
+// dK/dV pass PB, between the loads and stores of dK and dV. Declared once per ISA for the
+// kernel paths' units and bench/tile_ab_variant.cpp.
 #pragma once
 
 #ifndef LCT_ISA_NS
