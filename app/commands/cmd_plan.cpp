@@ -415,42 +415,10 @@ void explain_layers(const Candidate& c, const ModelConfig& mc, const Rates& r, c
   out << std::defaultfloat;
 }
 
-}  // namespace
-
-int cmd_plan(Context& ctx) {
-  const PlanOptions& o = ctx.inv.plan;
-  const double process_bytes = peak_rss_mib() * double(1 << 20);  // what a rank holds before it reads anything
-  ctx.print_startup("plan", true);
-  if (ctx.world.size != 1) fail("plan runs on one rank (it measures this machine's cores itself); start it without mpirun");
-  const ModelConfig mc = o.model.empty() ? model_preset(o.preset) : read_model_file_config(o.model);
-  std::ostream& out = ctx.out();
-
-  // The machine: given, or this one.
-  const int64_t cores = o.cores_per_node > 0 ? o.cores_per_node : ctx.topo.threads;
-  const double mem_node = o.mem_per_node_gib > 0 ? o.mem_per_node_gib * double(1u << 30) : available_memory().bytes;
-  const Candidates ch = parse_candidates(o);
-  const Tier tier = plan_tier(o, out);
-  Enumeration e = enumerate_layouts(o, ch, mc, ctx, tier, cores, mem_node, process_bytes);
-  std::vector<Candidate>& fits = e.fits;
-  const int64_t too_big = e.ruled_out[Rule::Memory];
-  const double tokens = double(o.global_batch) * double(o.seq_len);
-  if (fits.empty()) fail(no_layout_message(o, e, mem_node, cores));
-
-  const std::map<Precision, std::pair<Rates, Rates>> rates = measure_rates(o, ch, mc, ctx, out);
-
-  for (Candidate& c : fits) {
-    const auto& [one, many] = rates.at(c.layout.precision);
-    c.layout.tier_gbs = tier.gbs;
-    c.time = predict_step(mc, c.layout, rates_for_threads(one, many, int(c.layout.threads)));
-  }
-  std::sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
-    return a.time.step_s() != b.time.step_s() ? a.time.step_s() < b.time.step_s()
-                                              : a.memory.total() < b.memory.total();
-  });
-
-  out << "\nplan: " << o.nodes << " node(s) x " << cores << " cores, " << gib(mem_node) << " per node; "
-      << "global batch " << o.global_batch << " x " << o.seq_len << " tokens; " << fits.size()
-      << " layouts fit, " << too_big << " need more memory than a rank's share\n";
+// The table of layouts that fit, fastest first (fits sorted so): at most o.top rows, one per
+// layout apart from its micro-batch.
+void print_layouts(const std::vector<Candidate>& fits, const PlanOptions& o, const Tier& tier, double tokens,
+                   std::ostream& out) {
   out << std::right << std::fixed
       << " #  step s  tokens/s  GiB/rank  compute  cp exposed  grad sync  tp sync  AdamW  tier s  cp MB  grad MB  tp MB  layout\n";
   // A larger micro-batch predicts the same time with more memory (the model is linear in
@@ -490,6 +458,45 @@ int cmd_plan(Context& ctx) {
   out << std::defaultfloat << std::left;
   out << "predicted from per-core rates measured here (compute scaled by threads per rank) and the link rates above; "
          "memory is train's own start-up estimate\n";
+}
+
+}  // namespace
+
+int cmd_plan(Context& ctx) {
+  const PlanOptions& o = ctx.inv.plan;
+  const double process_bytes = peak_rss_mib() * double(1 << 20);  // what a rank holds before it reads anything
+  ctx.print_startup("plan", true);
+  if (ctx.world.size != 1) fail("plan runs on one rank (it measures this machine's cores itself); start it without mpirun");
+  const ModelConfig mc = o.model.empty() ? model_preset(o.preset) : read_model_file_config(o.model);
+  std::ostream& out = ctx.out();
+
+  // The machine: given, or this one.
+  const int64_t cores = o.cores_per_node > 0 ? o.cores_per_node : ctx.topo.threads;
+  const double mem_node = o.mem_per_node_gib > 0 ? o.mem_per_node_gib * double(1u << 30) : available_memory().bytes;
+  const Candidates ch = parse_candidates(o);
+  const Tier tier = plan_tier(o, out);
+  Enumeration e = enumerate_layouts(o, ch, mc, ctx, tier, cores, mem_node, process_bytes);
+  std::vector<Candidate>& fits = e.fits;
+  const int64_t too_big = e.ruled_out[Rule::Memory];
+  const double tokens = double(o.global_batch) * double(o.seq_len);
+  if (fits.empty()) fail(no_layout_message(o, e, mem_node, cores));
+
+  const std::map<Precision, std::pair<Rates, Rates>> rates = measure_rates(o, ch, mc, ctx, out);
+
+  for (Candidate& c : fits) {
+    const auto& [one, many] = rates.at(c.layout.precision);
+    c.layout.tier_gbs = tier.gbs;
+    c.time = predict_step(mc, c.layout, rates_for_threads(one, many, int(c.layout.threads)));
+  }
+  std::sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+    return a.time.step_s() != b.time.step_s() ? a.time.step_s() < b.time.step_s()
+                                              : a.memory.total() < b.memory.total();
+  });
+
+  out << "\nplan: " << o.nodes << " node(s) x " << cores << " cores, " << gib(mem_node) << " per node; "
+      << "global batch " << o.global_batch << " x " << o.seq_len << " tokens; " << fits.size()
+      << " layouts fit, " << too_big << " need more memory than a rank's share\n";
+  print_layouts(fits, o, tier, tokens, out);
   if (tier.on()) {
     const Candidate& best = fits.front();
     const auto& [one, many] = rates.at(best.layout.precision);
