@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One lctrain against another on the same cores and MPI (a change's before and after): the
 # tokens/s of 1 rank, cp = 2 and dp = 2, rounds alternating the two binaries so that a slow
-# spell of a shared host falls on both. Prints one line per run, then the medians and their
-# ratio (after / before; bench/pair_table.py).
+# spell of a shared host falls on both, and which of them goes first, so that neither always
+# runs in the other's wake (a slow spell that starts mid-round falls on each in turn). Prints
+# one line per run, then the medians and their ratio (after / before; bench/pair_table.py).
 #   bash bench/before_after.sh BEFORE_LCTRAIN AFTER_LCTRAIN [PRESET] [SEQ_LEN] [STEPS] [ROUNDS]
 # A "before" binary: git worktree add /tmp/before REV && cmake -S /tmp/before -B /tmp/before/build
 # -DCMAKE_BUILD_TYPE=Release -DLCT_BUILD_TESTS=OFF && cmake --build /tmp/before/build --target lctrain
@@ -20,7 +21,9 @@ $L prepare --synthetic passkey --num-docs $((4 * STEPS)) --doc-length "$S" -o "$
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs; $PRESET, S = $S, $STEPS steps, $ROUNDS rounds"
 for r in $(seq "$ROUNDS"); do
   for layout in "one 1" "cp 2" "dp 2"; do
-    for b in before after; do  # each pair back to back
+    order="before after"
+    [ $((r % 2)) = 0 ] && order="after before"
+    for b in $order; do  # each pair back to back
       d="$W/r${r}_${b}_${layout/ /}"
       flags=(--batch-size 1)
       [ "${layout% *}" = cp ] && flags=(--cp 2 --batch-size 1)
