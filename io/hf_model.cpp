@@ -28,6 +28,10 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// A checkpoint directory's weights: one file, or an index naming its shards.
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
 template <class>
 inline constexpr bool kAlwaysFalse = false;
 
@@ -257,7 +261,7 @@ struct Located {
 // model.safetensors.index.json names (index_map: tensor -> shard, filled for an index only).
 std::vector<StFile> read_hf_headers(const std::string& dir, std::map<std::string, std::string>& index_map) {
   std::vector<StFile> files;
-  const std::string single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
+  const std::string single = join(dir, kWeightsFile), index = join(dir, kIndexFile);
   if (is_file_or_broken_link(single)) {
     files.push_back(read_safetensors_header(single));
     return files;
@@ -325,7 +329,7 @@ std::map<std::string, Located> locate_tensors(const std::string& dir, const std:
   }
   for (const auto& [name, shard] : index_map)
     if (m.layout.find(name) && !where.count(name))
-      fail("'", join(dir, "model.safetensors.index.json"), "' puts tensor '", name, "' in '", shard,
+      fail("'", join(dir, kIndexFile), "' puts tensor '", name, "' in '", shard,
            "' but that file has no such tensor; copy or download the checkpoint again");
   return where;
 }
@@ -364,14 +368,12 @@ void read_tensors(const std::string& dir, const std::vector<StFile>& files,
 }  // namespace
 
 ModelData read_hf_model(const std::string& dir, HfReadInfo* info) {
+  const std::string takes = cat(knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory (config.json and ",
+                                kWeightsFile, ", or ", kIndexFile, " and its shards)");
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    fail("'", dir, "' is not a directory; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
-         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("'", dir, "' is not a directory; ", takes);
   const std::string cfg_path = join(dir, "config.json");
-  if (!is_file_or_broken_link(cfg_path))
-    fail("'", dir, "' has no config.json; ", knob_name(Knob::FromHf), " takes a Hugging Face checkpoint directory ",
-         "(config.json and model.safetensors, or model.safetensors.index.json and its shards)");
+  if (!is_file_or_broken_link(cfg_path)) fail("'", dir, "' has no config.json; ", takes);
   ModelData m;
   const json cfg = read_json(cfg_path, "a Hugging Face LlamaConfig");
   m.config = config_from_json(cfg, cat("'", cfg_path, "'"));
@@ -412,7 +414,7 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
   bool created = false;
   if (::stat(dir.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) fail(knob_name(Knob::ToHf), " '", dir, "' exists and is not a directory; give a directory");
-    if (is_file(join(dir, "model.safetensors.index.json")))
+    if (is_file(join(dir, kIndexFile)))
       fail(knob_name(Knob::ToHf), " '", dir, "' holds a sharded checkpoint (model.safetensors.index.json) that a ",
            "single model.safetensors beside it would contradict; choose another directory");
   } else {
@@ -424,7 +426,7 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Par
     created = true;
   }
   try {
-    AtomicTarget weights(join(dir, "model.safetensors"), force, "safetensors file");
+    AtomicTarget weights(join(dir, kWeightsFile), force, "safetensors file");
     AtomicTarget cfg(join(dir, "config.json"), force, "config file");
     const HfTokenizerFiles tok = hf_tokenizer_files(tokenizer);
     std::vector<std::unique_ptr<AtomicTarget>> tok_files;
