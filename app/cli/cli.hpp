@@ -38,7 +38,7 @@ enum class TokenizerKind { Byte, Bpe, Unigram };
 const Choices<SyntheticData>& synthetic_choices();
 const Choices<LossOn>& loss_on_choices();
 const Choices<TokenizerKind>& tokenizer_choices();
-enum class BenchWhat { Attention, Gemm, Ring };  // bench's measurement
+enum class BenchWhat { Attention, Gemm, Ring, Peak };  // bench's measurement
 const Choices<BenchWhat>& bench_choices();
 const Choices<std::optional<bool>>& preset_or_bool_choices();  // "preset" (none), "true", "false"
 template <class E>
@@ -189,6 +189,7 @@ struct BenchOptions {
   Precision precision;  // attention: of the products; gemm: measured in both
   AttnKernel attention_kernel;  // attention: which path
   std::string sizes;  // ring: message sizes in KiB
+  double seconds;  // peak: how long the probe runs
   std::string out;
   bool force;
 };

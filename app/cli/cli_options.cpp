@@ -88,7 +88,8 @@ const Choices<TokenizerKind>& tokenizer_choices() {
 
 const Choices<BenchWhat>& bench_choices() {
   static const Choices<BenchWhat> c{
-      {"attention", BenchWhat::Attention}, {"gemm", BenchWhat::Gemm}, {"ring", BenchWhat::Ring}};
+      {"attention", BenchWhat::Attention}, {"gemm", BenchWhat::Gemm}, {"ring", BenchWhat::Ring},
+      {"peak", BenchWhat::Peak}};
   return c;
 }
 
@@ -546,7 +547,8 @@ void declare_eval(Registry& r, CLI::App* c, EvalOptions& o) {
 void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
   r.add_choice(c, "what", o.what, BenchWhat::Attention, bench_choices(),
                "what to measure: attention (kernel vs the peak and the GEMM library), gemm (a training "
-               "step's matrix products, oneDNN vs OpenBLAS) or ring (permute bandwidth, attention per step)");
+               "step's matrix products, oneDNN vs OpenBLAS), ring (permute bandwidth, attention per step) "
+               "or peak (the peak probe for --seconds: how steadily these cores deliver it)");
   r.add(c, "--seq-len", o.seq_lens, std::string("4096,16384,32768"),
         "sequence lengths (gemm: tokens per product), comma-separated");
   r.add(c, "--preset", o.preset, std::string("30m"), "gemm: the model preset whose products are measured");
@@ -566,6 +568,8 @@ void declare_bench(Registry& r, CLI::App* c, BenchOptions& o) {
                "(a matrix product per tile, oneDNN's, or lctrain's on AMX in bf16), softmax between them");
   r.add_choice(c, "--precision", o.precision, Precision::Fp32, precision_choices(),
                "attention and gemm: fp32 or bf16 inputs and products (%peak against that precision's peak)");
+  r.add(c, "--seconds", o.seconds, 30.0, "peak: how long to run the probe, in windows of about 20 ms")
+      ->check(number(false, 0.1, false, 86400));
   r.add(c, "--sizes", o.sizes, std::string("4,64,1024,4096,16384,65536"),
         "ring: message sizes in KiB, comma-separated");
   r.add(c, "--out", o.out, std::string(), "write the table to this HDF5 file")

@@ -6,6 +6,8 @@
 //   gemm       the products of a training step of a model preset at T tokens: every linear
 //              layer forward (y = x W^T), backward to the input (dx = dy W) and to the weight
 //              (dW += dy^T x), with oneDNN and with OpenBLAS, in fp32 or with bf16 operands
+//   peak       the peak probe on every thread at once for --seconds, in ~20 ms windows: the
+//              best window (what the peak is) and how far the others fall below it
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention_onednn.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/peak_probe.hpp"
 #include "model/config.hpp"
 
 namespace lct {
@@ -275,6 +278,50 @@ int bench_gemm(Context& ctx, const BenchOptions& o, const std::vector<int64_t>& 
   return kExitOk;
 }
 
+// The value a fraction f of the way from the least to the greatest of v (sorted).
+double quantile(const std::vector<double>& sorted, double f) {
+  return sorted[size_t(f * double(sorted.size() - 1) + 0.5)];
+}
+
+// The peak probe's windows on rank 0's threads: the best (what a peak measurement takes) and
+// the rest against it. On a shared host the mean is what its cores deliver, the ceiling of
+// every MFU and %peak figure measured there.
+int bench_peak(Context& ctx, const BenchOptions& o) {
+  const ProbeWindows w = probe_windows(ctx.topo.cpu, ctx.topo.isa, o.precision == Precision::Bf16,
+                                       ctx.topo.threads, o.seconds);
+  std::vector<double> all = w.all;
+  std::sort(all.begin(), all.end());
+  const double best = all.back();
+  double mean = 0;
+  for (double x : all) mean += x / double(all.size());
+  std::ostream& out = ctx.out();
+  char line[160];
+  out << all.size() << " windows of about 20 ms over " << o.seconds << " s, " << w.how
+      << (ctx.world.size > 1 ? " (rank 0's)" : "") << "; GFLOP/s, and against the best window:\n";
+  const std::pair<const char*, double> rows[] = {{"best", best},           {"mean", mean},
+                                                 {"median", median(all)},  {"25th percentile", quantile(all, 0.25)},
+                                                 {"10th percentile", quantile(all, 0.1)}, {"slowest", all.front()}};
+  for (const auto& [name, v] : rows) {
+    std::snprintf(line, sizeof line, "  %-16s %9.1f %6.1f%%\n", name, v, 100 * v / best);
+    out << line;
+  }
+  Table table({"window", "gflops"});
+  for (size_t i = 0; i < w.all.size(); ++i) table.add({double(i), w.all[i]});
+  for (size_t t = 0; t < w.thread.size(); ++t) {
+    const std::vector<double>& x = w.thread[t];
+    double m = 0;
+    for (double v : x) m += v / double(x.size());
+    const double top = *std::max_element(x.begin(), x.end());
+    std::snprintf(line, sizeof line, "  thread %zu: mean %.1f of its best %.1f (%.1f%%)\n", t, m, top, 100 * m / top);
+    out << line;
+    table.data.columns.push_back({cat("thread", t, "_gflops"), "", "", x});
+  }
+  out << "The mean against the best is the share of the peak these cores delivered: %peak and MFU "
+         "figures measured here over a like time sit below it.\n";
+  write_table(ctx, o, table, best, w.how);
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_bench_ring(Context& ctx);
@@ -286,6 +333,7 @@ int cmd_bench(Context& ctx) {
   if (o.repeats < 1) fail("bench: --repeats must be at least 1");
   const std::vector<int64_t> lens = parse_int_list(o.seq_lens, "--seq-len");
   if (!o.out.empty()) check_can_write(o.out, o.force, "bench output");  // before an hour of work
+  if (o.what == BenchWhat::Peak) return bench_peak(ctx, o);
   ctx.measure_peak();
   if (o.what == BenchWhat::Gemm)
     return o.precision == Precision::Bf16 ? bench_gemm<bf16>(ctx, o, lens) : bench_gemm<float>(ctx, o, lens);

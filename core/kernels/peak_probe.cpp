@@ -29,25 +29,26 @@ void find_slowest(const std::vector<double>& best_seconds, ProbeRate& r) {
   r.slowest_rate = *slowest > 0 ? median / *slowest : 1.0;
 }
 
+// The iterations of `probe` that take about 20 ms on this thread.
+int64_t window_iters(double (*probe)(int64_t)) {
+  const double t0 = omp_get_wtime();
+  for (int64_t iters = 100000;; iters *= 4) {
+    const double s = omp_get_wtime();
+    probe(iters);
+    const double dt = omp_get_wtime() - s;
+    if (dt > 0.004 || omp_get_wtime() - t0 > 0.2)
+      return std::max<int64_t>(1000, int64_t(double(iters) * 0.02 / std::max(dt, 1e-6)));
+  }
+}
+
 // GFLOP/s of `probe` run on every thread at once: the best of a few ~20 ms windows after a
 // warm-up window (clocks ramp up; a noisy neighbour lowers a window, never raises one).
 // Each thread's best window too: a thread slower than the others in every window is on a
 // CPU that something else uses, and every parallel region waits for it.
 ProbeRate run_probe(double (*probe)(int64_t), int threads, const std::function<void()>& together,
                     int slowed_thread) {
-  const double t0 = omp_get_wtime();
-  const double flops_per_iter = probe(1) ;
-  int64_t iters = 100000;
-  while (true) {
-    const double s = omp_get_wtime();
-    probe(iters);
-    const double dt = omp_get_wtime() - s;
-    if (dt > 0.004 || omp_get_wtime() - t0 > 0.2) {
-      iters = std::max<int64_t>(1000, int64_t(double(iters) * 0.02 / std::max(dt, 1e-6)));
-      break;
-    }
-    iters *= 4;
-  }
+  const double flops_per_iter = probe(1);
+  const int64_t iters = window_iters(probe);
   ProbeRate r;
   std::vector<double> best_seconds(size_t(threads), 1e30);
   for (int window = 0; window < 6; ++window) {
@@ -76,13 +77,18 @@ const char* fp32_name(Isa isa) {
                                                        : "scalar multiply-add";
 }
 
+// The probes of the kernel path `path`, or of the widest path this CPU runs.
+const IsaKernels* probe_kernels(const CpuInfo& cpu, Isa path) {
+  const IsaKernels* widest = isa_kernels(cpu.runs(path) ? path : cpu.widest());
+  return widest ? widest : isa_kernels(Isa::Generic);
+}
+
 }  // namespace
 
 Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function<void()>& together,
                   int slowed_thread) {
   Peak p;
-  const IsaKernels* widest = isa_kernels(cpu.runs(path) ? path : cpu.widest());
-  if (!widest) widest = isa_kernels(Isa::Generic);
+  const IsaKernels* widest = probe_kernels(cpu, path);
   const std::string on = cat(threads, " thread", threads == 1 ? "" : "s", ", measured");
   const ProbeRate fp32 = run_probe(widest->fma_probe, threads, together, slowed_thread);
   p.fp32 = fp32.gflops;
@@ -96,6 +102,31 @@ Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function
   if (cpu.amx_bf16 && (widest->isa == Isa::Avx512 || widest->isa == Isa::Avx512Bf16))
     p.bf16_amx_nominal = 1024.0 * (p.fp32 / 64.0);  // 64 fp32 FLOP per cycle per core
   return p;
+}
+
+ProbeWindows probe_windows(const CpuInfo& cpu, Isa path, bool bf16, int threads, double seconds) {
+  const IsaKernels* k = probe_kernels(cpu, path);
+  double (*probe)(int64_t) = bf16 && k->bf16_probe ? k->bf16_probe : k->fma_probe;
+  ProbeWindows w;
+  w.how = cat(probe == k->bf16_probe ? "vdpbf16ps" : fp32_name(k->isa), ", ", threads,
+              threads == 1 ? " thread" : " threads");
+  const int64_t iters = window_iters(probe);  // (its calibration warms the clocks up)
+  const double flops = probe(1) * double(iters);  // a thread's in a window
+  w.thread.resize(size_t(threads));
+  const double start = omp_get_wtime();
+  while (omp_get_wtime() - start < seconds) {
+    std::vector<double> s(size_t(threads), 0.0);
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp barrier
+      const double t0 = omp_get_wtime();
+      probe(iters);
+      s[size_t(omp_get_thread_num())] = omp_get_wtime() - t0;
+    }
+    w.all.push_back(flops * threads / *std::max_element(s.begin(), s.end()) / 1e9);
+    for (size_t t = 0; t < s.size(); ++t) w.thread[t].push_back(flops / s[t] / 1e9);
+  }
+  return w;
 }
 
 }  // namespace lct

@@ -2,6 +2,8 @@
 // figure MFU is reported against (sys/peak.hpp).
 #pragma once
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "sys/cpu.hpp"
 #include "sys/peak.hpp"
@@ -16,5 +18,16 @@ namespace lct {
 // window's fp32 probe kSlowThreadRepeats times over (common/fault.hpp's slowthread).
 Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function<void()>& together = {},
                   int slowed_thread = -1);
+
+// The same probe (fp32, or with bf16 the vdpbf16ps probe where the path has one) on every
+// thread at once for `seconds`, in ~20 ms windows: each window's GFLOP/s, all threads together
+// (the slowest thread's time) and each thread's own. The peak is the best window; how far the
+// others fall below it is how much of its cores a shared host gives this run.
+struct ProbeWindows {
+  std::string how;                        // "AVX2 FMA, 2 threads"
+  std::vector<double> all;                // [windows]
+  std::vector<std::vector<double>> thread;  // [threads][windows]
+};
+ProbeWindows probe_windows(const CpuInfo& cpu, Isa path, bool bf16, int threads, double seconds);
 
 }  // namespace lct

@@ -626,6 +626,25 @@ def bench_gemm_measures_both_libraries_on_the_training_products():
 
 
 @case
+def bench_peak_reports_every_window_against_the_best():
+    p = ok("bench", "peak", "--seconds", "0.5", "--out", "peak.h5")
+    rows = dict(re.findall(r"^  (best|mean|median|slowest) +([\d.]+) ", p.stdout, re.M))
+    assert set(rows) == {"best", "mean", "median", "slowest"}, p.stdout
+    assert float(rows["best"]) >= float(rows["median"]) >= float(rows["slowest"]) > 0, p.stdout
+    assert float(rows["best"]) >= float(rows["mean"]) >= float(rows["slowest"]), p.stdout
+    with h5py.File("peak.h5", "r") as f:
+        g = f["steps/gflops"][:]
+        assert len(g) >= 5 and np.isclose(g.max(), f.attrs["peak_gflops"], rtol=1e-3)
+        assert np.isclose(g.max(), float(rows["best"]), rtol=1e-3)
+        threads = [k for k in f["steps"] if k.startswith("thread")]
+        assert threads and all(len(f["steps"][k]) == len(g) for k in threads)
+        # all threads together finish with the slowest: never faster than the threads' sum
+        total = sum(f["steps"][k][:] for k in threads)
+        assert np.all(g <= total * (1 + 1e-9))
+    expect_error(["bench", "peak", "--seconds", "0"], "--seconds", code=2)
+
+
+@case
 def model_files_without_sliding_window_are_full_causal():
     """Files written before sliding_window existed lack the attribute: they load as none."""
     good_model()
