@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 import h5py
@@ -454,6 +455,64 @@ def sigterm_inside_a_step_longer_than_the_grace_writes_the_state_the_step_starte
         print(f"SIGTERM to {who} in step 3: checkpoint of step 2, resumed bit-exact")
 
 
+def live_ranks(launcher):
+    """The lctrain processes under the launcher's pid that have not exited (a zombie has)."""
+    parent, live = {}, []
+    for stat_file in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat_file) as f:
+                text = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        pid, rest = int(text[:text.index(" ")]), text[text.rindex(")") + 2:].split()
+        parent[pid] = int(rest[1])
+        if text[text.index("(") + 1:text.rindex(")")] == "lctrain" and rest[0] != "Z":
+            live.append(pid)
+
+    def under(pid):
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == launcher:
+                return True
+        return False
+    return [pid for pid in live if under(pid)]
+
+
+LAUNCHER_HUNG = "launcher hung"  # run_past_teardown's code for a launcher ended by the test
+
+
+def run_past_teardown(*args, ranks, env=None, grace=20, timeout=120):
+    """(the launcher's code, stdout, stderr, seconds from the start until its last rank left).
+    Open MPI 4.1's mpirun, left by ranks that did not finalize, now and then hangs in its own
+    PMIx teardown once every rank has gone (PMIx_server_finalize waiting on a lock its progress
+    thread holds; 1 of 25 runs of the case below on a 2-core VM, 1 of 5 suite runs): a
+    launcher still running `grace` s after its last rank left is ended here, and the code is
+    LAUNCHER_HUNG."""
+    cmd, e = cc.command(*args, env=env, ranks=ranks)
+    t0 = time.time()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=e)
+        seen, left, code = False, None, None
+        try:
+            while p.poll() is None:
+                if time.time() - t0 > timeout:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                live = live_ranks(p.pid)
+                seen |= bool(live)
+                left = left or (time.time() if seen and not live else None)
+                if left and time.time() - left > grace:
+                    code = LAUNCHER_HUNG
+                    break
+                time.sleep(0.2)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        out.seek(0)
+        err.seek(0)
+        return (p.returncode if code is None else code), out.read(), err.read(), (left or time.time()) - t0
+
+
 def launcher_crashed_in_its_teardown(p):
     """Open MPI 4.1's mpiexec, left by ranks that did not finalize, now and then crashes in its
     own PMIx server's teardown (rarely, under load: SIGSEGV in PMIx_server_finalize, called
@@ -469,20 +528,21 @@ def a_rank_hung_in_mpi_finalize_exits_with_the_runs_code():
     """MPICH 4.0 over UCX's TCP can hang in MPI_Finalize once the run is written (docs/mpi.md):
     rank 1 made to stop answering there, every rank leaves after --comm-timeout with the run's
     code 0 instead of holding the job. The launcher's own code: MPICH's hydra returns 0; Open
-    MPI's mpirun returns 1 for ranks that leave inside MPI_Finalize."""
+    MPI's mpirun returns 1 for ranks that leave inside MPI_Finalize, or, after they left,
+    crashes or hangs in its own teardown (launcher_crashed_in_its_teardown, run_past_teardown)."""
     fixture()
-    t0 = time.time()
-    p = train("r", "--steps", "2", "--cp", "2", "--comm-timeout", "2", ranks=2,
-              env={"LCT_INJECT_FAULT": "finalize:1:0"})
-    took = time.time() - t0
-    assert p.returncode == (1 if cc.MPI_FAMILY == "openmpi" else 0) or launcher_crashed_in_its_teardown(p), \
-        (p.returncode, p.stderr[-2000:])
+    code, out, err, took = run_past_teardown("--oversubscribe", *TRAIN, "--run-dir", "r", "--steps", "2",
+                                             "--cp", "2", "--comm-timeout", "2", ranks=2,
+                                             env={"LCT_INJECT_FAULT": "finalize:1:0"})
+    p = subprocess.CompletedProcess([], code, out, err)
+    openmpi_teardown = cc.MPI_FAMILY == "openmpi" and (code == LAUNCHER_HUNG or launcher_crashed_in_its_teardown(p))
+    assert code == (1 if cc.MPI_FAMILY == "openmpi" else 0) or openmpi_teardown, (code, err[-2000:])
     lines = [l for l in p.stderr.splitlines() if "MPI_Finalize has not returned 2 s" in l]
     assert any(l.startswith("lctrain: rank 1:") for l in lines), p.stderr
     assert all(l.endswith("exiting with its code 0") for l in lines), lines
     assert "wrote r/timing.h5 and 'r/checkpoints/step_00000002.h5'" in p.stdout, p.stdout[-2000:]
     assert took < 60, took
-    print(f"ended {took:.1f} s after its start:", *lines, sep="\n")
+    print(f"the last rank left {took:.1f} s after the start; the launcher's code: {code}", *lines, sep="\n")
     # A malformed hook is one error and exit 1, not a second throw on the way out of MPI.
     p = train("bad", "--steps", "1", env={"LCT_INJECT_FAULT": "finalize:x"})
     assert p.returncode == 1 and "must be KIND:RANK:STEP" in p.stderr, (p.returncode, p.stderr[-2000:])
