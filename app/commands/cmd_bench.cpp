@@ -292,13 +292,11 @@ int bench_peak(Context& ctx, const BenchOptions& o) {
   std::vector<double> all = w.all;
   std::sort(all.begin(), all.end());
   const double best = all.back();
-  double mean = 0;
-  for (double x : all) mean += x / double(all.size());
   std::ostream& out = ctx.out();
   char line[160];
   out << all.size() << " windows of about 20 ms over " << o.seconds << " s, " << w.how
       << (ctx.world.size > 1 ? " (rank 0's)" : "") << "; GFLOP/s, and against the best window:\n";
-  const std::pair<const char*, double> rows[] = {{"best", best},           {"mean", mean},
+  const std::pair<const char*, double> rows[] = {{"best", best},           {"mean", mean(all)},
                                                  {"median", median(all)},  {"25th percentile", quantile(all, 0.25)},
                                                  {"10th percentile", quantile(all, 0.1)}, {"slowest", all.front()}};
   for (const auto& [name, v] : rows) {
@@ -309,9 +307,7 @@ int bench_peak(Context& ctx, const BenchOptions& o) {
   for (size_t i = 0; i < w.all.size(); ++i) table.add({double(i), w.all[i]});
   for (size_t t = 0; t < w.thread.size(); ++t) {
     const std::vector<double>& x = w.thread[t];
-    double m = 0;
-    for (double v : x) m += v / double(x.size());
-    const double top = *std::max_element(x.begin(), x.end());
+    const double m = mean(x), top = *std::max_element(x.begin(), x.end());
     std::snprintf(line, sizeof line, "  thread %zu: mean %.1f of its best %.1f (%.1f%%)\n", t, m, top, 100 * m / top);
     out << line;
     table.data.columns.push_back({cat("thread", t, "_gflops"), "", "", x});

@@ -77,6 +77,9 @@ const char* fp32_name(Isa isa) {
                                                        : "scalar multiply-add";
 }
 
+// "1 thread", "2 threads": what a probe ran on.
+std::string threads_text(int threads) { return cat(threads, threads == 1 ? " thread" : " threads"); }
+
 // The probes of the kernel path `path`, or of the widest path this CPU runs.
 const IsaKernels* probe_kernels(const CpuInfo& cpu, Isa path) {
   const IsaKernels* widest = isa_kernels(cpu.runs(path) ? path : cpu.widest());
@@ -89,7 +92,7 @@ Peak measure_peak(const CpuInfo& cpu, Isa path, int threads, const std::function
                   int slowed_thread) {
   Peak p;
   const IsaKernels* widest = probe_kernels(cpu, path);
-  const std::string on = cat(threads, " thread", threads == 1 ? "" : "s", ", measured");
+  const std::string on = cat(threads_text(threads), ", measured");
   const ProbeRate fp32 = run_probe(widest->fma_probe, threads, together, slowed_thread);
   p.fp32 = fp32.gflops;
   p.slowest_thread = fp32.slowest_thread;
@@ -108,8 +111,7 @@ ProbeWindows probe_windows(const CpuInfo& cpu, Isa path, bool bf16, int threads,
   const IsaKernels* k = probe_kernels(cpu, path);
   double (*probe)(int64_t) = bf16 && k->bf16_probe ? k->bf16_probe : k->fma_probe;
   ProbeWindows w;
-  w.how = cat(probe == k->bf16_probe ? "vdpbf16ps" : fp32_name(k->isa), ", ", threads,
-              threads == 1 ? " thread" : " threads");
+  w.how = cat(probe == k->bf16_probe ? "vdpbf16ps" : fp32_name(k->isa), ", ", threads_text(threads));
   const int64_t iters = window_iters(probe);  // (its calibration warms the clocks up)
   const double flops = probe(1) * double(iters);  // a thread's in a window
   w.thread.resize(size_t(threads));

@@ -13,7 +13,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 
 import h5py
@@ -482,35 +481,30 @@ LAUNCHER_HUNG = "launcher hung"  # run_past_teardown's code for a launcher ended
 
 
 def run_past_teardown(*args, ranks, env=None, grace=20, timeout=120):
-    """(the launcher's code, stdout, stderr, seconds from the start until its last rank left).
+    """(the launcher's CompletedProcess, seconds from the start until its last rank left).
     Open MPI 4.1's mpirun, left by ranks that did not finalize, now and then hangs in its own
     PMIx teardown once every rank has gone (PMIx_server_finalize waiting on a lock its progress
     thread holds; 1 of 25 runs of the case below on a 2-core VM, 1 of 5 suite runs): a
-    launcher still running `grace` s after its last rank left is ended here, and the code is
+    launcher still running `grace` s after its last rank left is ended here, and its code is
     LAUNCHER_HUNG."""
-    cmd, e = cc.command(*args, env=env, ranks=ranks)
     t0 = time.time()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=e)
-        seen, left, code = False, None, None
-        try:
-            while p.poll() is None:
-                if time.time() - t0 > timeout:
-                    raise subprocess.TimeoutExpired(cmd, timeout)
-                live = live_ranks(p.pid)
-                seen |= bool(live)
-                left = left or (time.time() if seen and not live else None)
-                if left and time.time() - left > grace:
-                    code = LAUNCHER_HUNG
-                    break
-                time.sleep(0.2)
-        finally:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        out.seek(0)
-        err.seek(0)
-        return (p.returncode if code is None else code), out.read(), err.read(), (left or time.time()) - t0
+    p = start(*args, ranks=ranks, env=env)
+    seen, left, hung = False, None, False
+    try:
+        while p.p.poll() is None and not hung:
+            if time.time() - t0 > timeout:
+                raise subprocess.TimeoutExpired(p.p.args, timeout)
+            live = live_ranks(p.p.pid)
+            seen |= bool(live)
+            left = left or (time.time() if seen and not live else None)
+            hung = bool(left) and time.time() - left > grace
+            time.sleep(0.2)
+    finally:
+        if p.p.poll() is None:
+            p.p.kill()
+    took = (left or time.time()) - t0
+    out, err = p.communicate(timeout=10)
+    return subprocess.CompletedProcess(p.p.args, LAUNCHER_HUNG if hung else p.returncode, out, err), took
 
 
 def launcher_crashed_in_its_teardown(p):
@@ -531,18 +525,16 @@ def a_rank_hung_in_mpi_finalize_exits_with_the_runs_code():
     MPI's mpirun returns 1 for ranks that leave inside MPI_Finalize, or, after they left,
     crashes or hangs in its own teardown (launcher_crashed_in_its_teardown, run_past_teardown)."""
     fixture()
-    code, out, err, took = run_past_teardown("--oversubscribe", *TRAIN, "--run-dir", "r", "--steps", "2",
-                                             "--cp", "2", "--comm-timeout", "2", ranks=2,
-                                             env={"LCT_INJECT_FAULT": "finalize:1:0"})
-    p = subprocess.CompletedProcess([], code, out, err)
-    openmpi_teardown = cc.MPI_FAMILY == "openmpi" and (code == LAUNCHER_HUNG or launcher_crashed_in_its_teardown(p))
-    assert code == (1 if cc.MPI_FAMILY == "openmpi" else 0) or openmpi_teardown, (code, err[-2000:])
+    p, took = run_past_teardown("--oversubscribe", *TRAIN, "--run-dir", "r", "--steps", "2", "--cp", "2",
+                                "--comm-timeout", "2", ranks=2, env={"LCT_INJECT_FAULT": "finalize:1:0"})
+    openmpi_teardown = cc.MPI_FAMILY == "openmpi" and (p.returncode == LAUNCHER_HUNG or launcher_crashed_in_its_teardown(p))
+    assert p.returncode == (1 if cc.MPI_FAMILY == "openmpi" else 0) or openmpi_teardown, (p.returncode, p.stderr[-2000:])
     lines = [l for l in p.stderr.splitlines() if "MPI_Finalize has not returned 2 s" in l]
     assert any(l.startswith("lctrain: rank 1:") for l in lines), p.stderr
     assert all(l.endswith("exiting with its code 0") for l in lines), lines
     assert "wrote r/timing.h5 and 'r/checkpoints/step_00000002.h5'" in p.stdout, p.stdout[-2000:]
     assert took < 60, took
-    print(f"the last rank left {took:.1f} s after the start; the launcher's code: {code}", *lines, sep="\n")
+    print(f"the last rank left {took:.1f} s after the start; the launcher's code: {p.returncode}", *lines, sep="\n")
     # A malformed hook is one error and exit 1, not a second throw on the way out of MPI.
     p = train("bad", "--steps", "1", env={"LCT_INJECT_FAULT": "finalize:x"})
     assert p.returncode == 1 and "must be KIND:RANK:STEP" in p.stderr, (p.returncode, p.stderr[-2000:])
