@@ -41,9 +41,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // (in one process, key blocks in L2 and in L3); the dK/dV loop unrolled as well was slower.
 // Not measured on the AVX-512 paths, which keep the plain loops.
 #if defined(LCT_ISA_AVX2)
-#define LCT_UNROLL_LOOP _Pragma("GCC unroll 4")
+#define LCT_UNROLL_K _Pragma("GCC unroll 4")
 #else
-#define LCT_UNROLL_LOOP
+#define LCT_UNROLL_K
 #endif
 
 template <int ROWS, int N>  // N vectors of keys: a chunk (NV) or its first half (NH)
@@ -51,7 +51,7 @@ inline void mk_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, in
                    V (&s)[ROWS][N]) {
   LCT_UNROLL for (int r = 0; r < ROWS; ++r)
     LCT_UNROLL for (int v = 0; v < N; ++v) s[r][v] = Simd::zero();
-  LCT_UNROLL_LOOP for (int64_t k = 0; k < K; ++k) {
+  LCT_UNROLL_K for (int64_t k = 0; k < K; ++k) {
     V b[N];
     LCT_UNROLL for (int v = 0; v < N; ++v) b[v] = Simd::load(bt + k * ldb + v * W);
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
@@ -101,7 +101,7 @@ __attribute__((noinline)) void mk_ab(const float* p, int64_t ldp, const float* b
                                      bool zero_c, float add = 0.0f) {
   V acc[ROWS][DC];
   load_acc(acc, c, ldc, scale, zero_c);
-  LCT_UNROLL_LOOP for (int64_t k = 0; k < K; ++k) {
+  LCT_UNROLL_K for (int64_t k = 0; k < K; ++k) {
     V bb[DC];
     LCT_UNROLL for (int v = 0; v < DC; ++v) bb[v] = Simd::load(b + k * ldb + v * W);
     LCT_UNROLL for (int r = 0; r < ROWS; ++r) {
