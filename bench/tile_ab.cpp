@@ -70,7 +70,7 @@ void run(int pairs, const std::string& filter) {
         if (name.find(filter) != std::string::npos) compare(name, o, backward, a, b, pairs);
       };
       auto fwd = [](Operands& o, auto fn) { forward_row(o, fn); };
-      auto bwd = [](Operands& o, auto fn) { backward_row(o, fn); };
+      auto bwd = [pad = p.b.p_pad](Operands& o, auto fn) { backward_row(o, fn, pad); };
       go("forward", false, row_of(p.a.fwd, fwd), row_of(p.b.fwd, fwd));
       go("backward", true, row_of(p.a.bwd, bwd), row_of(p.b.bwd, bwd));
       if (!p.a.fwd16) continue;

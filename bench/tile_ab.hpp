@@ -8,6 +8,7 @@ struct TileFns {
   void (*bwd)(const FlashBwdTile&) = nullptr;
   void (*fwd16)(const FlashFwdTileBf16&) = nullptr;  // avx512_bf16 only
   void (*bwd16)(const FlashBwdTileBf16&) = nullptr;
+  int p_pad = 0;  // the path's Shape::PPAD (the working tree's shape.hpp, both builds)
 };
 TileFns fns_a512();  // build A, avx512_bf16 path (its fp32 tiles are avx512's)
 TileFns fns_b512();

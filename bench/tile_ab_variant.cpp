@@ -22,6 +22,7 @@ TileFns TILE_AB_FNS() {
   TileFns f;
   f.fwd = LCT_ISA_NS::flash_fwd_tile;
   f.bwd = LCT_ISA_NS::flash_bwd_tile;
+  f.p_pad = LCT_ISA_NS::Shape::PPAD;
 #if TILE_AB_AVX512
   f.fwd16 = LCT_ISA_NS::flash_fwd_tile_bf16;
   f.bwd16 = LCT_ISA_NS::flash_bwd_tile_bf16;

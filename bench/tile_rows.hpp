@@ -44,7 +44,7 @@ struct Operands {
     delta.assign(size_t(kRows), 0.1f);
     for (auto* b : {&acc, &dq}) b->assign(size_t(kRows * kD), 0.0f);
     for (auto* b : {&dk, &dv}) b->assign(size_t(blocks * kKeys * kD), 0.0f);  // a key block's each
-    for (auto* b : {&p, &ds, &scratch}) b->assign(size_t(kRows * kKeys), 0.0f);
+    for (auto* b : {&p, &ds, &scratch}) b->assign(size_t(kRows * (kKeys + kMaxPPad)), 0.0f);
     const std::pair<std::vector<bf16>*, const std::vector<float>*> rounded[] = {
         {&q16, &q}, {&dout16, &dout}, {&kt2, &kt}, {&vt2, &vt}, {&k2, &k}, {&v2, &v}};
     for (auto [to, from] : rounded) {
@@ -77,11 +77,12 @@ void forward_row(Operands& o, Tile&& tile) {
   }
 }
 
-template <class Tile>
-void backward_row(Operands& o, Tile&& tile) {
+template <class Tile>  // p_pad: the tile's ISA's (IsaKernels::p_pad)
+void backward_row(Operands& o, Tile&& tile, int p_pad) {
   FlashBwdTile t;
   t.D = kD, t.rows = kRows, t.np = kKeys, t.ldq = kD, t.q = o.q.data(), t.dout = o.dout.data();
   t.lse2 = o.lse2.data(), t.delta = o.delta.data(), t.p = o.p.data(), t.ds = o.ds.data();
+  t.ldp = kKeys + p_pad;
   t.dq = o.dq.data();
   for (int64_t j = 0; j < o.blocks; ++j) {
     const int64_t at = j * kKeys * kD;

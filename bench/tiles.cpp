@@ -50,7 +50,7 @@ void run(benchmark::State& state, Isa isa, bool bf16_products, bool backward) {
   for (auto _ : state) {
     if (bf16_products && backward) backward_row_bf16(o, [&](const auto& t) { kern->flash_bwd_tile_bf16(t); });
     else if (bf16_products) forward_row_bf16(o, [&](const auto& t) { kern->flash_fwd_tile_bf16(t); });
-    else if (backward) backward_row(o, [&](const auto& t) { kern->flash_bwd_tile(t); });
+    else if (backward) backward_row(o, [&](const auto& t) { kern->flash_bwd_tile(t); }, kern->p_pad);
     else forward_row(o, [&](const auto& t) { kern->flash_fwd_tile(t); });
     benchmark::ClobberMemory();
   }

@@ -165,6 +165,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
 
   const int threads = omp_get_max_threads();
   const size_t U = size_t(forward_units(lim)), bq = size_t(bqp_), d = size_t(D), np = size_t(np_);
+  const size_t ldp = np + size_t(kern_->p_pad);  // the fp32 backward tile's p and ds rows
   scratch_.resize(size_t(threads));
 #pragma omp parallel num_threads(threads)
   {
@@ -178,8 +179,8 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
     s.m = Buffer<float>(U * bq);
     s.l = Buffer<float>(U * bq);
     for (Buffer<int32_t>* b : {&s.qidx, &s.qlo, &s.qdoc}) *b = Buffer<int32_t>(kMaxTaskBlocks * bq);
-    s.p = Buffer<float>(bf16_tiles_ ? size_t(R) * np : bq * np);
-    s.ds = Buffer<float>(f32 * bq * np);
+    s.p = Buffer<float>(bf16_tiles_ ? size_t(R) * np : bq * ldp);
+    s.ds = Buffer<float>(f32 * bq * ldp);
     for (Buffer<bf16>* b : {&s.p16, &s.ds16, &s.pi, &s.dsi}) *b = Buffer<bf16>(b16 * bq * np);
     s.dk = Buffer<float>(size_t(kMaxKeyRun) * np * d);
     s.dv = Buffer<float>(size_t(kMaxKeyRun) * np * d);
@@ -199,7 +200,7 @@ size_t FlashAttention::workspace_bytes_for(const AttnLimits& lim, AttnBlocks b, 
   const int64_t np = (b.k + 63) / 64 * 64, bqp = std::max<int64_t>(4, b.q / 4 * 4), D = lim.head_dim;
   const int64_t nk = (lim.max_tk + np - 1) / np, nq = (lim.max_tq + bqp - 1) / bqp, U = forward_units(lim);
   const int64_t per_thread = bqp * D * (2 * U + kPendingDq) + (2 + 3 * kMaxTaskBlocks + 2 * U) * bqp +
-                             (2 * bqp + 6) * np + (2 * kMaxKeyRun + 1) * np * D;
+                             (2 * bqp + 6) * np + 2 * bqp * kMaxPPad + (2 * kMaxKeyRun + 1) * np * D;
   const int64_t shared = 4 * lim.kv_heads * nk * np * D + 2 * nk * np + lim.heads * lim.max_tq +
                          2 * lim.heads * nq * bqp * D;
   return size_t(per_thread * threads + shared) * sizeof(float);
@@ -699,6 +700,7 @@ FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
   share_tile_fields(t, t16, lim_.head_dim, np_, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
   t.p = t16.p = sc.p.data();
   t.ds = sc.ds.data();
+  t.ldp = np_ + kern_->p_pad;
   t16.ds = sc.ds16.data();
   t16.pi = sc.pi.data();
   t16.dsi = sc.dsi.data();

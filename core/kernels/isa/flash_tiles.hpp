@@ -372,22 +372,25 @@ void flash_fwd_tile(const FlashFwdTile& t) {
   prefetch_upto(bytes);
 }
 
+// The row stride of the backward tile's p and ds (shape.hpp's PPAD: why it may exceed np).
+inline int64_t p_stride(const FlashBwdTile& t) { return t.ldp ? t.ldp : t.np; }
+
 // Phase A of the backward tile for one chunk of NN vectors of keys from c0 and a strip of N
 // rows: P = 2^(s - lse2) and dS = P * (dP - delta) into the tile's p and ds.
 template <int N, int NN>
 inline void bwd_chunk(const FlashBwdTile& t, int64_t r0, int64_t c0) {
-  const int64_t D = t.D, np = t.np;
+  const int64_t D = t.D, ldp = p_stride(t);
   V s[N][NN];
   mk_abt(t.q + r0 * t.ldq, t.ldq, t.kt + chunk_offset(D, c0), NC, D, s);
   if (t.masked) mask_scores(s, t.kidx + c0, t.kdoc + c0, t.qidx + r0, t.qlo + r0, t.qdoc + r0);
   softmax_known(s, t.lse2 + r0, exp2_shifted);
   LCT_UNROLL for (int r = 0; r < N; ++r)
-    LCT_UNROLL for (int v = 0; v < NN; ++v) Simd::store(t.p + (r0 + r) * np + c0 + v * W, s[r][v]);
+    LCT_UNROLL for (int v = 0; v < NN; ++v) Simd::store(t.p + (r0 + r) * ldp + c0 + v * W, s[r][v]);
   mk_abt(t.dout + r0 * t.ldq, t.ldq, t.vt + chunk_offset(D, c0), NC, D, s);  // s now holds dP
   LCT_UNROLL for (int r = 0; r < N; ++r) {
     const V dl = Simd::set1(t.delta[r0 + r]);
-    const float* pr = t.p + (r0 + r) * np + c0;
-    float* dsr = t.ds + (r0 + r) * np + c0;
+    const float* pr = t.p + (r0 + r) * ldp + c0;
+    float* dsr = t.ds + (r0 + r) * ldp + c0;
     LCT_UNROLL for (int v = 0; v < NN; ++v)
       Simd::store(dsr + v * W, Simd::mul(Simd::load(pr + v * W), Simd::sub(s[r][v], dl)));
   }
@@ -396,11 +399,11 @@ inline void bwd_chunk(const FlashBwdTile& t, int64_t r0, int64_t c0) {
 // Phase A of the backward tile for one strip of N rows: P and dS chunk by chunk, dq = dS k.
 template <int N>
 inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
-  const int64_t D = t.D, np = t.np, cols = visible_end<N>(t, r0);
+  const int64_t D = t.D, np = t.np, ldp = p_stride(t), cols = visible_end<N>(t, r0);
   if (cols < np)
     for (int r = 0; r < N; ++r) {  // P and dS of the keys no row sees: 0
-      std::fill(t.p + (r0 + r) * np + cols, t.p + (r0 + r) * np + np, 0.0f);
-      std::fill(t.ds + (r0 + r) * np + cols, t.ds + (r0 + r) * np + np, 0.0f);
+      std::fill(t.p + (r0 + r) * ldp + cols, t.p + (r0 + r) * ldp + np, 0.0f);
+      std::fill(t.ds + (r0 + r) * ldp + cols, t.ds + (r0 + r) * ldp + np, 0.0f);
     }
   int64_t c0 = 0;  // over_chunks written out: through its lambda the tile ran 0.5-1% slower
   for (; c0 + NC <= cols; c0 += NC) bwd_chunk<N, NV>(t, r0, c0);
@@ -408,13 +411,13 @@ inline void bwd_strip(const FlashBwdTile& t, int64_t r0) {
     if (c0 < cols) bwd_chunk<N, NH>(t, r0, c0);
   over_d<Shape::DC>(D, [&](int64_t d0, auto dc) {
     const int64_t lddq = t.lddq ? t.lddq : D;
-    mk_ab<N, decltype(dc)::value>(t.ds + r0 * np, np, t.k + panel_offset(D, np, d0), panel_stride(D, d0),
+    mk_ab<N, decltype(dc)::value>(t.ds + r0 * ldp, ldp, t.k + panel_offset(D, np, d0), panel_stride(D, d0),
                                   cols, t.dq + r0 * lddq + d0, lddq, nullptr, true, t.dq_add);
   });
 }
 
 void flash_bwd_tile(const FlashBwdTile& t) {
-  const int64_t D = t.D, np = t.np;
+  const int64_t D = t.D, np = t.np, ldp = p_stride(t);
   over_strips(t.rows, [&](int64_t r0, auto strip) { bwd_strip<decltype(strip)::value>(t, r0); });
   // Phase B, per group of KC keys, in passes of Shape::PB rows, so that a pass's P, dS, dout
   // and q rows stay close across the key groups (24 rows: 36 KiB at np = 128, D = 64, within
@@ -429,9 +432,9 @@ void flash_bwd_tile(const FlashBwdTile& t) {
     for (int64_t k0 = 0; k0 < np; k0 += KC) {
       if (t.masked && least_key_idx(t.kidx, k0, KC) > qmax) continue;
       over_d<Shape::DB>(D, [&](int64_t d0, auto dc) {
-        mk_atb<decltype(dc)::value>(t.p + rb * np + k0, np, t.dout + rb * t.ldq + d0, t.ldq, rc,
+        mk_atb<decltype(dc)::value>(t.p + rb * ldp + k0, ldp, t.dout + rb * t.ldq + d0, t.ldq, rc,
                                     t.dv + k0 * D + d0, D);
-        mk_atb<decltype(dc)::value>(t.ds + rb * np + k0, np, t.q + rb * t.ldq + d0, t.ldq, rc,
+        mk_atb<decltype(dc)::value>(t.ds + rb * ldp + k0, ldp, t.q + rb * t.ldq + d0, t.ldq, rc,
                                     t.dk + k0 * D + d0, D);
       });
     }

@@ -12,7 +12,7 @@
 namespace lct {
 const IsaKernels* isa_kernels_avx512() {
   using namespace avx512;
-  static const IsaKernels k{Isa::Avx512, W, RT, NC, int(kPanel), fma_probe, nullptr,
+  static const IsaKernels k{Isa::Avx512, W, RT, NC, int(kPanel), Shape::PPAD, fma_probe, nullptr,
                             flash_fwd_tile, flash_bwd_tile, transpose_keys_f32, transpose_keys_bf16,
                             row_max, mask_row, exp_shift_sum, exp_shift_sum_bf16, probs_and_grads,
                             probs_and_grads_bf16, swiglu_forward, swiglu_forward_bf16,

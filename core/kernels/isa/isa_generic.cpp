@@ -12,7 +12,7 @@
 namespace lct {
 const IsaKernels* isa_kernels_generic() {
   using namespace generic;
-  static const IsaKernels k{Isa::Generic, W, RT, NC, int(kPanel), fma_probe, nullptr,
+  static const IsaKernels k{Isa::Generic, W, RT, NC, int(kPanel), Shape::PPAD, fma_probe, nullptr,
                             flash_fwd_tile, flash_bwd_tile, transpose_keys_f32, transpose_keys_bf16,
                             row_max, mask_row, exp_shift_sum, exp_shift_sum_bf16, probs_and_grads,
                             probs_and_grads_bf16, swiglu_forward, swiglu_forward_bf16,

@@ -72,6 +72,7 @@ struct FlashBwdTile {
   bool masked = false;
   float* p = nullptr;            // [rows][np] scratch
   float* ds = nullptr;           // [rows][np] scratch
+  int64_t ldp = 0;               // row stride of p and ds (np + the ISA's p_pad); 0 means np
   // [rows][lddq]: overwritten with dS k; or, where dq_add is not 0, dq += dq_add * dS k
   // with one fused multiply-add per value (the rounding of DqQueue's add). lddq 0 means D.
   float* dq = nullptr;
@@ -113,12 +114,16 @@ struct FlashBwdTileBf16 {
   float dq_add = 0.0f;
 };
 
+// The largest p_pad of any ISA (shape.hpp's PPAD): the workspace plan's bound.
+constexpr int kMaxPPad = 16;
+
 struct IsaKernels {
   Isa isa;
   int width;        // floats per vector: head_dim must be a multiple
   int strip_rows;   // a tile's query rows are a multiple of this (its shortest strip; bf16's only)
   int key_chunk;    // key columns per micro-kernel chunk
   int key_panel;    // floats of D per panel of a key block's rows (KeyBlockLayout)
+  int p_pad;        // floats added to the row stride of the fp32 backward tile's p and ds
   // Runs `iters` iterations of independent multiply-adds on this thread; returns the FLOPs.
   double (*fma_probe)(int64_t iters);
   double (*bf16_probe)(int64_t iters);  // vdpbf16ps; null where the ISA has none
