@@ -29,9 +29,9 @@ struct Shape {
 // keep both FMA pipes busy. dK/dV passes of 48 query rows, not 24: the backward tile 2%
 // faster on Zen 3 (32 KiB L1, where 24 rows' P, dS, q and dout did not fit either).
 // P and dS rows of 128 + 16 floats: at 128 (512 bytes) a dK/dV pass's 48 rows of each fall in
-// 8 of the L1's 64 sets, 12 lines a set against 8 ways; one line more per row spreads them
-// over all 64. The backward tile 1.002-1.059x on Zen 3 (14 in-process comparisons, median
-// 1.017), the same bits; 8 and 32 floats gained less.
+// 8 of the L1's 64 sets, 12 lines a set against 8 ways; with one line more per row each of
+// the 48 has a set of its own. The backward tile 1.002-1.059x on Zen 3 (14 in-process
+// comparisons, median 1.017), the same bits; 8 and 32 floats gained less.
 struct Shape {
   static constexpr int R = 6, NV = 2, DC = 2, KC = 4, DB = 3, PB = 48, PPAD = 16;
 };
