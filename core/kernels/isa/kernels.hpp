@@ -70,9 +70,9 @@ struct FlashBwdTile {
   const float* k = nullptr;      // [D/panel][np][panel]
   const int32_t *qidx = nullptr, *qlo = nullptr, *qdoc = nullptr, *kidx = nullptr, *kdoc = nullptr;
   bool masked = false;
-  float* p = nullptr;            // [rows][np] scratch
-  float* ds = nullptr;           // [rows][np] scratch
-  int64_t ldp = 0;               // row stride of p and ds (np + the ISA's p_pad); 0 means np
+  float* p = nullptr;            // [rows][ldp] scratch
+  float* ds = nullptr;           // [rows][ldp] scratch
+  int64_t ldp = 0;               // their row stride (np + the ISA's p_pad); 0 means np
   // [rows][lddq]: overwritten with dS k; or, where dq_add is not 0, dq += dq_add * dS k
   // with one fused multiply-add per value (the rounding of DqQueue's add). lddq 0 means D.
   float* dq = nullptr;
