@@ -171,6 +171,7 @@ class FlashAttention {
   AttnLimits lim_;
   AttnBlocks blocks_;
   int64_t np_, bqp_;  // key block padded to the key chunk, query block to the strip
+  int64_t ldp_;       // row stride of the fp32 backward tile's p and ds: np_ + the ISA's p_pad
   std::unique_ptr<Packed> packed_;
   std::vector<Scratch> scratch_;  // one per thread
   std::function<void()> progress_;

@@ -149,6 +149,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
   const int64_t R = kern_->strip_rows, NC = kern_->key_chunk, D = lim.head_dim;
   blocks_ = {std::max(R, blocks.q / R * R), (blocks.k + NC - 1) / NC * NC};
   np_ = blocks_.k;
+  ldp_ = np_ + kern_->p_pad;
   bqp_ = blocks_.q;
   const int64_t nk = (lim.max_tk + np_ - 1) / np_, nq = (lim.max_tq + bqp_ - 1) / bqp_;
   const size_t kv = size_t(lim.kv_heads * nk * np_ * D), f32 = bf16_tiles_ ? 0 : 1, b16 = 1 - f32;
@@ -165,7 +166,7 @@ FlashAttention::FlashAttention(const AttnLimits& lim, AttnBlocks blocks, Isa isa
 
   const int threads = omp_get_max_threads();
   const size_t U = size_t(forward_units(lim)), bq = size_t(bqp_), d = size_t(D), np = size_t(np_);
-  const size_t ldp = np + size_t(kern_->p_pad);  // the fp32 backward tile's p and ds rows
+  const size_t ldp = size_t(ldp_);
   scratch_.resize(size_t(threads));
 #pragma omp parallel num_threads(threads)
   {
@@ -700,7 +701,7 @@ FlashAttention::BwdTiles FlashAttention::bwd_tiles(Scratch& sc) const {
   share_tile_fields(t, t16, lim_.head_dim, np_, {sc.qidx.data(), sc.qlo.data(), sc.qdoc.data()});
   t.p = t16.p = sc.p.data();
   t.ds = sc.ds.data();
-  t.ldp = np_ + kern_->p_pad;
+  t.ldp = ldp_;
   t16.ds = sc.ds16.data();
   t16.pi = sc.pi.data();
   t16.dsi = sc.dsi.data();

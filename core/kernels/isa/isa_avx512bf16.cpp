@@ -36,9 +36,10 @@ const IsaKernels* isa_kernels_avx512bf16() {
   using namespace avx512bf16;
   static const IsaKernels k{Isa::Avx512Bf16, W, RT, NC, int(kPanel), Shape::PPAD, fma_probe, bf16_probe,
                             flash_fwd_tile, flash_bwd_tile, transpose_keys_f32, transpose_keys_bf16,
-                            row_max, mask_row, exp_shift_sum, exp_shift_sum_bf16, probs_and_grads, probs_and_grads_bf16,
-                            swiglu_forward, swiglu_forward_bf16, swiglu_backward, swiglu_backward_bf16,
-                            flash_fwd_tile_bf16, flash_bwd_tile_bf16, transpose_pairs_bf16, interleave_rows_bf16};
+                            row_max, mask_row, exp_shift_sum, exp_shift_sum_bf16, probs_and_grads,
+                            probs_and_grads_bf16, swiglu_forward, swiglu_forward_bf16, swiglu_backward,
+                            swiglu_backward_bf16, flash_fwd_tile_bf16, flash_bwd_tile_bf16,
+                            transpose_pairs_bf16, interleave_rows_bf16};
   return &k;
 }
 }  // namespace lct
