@@ -302,15 +302,19 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   // now (a skipped step leaves the weights as they were: still the last good ones).
   if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
 
-  const double secs = clock.total();
+  const double secs = clock.total(), train_secs = secs - clock.seconds[size_t(Phase::IO)];
   probe_again_if_beaten(ranks, step);  // outside the step's time: its clock is read
-  StepFigures fig{st, state.restarts, o.steps, secs, ranks.mean_work() / secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
+  StepFigures fig{st, state.restarts, o.steps, secs, ranks.mean_work() / train_secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
   if (!work.baseline_pairs.empty())
     fig.unbalanced_imbalance = predicted_imbalance(work.baseline_pairs, rank_tokens, work_model());
   const std::string eval_said = evaluate_if_due(step, stop, fig);
   // --until-retrieval: every rank has the same evaluation, so all end here alike.
   const bool learnt = o.until_retrieval > 0 && fig.eval_retrieval >= o.until_retrieval && step < o.steps;
-  if (learnt && !due) checkpoint_into(clock);
+  if (learnt && !due) {  // its write joins the step's io_s, the probe and evaluation before it do not
+    clock.skip();
+    checkpoint_into(clock);
+    fig.seconds = clock.total();
+  }
   record.add(fig);
   if (step % o.log_every == 0 || step == pace.first_step || step == o.steps || stop)
     out << record.step_line(fig, (omp_get_wtime() - pace.start) / double(step - pace.first_step + 1) *
@@ -318,7 +322,7 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
         << std::endl;
   if (!eval_said.empty()) out << eval_said << std::endl;
   if (step == pace.first_step + 1)
-    if (const std::string note = sigterm_grace_note(secs, last_io_, saver_ && saver_->enabled());
+    if (const std::string note = sigterm_grace_note(train_secs, last_io_, saver_ && saver_->enabled());
         !note.empty()) out << note << std::endl;
   check_skips(step);
   if (due || timing_due || learnt) write_timing();

@@ -36,8 +36,8 @@ const ColumnSpec kColumns[] = {
     {"tokens", "tokens", "real (non-padding) tokens of the step, all ranks"},
     {"valid_targets", "tokens", "scored targets of the step, all ranks"},
     {"seconds", "s", "wall time of the step (rank 0)"},
-    {"tokens_per_s", "tokens/s", "tokens / seconds"},
-    {"gflops", "GFLOP/s", "model FLOPs per rank (recomputation excluded) / seconds"},
+    {"tokens_per_s", "tokens/s", "tokens / (seconds - io_s): the step without its checkpoint write"},
+    {"gflops", "GFLOP/s", "model FLOPs per rank (recomputation excluded) / (seconds - io_s)"},
     {"mfu", "", "gflops / peak_gflops: the measured multiply-add peak of the rank's cores"},
     {"attn_fwd_s", "s", "flash attention forward, recomputations included (rank 0)"},
     {"attn_bwd_s", "s", "flash attention backward (rank 0)"},
@@ -180,7 +180,7 @@ void TrainRecord::add(const StepFigures& f) {
   const auto phase = [&](Phase p) { return ph[size_t(p)]; };
   const double row[] = {double(st.step), double(f.restarts), double(f.seq_len), st.loss, st.lr, st.grad_norm,
                         double(st.skipped), double(st.real_tokens), double(st.valid_targets),
-                        f.seconds, double(st.real_tokens) / f.seconds, f.gflops,
+                        f.seconds, double(st.real_tokens) / f.train_seconds(), f.gflops,
                         f.gflops / f.peak_gflops, phase(Phase::AttnFwd), phase(Phase::AttnBwd),
                         phase(Phase::Gemm), phase(Phase::Other), phase(Phase::Optimizer),
                         phase(Phase::IO), phase(Phase::Comm), phase(Phase::Allreduce),
@@ -218,8 +218,8 @@ std::string TrainRecord::step_line(const StepFigures& f, double eta) const {
   std::snprintf(line, sizeof line,
                 "step %6lld/%lld%s  loss %.4f  lr %.2e  |g| %.3f  %.2f s  %.0f tok/s  %.1f GFLOP/s  "
                 "MFU %.1f%%%s  eta %s%s",
-                (long long)st.step, (long long)f.steps, seq, st.loss, st.lr, st.grad_norm, f.seconds,
-                double(st.real_tokens) / f.seconds, f.gflops, 100 * f.gflops / f.peak_gflops, par,
+                (long long)st.step, (long long)f.steps, seq, st.loss, st.lr, st.grad_norm, f.train_seconds(),
+                double(st.real_tokens) / f.train_seconds(), f.gflops, 100 * f.gflops / f.peak_gflops, par,
                 duration(eta).c_str(), st.skipped ? "  SKIPPED (non-finite)" : "");
   return timestamp() + line;
 }

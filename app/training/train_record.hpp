@@ -46,6 +46,9 @@ struct StepFigures {
   double seconds = 0, gflops = 0, peak_gflops = 0;
   const PhaseClock* clock = nullptr;
   const RankFigures* ranks = nullptr;
+  // The step without the checkpoint it wrote (io_s): what tokens/s, GFLOP/s and MFU are of,
+  // so that a checkpointing step reads as fast as the others ("seconds" keeps the write).
+  double train_seconds() const { return seconds - clock->seconds[size_t(Phase::IO)]; }
   int64_t seq_len = 0;        // of the step's sequences
   bool show_seq_len = false;  // in the step line (a --seq-len-schedule run)
   // A run placing its tokens by work (--balance cost): the predicted imbalance of --balance

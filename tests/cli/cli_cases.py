@@ -399,6 +399,12 @@ def train_loss_falls_and_outputs_are_readable():
     parts = sum(steps[c] for c in ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s",
                                    "comm_s", "allreduce_s"])
     assert np.allclose(parts, steps["seconds"], rtol=1e-6), (parts, steps["seconds"])
+    # tokens/s and GFLOP/s are of the step without its checkpoint write (steps 5, 10, 15)
+    assert list(np.nonzero(steps["io_s"] > 0)[0] + 1) == [5, 10, 15], steps["io_s"]
+    train_s = steps["seconds"] - steps["io_s"]
+    assert np.allclose(steps["tokens_per_s"], steps["tokens"] / train_s, rtol=1e-6), (steps["tokens_per_s"], train_s)
+    gflops = steps["rank_work_flop"].mean(axis=1) / train_s / 1e9
+    assert np.allclose(steps["gflops"], gflops, rtol=1e-5), (steps["gflops"], gflops)
     assert attrs["verification"] == "PASSED" and attrs["figure_of_merit_tokens_per_s"] > 0
     # MFU is against the multiply-add peak measured on the run's own threads
     assert "measured" in attrs["peak_how"] and attrs["peak_gflops"] > 0, attrs
