@@ -302,9 +302,10 @@ TrainLoop::Outcome TrainLoop::step(int64_t step, const Pace& pace, PhaseClock& c
   // now (a skipped step leaves the weights as they were: still the last good ones).
   if (due && (state.consecutive_skips == 0 || stop || step == o.steps)) checkpoint_into(clock);
 
-  const double secs = clock.total(), train_secs = secs - clock.seconds[size_t(Phase::IO)];
   probe_again_if_beaten(ranks, step);  // outside the step's time: its clock is read
-  StepFigures fig{st, state.restarts, o.steps, secs, ranks.mean_work() / train_secs / 1e9, peak, &clock, &ranks, S, schedule.staged()};
+  StepFigures fig{st, state.restarts, o.steps, clock.total(), 0.0, peak, &clock, &ranks, S, schedule.staged()};
+  const double train_secs = fig.train_seconds();
+  fig.gflops = ranks.mean_work() / train_secs / 1e9;
   if (!work.baseline_pairs.empty())
     fig.unbalanced_imbalance = predicted_imbalance(work.baseline_pairs, rank_tokens, work_model());
   const std::string eval_said = evaluate_if_due(step, stop, fig);

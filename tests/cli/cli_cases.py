@@ -377,6 +377,11 @@ def tiny_run(run_dir, *extra, steps=6, data="d.h5", model="m.h5"):
     return ok(*command_of_tiny_run(run_dir, *extra, steps=steps, data=data, model=model))
 
 
+# The timing table's phase columns: together a step's seconds.
+PHASE_COLUMNS = ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s", "comm_s", "allreduce_s",
+                 "offload_s"]
+
+
 def timing(run_dir):
     with h5py.File(f"{run_dir}/timing.h5", "r") as f:
         return {k: f["steps"][k][:] for k in f["steps"]}, dict(f.attrs)
@@ -396,8 +401,7 @@ def train_loss_falls_and_outputs_are_readable():
                 "other_s", "optimizer_s", "io_s", "peak_rss_mib"]:
         assert col in steps, col
     assert np.all(steps["attn_fwd_s"] > 0) and np.all(steps["gemm_s"] > 0)
-    parts = sum(steps[c] for c in ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s",
-                                   "comm_s", "allreduce_s"])
+    parts = sum(steps[c] for c in PHASE_COLUMNS)
     assert np.allclose(parts, steps["seconds"], rtol=1e-6), (parts, steps["seconds"])
     # tokens/s and GFLOP/s are of the step without its checkpoint write (steps 5, 10, 15)
     assert list(np.nonzero(steps["io_s"] > 0)[0] + 1) == [5, 10, 15], steps["io_s"]

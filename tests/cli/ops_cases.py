@@ -1415,10 +1415,9 @@ def until_retrieval_ends_the_run_at_the_first_evaluation_that_reaches_it():
         assert f.read().strip() == f"step_{end:08d}.h5"
     # The early checkpoint's write is the ending step's io_s (its evaluation is no phase's),
     # and the phases still add up to the step's seconds.
-    phases = ["attn_fwd_s", "attn_bwd_s", "gemm_s", "other_s", "optimizer_s", "io_s", "comm_s", "allreduce_s",
-              "offload_s"]
     assert steps["io_s"][-1] > 0, steps["io_s"]
-    assert abs(sum(steps[c][-1] for c in phases) - steps["seconds"][-1]) < 1e-6, {c: steps[c][-1] for c in phases}
+    assert abs(sum(steps[c][-1] for c in cc.PHASE_COLUMNS) - steps["seconds"][-1]) < 1e-6, \
+        {c: steps[c][-1] for c in cc.PHASE_COLUMNS}
     p = keys("v", "--until-retrieval", "1")  # 16 of 16 keys: not within 12 steps
     assert p.returncode == 0 and int(timing("v")[0]["step"][-1]) == 12, p.stdout
     print("without an early end:", [v for v in timing("v")[0]["eval_retrieval"] if np.isfinite(v)])
