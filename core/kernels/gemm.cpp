@@ -36,12 +36,54 @@ bool g_bf16_native = false;
 bool g_weight_grads_openblas = false;
 
 // OpenBLAS: split the longer side of C into 2 tiles per thread (rounded to 16 for vector
-// alignment) so a slow core does not hold up the rest; dynamic schedule, fixed partition.
+// alignment) so a slow core does not hold up the rest; dynamic schedule, fixed partition. A
+// product far deeper than C is wide is split over K instead (gemm_openblas_split_k).
 void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+// A product much deeper than C is wide (a weight gradient: K the tokens, M x N the weight) with
+// C cut into tiles spends much of its time packing: each tile packs all K rows of the operand it
+// shares. Split over K instead, one part per thread, each part packing only its own rows: the
+// first adds into C, the others into partial sums, which are then added to C in thread order.
+// Taken where each part is at least twice as deep as C is wide: on 2 Zen 3 cores at 4,096
+// tokens, a 30m step's q_proj, o_proj, k_proj and lm_head weight gradients ran 1.10-1.23x
+// faster so; gate_proj's and down_proj's (1,408 wide) only 1.01-1.03x. The same sums, in
+// another order.
+constexpr int64_t kMaxSplitKFloats = int64_t(4) << 20;  // the partial sums: 16 MiB at most
+
+bool split_over_k(int64_t M, int64_t N, int64_t K, int threads) {
+  return K / threads >= 2 * std::max(M, N) && M * N * (threads - 1) <= kMaxSplitKFloats;
+}
+
+void gemm_openblas_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                           int threads) {
+  static std::unique_ptr<float[]> partial;  // [threads - 1][M][N], kept for the next product
+  static int64_t partial_floats = 0;
+  const int64_t mn = M * N, need = mn * (threads - 1);
+  if (need > partial_floats) partial.reset(new float[size_t(partial_floats = need)]);  // touched by its thread
+  float* parts = partial.get();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t k0 = K * t / threads, k1 = K * (t + 1) / threads;
+    const float* a = ta ? A + k0 * lda : A + k0;
+    const float* b = tb ? B + k0 : B + k0 * ldb;
+    if (t == 0) sgemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, beta, C, ldc);
+    else sgemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, 0.0f, parts + (t - 1) * mn, N);
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; ++i)
+      for (int p = 0; p < threads - 1; ++p) {
+        const float* row = parts + p * mn + i * N;
+        float* c = C + i * ldc;
+        for (int64_t j = 0; j < N; ++j) c[j] += row[j];
+      }
+  }
 }
 
 void gemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -50,6 +92,10 @@ void gemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
   const double flops = 2.0 * double(M) * double(N) * double(K);
   if (threads == 1 || flops < 2e6) {
     sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (split_over_k(M, N, K, threads)) {
+    gemm_openblas_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
     return;
   }
   const bool split_rows = M >= N;

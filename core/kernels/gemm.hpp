@@ -4,7 +4,9 @@
 //             AVX-512, AVX512_BF16, AMX), whatever OpenBLAS detects; C cut into one tile per
 //             thread, each tile a single-threaded matmul. The default.
 //   openblas  the portable fallback: one coarse OpenMP region over tiles of C, each tile one
-//             single-threaded cblas_sgemm (OpenBLAS stays at 1 thread, see sys/threads.hpp).
+//             single-threaded cblas_sgemm (OpenBLAS stays at 1 thread, see sys/threads.hpp);
+//             a product far deeper than C is wide (a weight gradient of a small weight) split
+//             over K, one part per thread, the parts' sums added in thread order.
 // Both are deterministic for a given thread count. Call from outside parallel regions.
 #pragma once
 #include <cstdint>

@@ -77,14 +77,16 @@ TEST_P(GemmVsReference, EveryShapeMatches) {
 }
 
 // The products cut into one tile of C per thread, on thread counts that leave remainders:
-// tiles of rows, of rows and columns (few rows, many threads), transposed operands.
+// tiles of rows, of rows and columns (few rows, many threads), transposed operands; and (on
+// OpenBLAS) products far deeper than C is wide, split over K (weight gradients: beta 1).
 TEST_P(GemmVsReference, TilesOverAnyThreadCountMatch) {
   GetParam().apply();
   std::mt19937 gen(7);
   const int before = omp_get_max_threads();
   const GemmCase cases[] = {{1000, 70, 96, false, true, 1.f, 0.f},  {259, 512, 700, true, false, 1.f, 1.f},
                             {70, 600, 64, false, false, 1.f, 1.f},  {45, 333, 300, true, true, 0.5f, 0.f},
-                            {129, 129, 129, false, true, 1.f, 0.f}};
+                            {129, 129, 129, false, true, 1.f, 0.f}, {48, 75, 1201, true, false, 1.f, 1.f},
+                            {40, 57, 1000, false, true, 2.f, 0.5f}};
   for (int threads : {2, 3, 5, 8}) {
     omp_set_num_threads(threads);
     for (const GemmCase& c : cases)
