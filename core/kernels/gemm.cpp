@@ -69,8 +69,8 @@ void gemm_openblas_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
   float* parts = partial.get();
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
-    const int64_t k0 = K * t / threads, k1 = K * (t + 1) / threads;
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();  // team <= threads
+    const int64_t k0 = K * t / team, k1 = K * (t + 1) / team;
     const float* a = ta ? A + k0 * lda : A + k0;
     const float* b = tb ? B + k0 : B + k0 * ldb;
     if (t == 0) sgemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, beta, C, ldc);
@@ -78,7 +78,7 @@ void gemm_openblas_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
 #pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M; ++i)
-      for (int p = 0; p < threads - 1; ++p) {
+      for (int p = 0; p < team - 1; ++p) {
         const float* row = parts + p * mn + i * N;
         float* c = C + i * ldc;
         for (int64_t j = 0; j < N; ++j) c[j] += row[j];
